@@ -1,0 +1,54 @@
+//! Operations built from primitives rather than being primitives: softmax, log-softmax
+//! and dropout. Their gradients come from the primitives' rules.
+//!
+//! ```
+//! use spore_core::Tensor;
+//! let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[1, 3]).unwrap();
+//! let p = x.softmax(-1).unwrap().to_vec::<f32>().unwrap();
+//! assert!((p.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+//! ```
+
+use crate::error::{Error, Result};
+use crate::rng::next_key;
+use crate::tensor::Tensor;
+
+impl Tensor {
+    /// `exp(x) / sum(exp(x))` along `axis`, computed stably (the max is subtracted first).
+    #[track_caller]
+    pub fn softmax(&self, axis: isize) -> Result<Tensor> {
+        let shifted = self.sub(&self.max(&[axis], true)?.stop_gradient()?)?;
+        let e = shifted.exp()?;
+        e.div(&e.sum(&[axis], true)?)
+    }
+
+    /// `x - log(sum(exp(x)))` along `axis`, computed stably.
+    #[track_caller]
+    pub fn log_softmax(&self, axis: isize) -> Result<Tensor> {
+        let shifted = self.sub(&self.max(&[axis], true)?.stop_gradient()?)?;
+        shifted.sub(&shifted.exp()?.sum(&[axis], true)?.log()?)
+    }
+
+    /// Zeroes each element with probability `p` and scales the rest by `1 / (1 - p)`; the
+    /// identity when not `training`. Draws its mask from the global seeded generator.
+    #[track_caller]
+    pub fn dropout(&self, p: f64, training: bool) -> Result<Tensor> {
+        self.dropout_with_key(p, training, &Tensor::scalar(next_key() as i64))
+    }
+
+    /// [`Tensor::dropout`] with an explicit Int64 key (reproducible, traceable).
+    #[track_caller]
+    pub fn dropout_with_key(&self, p: f64, training: bool, key: &Tensor) -> Result<Tensor> {
+        if !(0.0..1.0).contains(&p) {
+            return Err(Error::invalid_here(format!(
+                "dropout: p must be in [0, 1), got {p}"
+            )));
+        }
+        if !training || p == 0.0 {
+            return Ok(self.clone());
+        }
+        let u = Tensor::uniform_from_key(key, self.shape())?;
+        let keep = u.greater_equal(&Tensor::scalar(p as f32))?;
+        let scaled = self.mul_scalar(1.0 / (1.0 - p))?;
+        Tensor::select(&keep, &scaled, &Tensor::scalar_of(0.0, self.dtype()))
+    }
+}

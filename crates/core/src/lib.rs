@@ -1,0 +1,33 @@
+//! Spore's core: [`Tensor`], the primitive operators ([`op::Op`] with their rules in
+//! [`prims`]), eager (PyNative) execution through [`apply::apply`], and functional
+//! autodiff ([`autodiff::grad`], [`autodiff::value_and_grad`], [`Tensor::backward`]).
+//!
+//! ```
+//! use spore_core::{autodiff::value_and_grad, Tensor};
+//! let w = Tensor::from_vec(vec![3.0f32], &[1]).unwrap().with_requires_grad(true);
+//! let loss = {
+//!     let w = w.clone();
+//!     move |x: &[Tensor]| w.mul(&x[0])?.square()?.sum(&[], false)
+//! };
+//! let vg = value_and_grad(loss, None, &[w.clone()], false);
+//! let out = vg(&[Tensor::from_vec(vec![2.0f32], &[1]).unwrap()]).unwrap();
+//! assert_eq!(out.value.item().unwrap(), 36.0); // (3*2)^2
+//! assert_eq!(out.weight_grads[0].item().unwrap(), 24.0); // 2 * w * x^2
+//! ```
+
+pub mod apply;
+pub mod autodiff;
+mod composite;
+mod display;
+pub mod error;
+pub mod op;
+pub mod ops;
+pub mod prims;
+pub mod rng;
+pub mod tensor;
+
+pub use apply::{is_grad_enabled, no_grad, with_grad_enabled};
+pub use autodiff::{ValueAndGrad, grad, value_and_grad};
+pub use error::{Error, Result};
+pub use spore_kernels::{DType, Element};
+pub use tensor::{Tensor, TensorType};

@@ -1,0 +1,113 @@
+//! Custom operators defined outside Spore (MindSpore's `Custom` primitive): implement
+//! [`CustomPrimitive`] (shape rule, CPU kernel, gradient rule) and call it through
+//! [`Tensor::custom`]; it then behaves like a built-in operator, with autodiff.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use spore_core::prims::custom::{CustomOp, CustomPrimitive};
+//! use spore_core::{Result, Tensor, TensorType};
+//!
+//! /// y = x^3, with dy/dx = 3x^2.
+//! #[derive(Debug)]
+//! struct Cube;
+//! impl CustomPrimitive for Cube {
+//!     fn name(&self) -> &str { "Cube" }
+//!     fn infer(&self, inputs: &[&TensorType]) -> Result<TensorType, String> {
+//!         if inputs.len() != 1 { return Err(format!("expected 1 input, got {}", inputs.len())); }
+//!         Ok(inputs[0].clone())
+//!     }
+//!     fn eval(&self, inputs: &[&Tensor]) -> Result<Tensor, String> {
+//!         let v: Vec<f64> = inputs[0].to_f64_vec().iter().map(|x| x * x * x).collect();
+//!         Tensor::from_f64(&v, inputs[0].shape(), inputs[0].dtype()).map_err(|e| e.to_string())
+//!     }
+//!     fn vjp(&self, inputs: &[Tensor], _out: &Tensor, g: &Tensor) -> Result<Vec<Option<Tensor>>> {
+//!         Ok(vec![Some(g.mul(&inputs[0].square()?.mul_scalar(3.0)?)?)])
+//!     }
+//! }
+//! let cube = CustomOp::new(Arc::new(Cube));
+//! let x = Tensor::from_vec(vec![2.0f32], &[1]).unwrap();
+//! assert_eq!(x.custom(&cube, &[]).unwrap().item().unwrap(), 8.0);
+//! ```
+
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::panic::Location;
+use std::sync::Arc;
+
+use crate::apply::apply;
+use crate::error::Result;
+use crate::op::Op;
+use crate::tensor::{Storage, Tensor, TensorType};
+
+/// The three rules of a user-defined primitive.
+pub trait CustomPrimitive: Send + Sync + fmt::Debug {
+    /// The operator's name, shown in errors, IR and dumps.
+    fn name(&self) -> &str;
+    /// Attributes that distinguish two instances of the same op (for caching and CSE).
+    fn attributes(&self) -> String {
+        String::new()
+    }
+    /// Validates inputs and returns the output type.
+    fn infer(&self, inputs: &[&TensorType]) -> Result<TensorType, String>;
+    /// Computes the output; it must have the type `infer` returned.
+    fn eval(&self, inputs: &[&Tensor]) -> Result<Tensor, String>;
+    /// Input gradients given the output gradient, written with tensor ops.
+    fn vjp(&self, inputs: &[Tensor], out: &Tensor, grad: &Tensor) -> Result<Vec<Option<Tensor>>>;
+}
+
+/// A shared handle to a custom primitive; equal when name and attributes are equal.
+#[derive(Clone, Debug)]
+pub struct CustomOp(pub Arc<dyn CustomPrimitive>);
+
+impl CustomOp {
+    pub fn new(p: Arc<dyn CustomPrimitive>) -> CustomOp {
+        CustomOp(p)
+    }
+    pub fn name(&self) -> &str {
+        self.0.name()
+    }
+    pub(crate) fn infer(&self, inputs: &[&TensorType]) -> Result<TensorType, String> {
+        self.0.infer(inputs)
+    }
+    pub(crate) fn eval(&self, inputs: &[&Tensor], out: &TensorType) -> Result<Storage, String> {
+        let t = self.0.eval(inputs)?;
+        if t.tensor_type() != out {
+            return Err(format!(
+                "kernel returned {} but the shape rule promised {out}",
+                t.tensor_type()
+            ));
+        }
+        Ok(t.storage().clone())
+    }
+    pub(crate) fn vjp(
+        &self,
+        inputs: &[Tensor],
+        out: &Tensor,
+        grad: &Tensor,
+    ) -> Result<Vec<Option<Tensor>>> {
+        self.0.vjp(inputs, out, grad)
+    }
+}
+
+impl PartialEq for CustomOp {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name() == other.0.name() && self.0.attributes() == other.0.attributes()
+    }
+}
+impl Eq for CustomOp {}
+impl Hash for CustomOp {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.name().hash(state);
+        self.0.attributes().hash(state);
+    }
+}
+
+impl Tensor {
+    /// Applies a custom primitive to `self` followed by `others`.
+    #[track_caller]
+    pub fn custom(&self, op: &CustomOp, others: &[&Tensor]) -> Result<Tensor> {
+        let mut inputs = vec![self];
+        inputs.extend_from_slice(others);
+        apply(Op::Custom(op.clone()), &inputs, Location::caller())
+    }
+}

@@ -1,0 +1,80 @@
+//! `MatMul`: batched matrix product `[..., m, k] x [..., k, n]` with broadcast batch axes.
+//!
+//! ```
+//! use spore_core::Tensor;
+//! let a = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
+//! let i = Tensor::eye(2, spore_core::DType::F32);
+//! assert_eq!(a.matmul(&i).unwrap().to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
+//! ```
+
+use std::panic::Location;
+
+use spore_kernels::{DType, matmul as k};
+
+use super::{broadcast_shapes, require_same_dtype, sum_to_shape};
+use crate::apply::apply;
+use crate::error::Result;
+use crate::op::Op;
+use crate::tensor::{Storage, Tensor, TensorType};
+
+pub(crate) fn infer(inputs: &[&TensorType]) -> Result<TensorType, String> {
+    let (a, b) = (inputs[0], inputs[1]);
+    require_same_dtype(a, b)?;
+    if a.dtype == DType::Bool {
+        return Err("inputs must be numeric, got Bool".into());
+    }
+    if a.rank() < 2 || b.rank() < 2 {
+        return Err(format!(
+            "inputs must have rank >= 2, got {:?} and {:?}",
+            a.shape, b.shape
+        ));
+    }
+    let (m, ka) = (a.shape[a.rank() - 2], a.shape[a.rank() - 1]);
+    let (kb, n) = (b.shape[b.rank() - 2], b.shape[b.rank() - 1]);
+    if ka != kb {
+        return Err(format!(
+            "inner dimensions differ: {:?} x {:?} ({ka} != {kb})",
+            a.shape, b.shape
+        ));
+    }
+    let mut shape = broadcast_shapes(&a.shape[..a.rank() - 2], &b.shape[..b.rank() - 2])?;
+    shape.extend([m, n]);
+    Ok(TensorType::new(&shape, a.dtype))
+}
+
+pub(crate) fn eval(inputs: &[&Tensor], out: &TensorType) -> Result<Storage, String> {
+    let (a, b) = (inputs[0], inputs[1]);
+    let batch = &out.shape[..out.rank() - 2];
+    let shape_a: Vec<usize> = batch
+        .iter()
+        .copied()
+        .chain(a.shape()[a.rank() - 2..].iter().copied())
+        .collect();
+    let shape_b: Vec<usize> = batch
+        .iter()
+        .copied()
+        .chain(b.shape()[b.rank() - 2..].iter().copied())
+        .collect();
+    let la = a.layout().broadcast_to(&shape_a);
+    let lb = b.layout().broadcast_to(&shape_b);
+    let buf = k::matmul(&a.storage().buffer, &la, &b.storage().buffer, &lb, batch)?;
+    Ok(Storage::contiguous(buf, &out.shape))
+}
+
+pub(crate) fn vjp(inputs: &[Tensor], g: &Tensor) -> Result<Vec<Option<Tensor>>> {
+    let (a, b) = (&inputs[0], &inputs[1]);
+    let ga = g.matmul(&b.transpose()?)?;
+    let gb = a.transpose()?.matmul(g)?;
+    Ok(vec![
+        Some(sum_to_shape(&ga, a.shape())?),
+        Some(sum_to_shape(&gb, b.shape())?),
+    ])
+}
+
+impl Tensor {
+    /// Matrix product over the last two axes; leading axes broadcast.
+    #[track_caller]
+    pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
+        apply(Op::MatMul, &[self, other], Location::caller())
+    }
+}

@@ -1,0 +1,332 @@
+//! [`Tensor`]: an immutable, cheaply cloned handle to typed, strided data, with the
+//! autodiff link to the operation that produced it.
+//!
+//! ```
+//! use spore_core::{DType, Tensor};
+//! let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).unwrap();
+//! let t = x.transpose().unwrap(); // a view: no copy
+//! assert_eq!(t.shape(), &[3, 2]);
+//! assert_eq!(t.to_vec::<f32>().unwrap(), vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+//! assert_eq!(x.dtype(), DType::F32);
+//! ```
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use spore_kernels::{Buffer, DType, Element, Layout, elementwise};
+
+use crate::error::{Error, Result};
+use crate::op::Op;
+
+/// Shape and dtype: everything shape inference knows about a tensor.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TensorType {
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+}
+
+impl TensorType {
+    pub fn new(shape: &[usize], dtype: DType) -> TensorType {
+        TensorType {
+            shape: shape.to_vec(),
+            dtype,
+        }
+    }
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+}
+
+impl fmt::Display for TensorType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?} {}", self.shape, self.dtype)
+    }
+}
+
+/// Concrete data: a shared buffer and the layout through which this tensor sees it.
+#[derive(Clone, Debug)]
+pub struct Storage {
+    pub buffer: Arc<Buffer>,
+    pub layout: Layout,
+}
+
+impl Storage {
+    pub fn contiguous(buffer: Buffer, shape: &[usize]) -> Storage {
+        Storage {
+            buffer: Arc::new(buffer),
+            layout: Layout::contiguous(shape),
+        }
+    }
+}
+
+/// The operation that produced a tensor, kept only when a gradient may flow through it.
+#[derive(Debug)]
+pub struct Node {
+    pub op: Op,
+    pub inputs: Vec<Tensor>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) id: u64,
+    pub(crate) ty: TensorType,
+    pub(crate) storage: Storage,
+    pub(crate) node: Option<Node>,
+    pub(crate) requires_grad: bool,
+    /// Gradient accumulated by [`Tensor::backward`] (PyTorch style), for leaves.
+    pub(crate) grad: Mutex<Option<Tensor>>,
+}
+
+impl Drop for Inner {
+    /// Dropping the last handle of a long autodiff chain would recurse once per node and
+    /// overflow the stack; unlink the chain iteratively instead.
+    fn drop(&mut self) {
+        let Some(node) = self.node.take() else {
+            return;
+        };
+        let mut pending = node.inputs;
+        while let Some(t) = pending.pop() {
+            if let Ok(mut inner) = Arc::try_unwrap(t.0) {
+                if let Some(n) = inner.node.take() {
+                    pending.extend(n.inputs);
+                }
+            }
+        }
+    }
+}
+
+/// An n-dimensional array. Cloning copies a pointer; the data is never mutated.
+#[derive(Clone)]
+pub struct Tensor(pub(crate) Arc<Inner>);
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+impl Tensor {
+    pub(crate) fn from_parts(
+        ty: TensorType,
+        storage: Storage,
+        node: Option<Node>,
+        requires_grad: bool,
+    ) -> Tensor {
+        Tensor(Arc::new(Inner {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            ty,
+            storage,
+            node,
+            requires_grad,
+            grad: Mutex::new(None),
+        }))
+    }
+
+    /// A tensor over an owned buffer; `shape` must hold exactly `buffer.len()` elements.
+    #[track_caller]
+    pub fn from_buffer(buffer: Buffer, shape: &[usize]) -> Result<Tensor> {
+        let n: usize = shape.iter().product();
+        if n != buffer.len() {
+            return Err(Error::invalid_here(format!(
+                "Tensor::from_buffer: shape {shape:?} holds {n} elements but {} were given",
+                buffer.len()
+            )));
+        }
+        let ty = TensorType::new(shape, buffer.dtype());
+        Ok(Tensor::from_parts(
+            ty,
+            Storage::contiguous(buffer, shape),
+            None,
+            false,
+        ))
+    }
+
+    /// A tensor from a vector and a shape (row-major).
+    #[track_caller]
+    pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
+        Tensor::from_buffer(T::into_buffer(data), shape)
+    }
+
+    /// A tensor from `f64` values converted to `dtype`.
+    #[track_caller]
+    pub fn from_f64(data: &[f64], shape: &[usize], dtype: DType) -> Result<Tensor> {
+        Tensor::from_buffer(Buffer::from_f64(dtype, data), shape)
+    }
+
+    /// A 0-d tensor.
+    pub fn scalar<T: Element>(value: T) -> Tensor {
+        Tensor::from_parts(
+            TensorType::new(&[], T::DTYPE),
+            Storage::contiguous(T::into_buffer(vec![value]), &[]),
+            None,
+            false,
+        )
+    }
+
+    /// A 0-d tensor of `dtype` holding `value` (converted with `as` semantics).
+    pub fn scalar_of(value: f64, dtype: DType) -> Tensor {
+        Tensor::full(&[], value, dtype)
+    }
+
+    pub fn full(shape: &[usize], value: f64, dtype: DType) -> Tensor {
+        let n = shape.iter().product();
+        Tensor::from_parts(
+            TensorType::new(shape, dtype),
+            Storage::contiguous(Buffer::filled(dtype, n, value), shape),
+            None,
+            false,
+        )
+    }
+
+    pub fn zeros(shape: &[usize], dtype: DType) -> Tensor {
+        Tensor::full(shape, 0.0, dtype)
+    }
+
+    pub fn ones(shape: &[usize], dtype: DType) -> Tensor {
+        Tensor::full(shape, 1.0, dtype)
+    }
+
+    pub fn zeros_like(&self) -> Tensor {
+        Tensor::zeros(self.shape(), self.dtype())
+    }
+
+    pub fn ones_like(&self) -> Tensor {
+        Tensor::ones(self.shape(), self.dtype())
+    }
+
+    /// `start, start + step, ...` below `end` (like `numpy.arange`).
+    #[track_caller]
+    pub fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Result<Tensor> {
+        if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
+            return Err(Error::invalid_here(format!(
+                "arange: expected finite start/end and a non-zero step, got start={start}, end={end}, step={step}"
+            )));
+        }
+        let n = ((end - start) / step).ceil().max(0.0) as usize;
+        let values: Vec<f64> = (0..n).map(|i| start + i as f64 * step).collect();
+        Tensor::from_f64(&values, &[n], dtype)
+    }
+
+    /// The `n x n` identity matrix.
+    pub fn eye(n: usize, dtype: DType) -> Tensor {
+        let mut v = vec![0.0; n * n];
+        for i in 0..n {
+            v[i * n + i] = 1.0;
+        }
+        Tensor::from_parts(
+            TensorType::new(&[n, n], dtype),
+            Storage::contiguous(Buffer::from_f64(dtype, &v), &[n, n]),
+            None,
+            false,
+        )
+    }
+
+    // ----- accessors -----
+
+    /// A process-unique id (stable for the life of the handle and its clones).
+    pub fn id(&self) -> u64 {
+        self.0.id
+    }
+    pub fn tensor_type(&self) -> &TensorType {
+        &self.0.ty
+    }
+    pub fn shape(&self) -> &[usize] {
+        &self.0.ty.shape
+    }
+    pub fn dtype(&self) -> DType {
+        self.0.ty.dtype
+    }
+    pub fn rank(&self) -> usize {
+        self.0.ty.shape.len()
+    }
+    pub fn numel(&self) -> usize {
+        self.0.ty.numel()
+    }
+    pub fn storage(&self) -> &Storage {
+        &self.0.storage
+    }
+    pub fn layout(&self) -> &Layout {
+        &self.0.storage.layout
+    }
+    /// The operation that produced this tensor, when it is part of an autodiff graph.
+    pub fn node(&self) -> Option<&Node> {
+        self.0.node.as_ref()
+    }
+    pub fn requires_grad(&self) -> bool {
+        self.0.requires_grad
+    }
+
+    /// A new leaf sharing this tensor's data, with `requires_grad` set as asked.
+    pub fn with_requires_grad(&self, requires_grad: bool) -> Tensor {
+        Tensor::from_parts(
+            self.0.ty.clone(),
+            self.0.storage.clone(),
+            None,
+            requires_grad,
+        )
+    }
+
+    /// A leaf sharing the data, cut from the autodiff graph.
+    pub fn detach(&self) -> Tensor {
+        self.with_requires_grad(false)
+    }
+
+    /// The gradient accumulated by [`Tensor::backward`], if any.
+    pub fn grad(&self) -> Option<Tensor> {
+        self.0.grad.lock().ok().and_then(|g| g.clone())
+    }
+
+    /// Clears the accumulated gradient.
+    pub fn zero_grad(&self) {
+        if let Ok(mut g) = self.0.grad.lock() {
+            *g = None;
+        }
+    }
+
+    /// The elements in row-major order as `T` (which must be the tensor's dtype).
+    #[track_caller]
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        let s = self.storage();
+        match T::slice_of(&s.buffer) {
+            Some(data) => Ok(spore_kernels::layout::to_contiguous(data, &s.layout)),
+            None => Err(Error::invalid_here(format!(
+                "to_vec: the tensor holds {} but {} was requested; cast first",
+                self.dtype(),
+                T::DTYPE
+            ))),
+        }
+    }
+
+    /// The elements converted to f64, whatever the dtype.
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        let s = self.storage();
+        elementwise::copy(&s.buffer, &s.layout).to_f64_vec()
+    }
+
+    /// The single element of a one-element tensor, as `f64`.
+    #[track_caller]
+    pub fn item(&self) -> Result<f64> {
+        if self.numel() != 1 {
+            return Err(Error::invalid_here(format!(
+                "item: expected a tensor with one element, got shape {:?}",
+                self.shape()
+            )));
+        }
+        Ok(self.to_f64_vec()[0])
+    }
+
+    /// A contiguous buffer with this tensor's elements (shared when already contiguous).
+    pub fn contiguous_buffer(&self) -> Arc<Buffer> {
+        let s = self.storage();
+        if s.layout.is_contiguous() && s.layout.offset == 0 && s.buffer.len() == self.numel() {
+            s.buffer.clone()
+        } else {
+            Arc::new(elementwise::copy(&s.buffer, &s.layout))
+        }
+    }
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tensor#{}({})", self.id(), self.tensor_type())
+    }
+}

@@ -1,0 +1,211 @@
+//! Autodiff beyond single ops: second derivatives against closed forms, PyTorch-style
+//! backward, value_and_grad with weights and aux outputs, stop_gradient.
+
+use spore_core::{DType, Result, Tensor, grad, value_and_grad};
+
+fn xs() -> Tensor {
+    Tensor::from_vec(vec![-1.3f64, -0.4, 0.2, 0.9, 1.7], &[5]).unwrap()
+}
+
+/// f''(x) computed as grad(grad(sum f)) elementwise.
+fn second_derivative(f: fn(&Tensor) -> Result<Tensor>, x: &Tensor) -> Vec<f64> {
+    let df = grad(move |v: &[Tensor]| f(&v[0])?.sum(&[], false), &[0]);
+    let d2f = grad(move |v: &[Tensor]| df(v)?.remove(0).sum(&[], false), &[0]);
+    d2f(std::slice::from_ref(x)).unwrap()[0].to_f64_vec()
+}
+
+fn assert_close(got: &[f64], want: &[f64]) {
+    for (g, w) in got.iter().zip(want) {
+        assert!(
+            (g - w).abs() < 1e-10 * (1.0 + w.abs()),
+            "got {got:?}, want {want:?}"
+        );
+    }
+}
+
+#[test]
+fn second_derivatives_match_closed_forms() {
+    let x = xs();
+    let v = x.to_f64_vec();
+    assert_close(
+        &second_derivative(|x| x.mul(x)?.mul(x), &x),
+        &v.iter().map(|a| 6.0 * a).collect::<Vec<_>>(),
+    );
+    assert_close(
+        &second_derivative(|x| x.sin(), &x),
+        &v.iter().map(|a| -a.sin()).collect::<Vec<_>>(),
+    );
+    assert_close(
+        &second_derivative(|x| x.tanh(), &x),
+        &v.iter()
+            .map(|a| -2.0 * a.tanh() * (1.0 - a.tanh().powi(2)))
+            .collect::<Vec<_>>(),
+    );
+    assert_close(
+        &second_derivative(|x| x.mul(x)?.exp(), &x),
+        &v.iter()
+            .map(|a| (2.0 + 4.0 * a * a) * (a * a).exp())
+            .collect::<Vec<_>>(),
+    );
+    assert_close(
+        &second_derivative(|x| x.sigmoid(), &x),
+        &v.iter()
+            .map(|a| {
+                let s = 1.0 / (1.0 + (-a).exp());
+                s * (1.0 - s) * (1.0 - 2.0 * s)
+            })
+            .collect::<Vec<_>>(),
+    );
+    assert_close(
+        &second_derivative(|x| x.mul_scalar(2.0)?.exp()?.add_scalar(1.0)?.log(), &x),
+        &v.iter()
+            .map(|a| {
+                let s = 1.0 / (1.0 + (-2.0 * a).exp());
+                4.0 * s * (1.0 - s)
+            })
+            .collect::<Vec<_>>(),
+    );
+}
+
+#[test]
+fn backward_accumulates_into_leaves() {
+    let w = Tensor::from_vec(vec![1.0f32, 2.0], &[2])
+        .unwrap()
+        .with_requires_grad(true);
+    let x = Tensor::from_vec(vec![3.0f32, 4.0], &[2]).unwrap();
+    let loss = w.mul(&x).unwrap().sum(&[], false).unwrap();
+    loss.backward().unwrap();
+    assert_eq!(w.grad().unwrap().to_vec::<f32>().unwrap(), vec![3.0, 4.0]);
+    // A second backward accumulates, as in PyTorch.
+    w.mul(&x)
+        .unwrap()
+        .sum(&[], false)
+        .unwrap()
+        .backward()
+        .unwrap();
+    assert_eq!(w.grad().unwrap().to_vec::<f32>().unwrap(), vec![6.0, 8.0]);
+    w.zero_grad();
+    assert!(w.grad().is_none());
+    // The gradient of a leaf-free tensor is an error, not a panic.
+    assert!(x.sum(&[], false).unwrap().backward().is_err());
+}
+
+#[test]
+fn value_and_grad_with_weights_and_aux() {
+    let w = Tensor::from_vec(vec![0.5f64, -1.0], &[2])
+        .unwrap()
+        .with_requires_grad(true);
+    let unused = Tensor::from_vec(vec![9.0f64], &[1])
+        .unwrap()
+        .with_requires_grad(true);
+    let wc = w.clone();
+    let f = move |inp: &[Tensor]| -> Result<Vec<Tensor>> {
+        let y = wc.mul(&inp[0])?;
+        Ok(vec![y.square()?.sum(&[], false)?, y])
+    };
+    let vg = value_and_grad(f, Some(&[0]), &[w.clone(), unused.clone()], true);
+    let x = Tensor::from_vec(vec![2.0f64, 3.0], &[2]).unwrap();
+    let out = vg(&[x]).unwrap();
+    assert_eq!(out.value.item().unwrap(), 1.0 + 9.0);
+    assert_eq!(out.aux[0].to_f64_vec(), vec![1.0, -3.0]);
+    // d/dx sum (w x)^2 = 2 w^2 x; d/dw = 2 w x^2
+    assert_eq!(out.input_grads[0].to_f64_vec(), vec![1.0, 6.0]);
+    assert_eq!(out.weight_grads[0].to_f64_vec(), vec![4.0, -18.0]);
+    assert_eq!(out.weight_grads[1].to_f64_vec(), vec![0.0]);
+}
+
+#[test]
+fn value_and_grad_rejects_bad_arguments() {
+    let plain = Tensor::ones(&[2], DType::F32);
+    let vg = value_and_grad(|x: &[Tensor]| x[0].sum(&[], false), None, &[plain], false);
+    let err = vg(&[Tensor::ones(&[2], DType::F32)])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("does not require grad"), "{err}");
+    let vg = value_and_grad(|x: &[Tensor]| x[0].sum(&[], false), Some(&[3]), &[], false);
+    assert!(
+        vg(&[Tensor::ones(&[2], DType::F32)])
+            .unwrap_err()
+            .to_string()
+            .contains("grad_position 3")
+    );
+    let vg = value_and_grad(
+        |x: &[Tensor]| x[0].cast(DType::F32)?.sum(&[], false),
+        Some(&[0]),
+        &[],
+        false,
+    );
+    assert!(
+        vg(&[Tensor::ones(&[2], DType::I32)])
+            .unwrap_err()
+            .to_string()
+            .contains("Int32")
+    );
+}
+
+#[test]
+fn stop_gradient_blocks_and_unreached_inputs_get_zeros() {
+    let g = grad(
+        |x: &[Tensor]| x[0].stop_gradient()?.mul(&x[1])?.sum(&[], false),
+        &[0, 1],
+    );
+    let a = Tensor::from_vec(vec![2.0f32, 3.0], &[2]).unwrap();
+    let b = Tensor::from_vec(vec![5.0f32, 7.0], &[2]).unwrap();
+    let gs = g(&[a, b]).unwrap();
+    assert_eq!(gs[0].to_vec::<f32>().unwrap(), vec![0.0, 0.0]);
+    assert_eq!(gs[1].to_vec::<f32>().unwrap(), vec![2.0, 3.0]);
+}
+
+#[test]
+fn maximum_ties_split_the_gradient() {
+    let g = grad(|x: &[Tensor]| x[0].maximum(&x[1])?.sum(&[], false), &[0, 1]);
+    let a = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], &[3]).unwrap();
+    let b = Tensor::from_vec(vec![1.0f32, 5.0, 0.0], &[3]).unwrap();
+    let gs = g(&[a, b]).unwrap();
+    assert_eq!(gs[0].to_vec::<f32>().unwrap(), vec![0.5, 0.0, 1.0]);
+    assert_eq!(gs[1].to_vec::<f32>().unwrap(), vec![0.5, 1.0, 0.0]);
+    // ReduceMax shares among tied maxima.
+    let g = grad(|x: &[Tensor]| x[0].max(&[], false), &[0]);
+    let t = Tensor::from_vec(vec![4.0f32, 1.0, 4.0, 4.0], &[4]).unwrap();
+    let third = 1.0f32 / 3.0;
+    assert_eq!(
+        g(&[t]).unwrap()[0].to_vec::<f32>().unwrap(),
+        vec![third, 0.0, third, third]
+    );
+}
+
+#[test]
+fn max_pool_gradient_goes_to_the_first_maximum() {
+    let g = grad(
+        |x: &[Tensor]| {
+            x[0].max_pool2d(&spore_core::ops::Pool2dOptions::new(2, 2))?
+                .sum(&[], false)
+        },
+        &[0],
+    );
+    let x = Tensor::from_vec(vec![1.0f32, 3.0, 3.0, 0.0], &[1, 1, 2, 2]).unwrap();
+    assert_eq!(
+        g(&[x]).unwrap()[0].to_vec::<f32>().unwrap(),
+        vec![0.0, 1.0, 0.0, 0.0]
+    );
+}
+
+#[test]
+fn deep_chains_do_not_overflow_the_stack() {
+    let g = grad(
+        |x: &[Tensor]| {
+            let mut y = x[0].clone();
+            for _ in 0..20_000 {
+                y = y.add_scalar(1.0)?;
+            }
+            y.sum(&[], false)
+        },
+        &[0],
+    );
+    assert_eq!(
+        g(&[Tensor::ones(&[1], DType::F32)]).unwrap()[0]
+            .to_vec::<f32>()
+            .unwrap(),
+        vec![1.0]
+    );
+}

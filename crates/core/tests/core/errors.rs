@@ -1,0 +1,102 @@
+//! User mistakes give errors that name the operator, the input types and the caller's
+//! source line; nothing panics.
+
+use spore_core::ops::{Conv2dOptions, Pool2dOptions};
+use spore_core::{DType, Tensor};
+
+#[test]
+fn matmul_shape_mismatch_names_op_shapes_and_line() {
+    let a = Tensor::zeros(&[2, 3], DType::F32);
+    let b = Tensor::zeros(&[4, 5], DType::F32);
+    let line = line!() + 1;
+    let err = a.matmul(&b).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("MatMul"), "{msg}");
+    assert!(msg.contains("[2, 3]") && msg.contains("[4, 5]"), "{msg}");
+    assert!(msg.contains(&format!("{}:{line}", file!())), "{msg}");
+}
+
+#[test]
+fn dtype_mismatch_suggests_a_cast() {
+    let a = Tensor::zeros(&[2], DType::F32);
+    let b = Tensor::zeros(&[2], DType::I32);
+    let msg = a.add(&b).unwrap_err().to_string();
+    assert!(
+        msg.contains("Add")
+            && msg.contains("Float32")
+            && msg.contains("Int32")
+            && msg.contains("cast"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn invalid_arguments_are_errors_not_panics() {
+    let x = Tensor::zeros(&[2, 3], DType::F32);
+    assert!(x.reshape(&[4]).unwrap_err().to_string().contains("Reshape"));
+    assert!(
+        x.sum(&[2], false)
+            .unwrap_err()
+            .to_string()
+            .contains("axis 2")
+    );
+    assert!(x.sum(&[0, -2], false).is_err());
+    assert!(x.permute(&[0, 0]).is_err());
+    assert!(x.broadcast_to(&[3, 3]).is_err());
+    assert!(x.strided_slice(&[0, 0], &[2, 3], &[1, 0]).is_err());
+    assert!(x.log().is_ok());
+    assert!(
+        Tensor::zeros(&[2], DType::I32)
+            .exp()
+            .unwrap_err()
+            .to_string()
+            .contains("Float32")
+    );
+    assert!(
+        x.conv2d(
+            &Tensor::zeros(&[1, 1, 3, 3], DType::F32),
+            &Conv2dOptions::default()
+        )
+        .is_err()
+    );
+    let img = Tensor::zeros(&[1, 2, 4, 4], DType::F32);
+    assert!(
+        img.conv2d(
+            &Tensor::zeros(&[1, 2, 5, 5], DType::F32),
+            &Conv2dOptions::default()
+        )
+        .unwrap_err()
+        .to_string()
+        .contains("does not fit")
+    );
+    assert!(
+        img.conv2d(
+            &Tensor::zeros(&[3, 1, 3, 3], DType::F32),
+            &Conv2dOptions::default().groups(2)
+        )
+        .is_err()
+    );
+    assert!(img.max_pool2d(&Pool2dOptions::new(5, 1)).is_err());
+    assert!(img.max_pool2d(&Pool2dOptions::new(2, 0)).is_err());
+    let idx = Tensor::from_vec(vec![0i32, 7], &[2]).unwrap();
+    let msg = x.gather(&idx, 1).unwrap_err().to_string();
+    assert!(msg.contains("Gather") && msg.contains("index 7"), "{msg}");
+    assert!(x.gather(&Tensor::zeros(&[1], DType::F32), 0).is_err());
+    assert!(Tensor::from_vec(vec![1.0f32; 5], &[2, 3]).is_err());
+    assert!(Tensor::arange(0.0, 1.0, 0.0, DType::F32).is_err());
+    assert!(x.item().is_err());
+    assert!(x.to_vec::<i32>().is_err());
+    assert!(Tensor::concat(&[], 0).is_err());
+    assert!(Tensor::concat(&[&x, &Tensor::zeros(&[3, 3], DType::F32)], 1).is_err());
+    assert!(x.dropout(1.5, true).is_err());
+    assert!(x.squeeze(&[0]).is_err());
+    assert!(Tensor::rand(&[2], DType::I32, Some(1)).is_err());
+}
+
+#[test]
+fn errors_from_composites_point_at_the_user() {
+    let x = Tensor::zeros(&[2, 3], DType::F32);
+    let line = line!() + 1;
+    let err = x.softmax(5).unwrap_err();
+    assert_eq!(err.location().map(|l| l.line()), Some(line), "{err}");
+}

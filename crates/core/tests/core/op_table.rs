@@ -1,0 +1,185 @@
+//! Runs every row of the op table four ways: f32 and f64 results against the naive
+//! reference, inferred type against the actual result, and gradients against central
+//! finite differences along a random direction.
+
+use spore_core::op::PRIMITIVE_NAMES;
+use spore_core::{DType, Tensor, value_and_grad};
+
+use super::Lcg;
+use super::reference::Nd;
+use super::table::{In, Row, rows};
+
+/// Generates a row's inputs as f64 values (rounded to f32 so both precisions see the same
+/// numbers) and builds tensors with floats in `float`.
+fn make_inputs(row: &Row, seed: u64, float: DType) -> (Vec<Nd>, Vec<Tensor>) {
+    let mut rng = Lcg(seed);
+    let mut nds = vec![];
+    let mut ts = vec![];
+    for spec in &row.inputs {
+        let (shape, values, dtype): (&[usize], Vec<f64>, DType) = match *spec {
+            In::F(s, lo, hi) => (
+                s,
+                (0..s.iter().product())
+                    .map(|_| rng.uniform(lo, hi) as f32 as f64)
+                    .collect(),
+                float,
+            ),
+            In::Fs(s, lo, hi) => (
+                s,
+                (0..s.iter().product())
+                    .map(|_| {
+                        let m = rng.uniform(lo, hi) as f32 as f64;
+                        if rng.next_f64() < 0.5 { -m } else { m }
+                    })
+                    .collect(),
+                float,
+            ),
+            In::I(s, lo, hi) => (
+                s,
+                (0..s.iter().product())
+                    .map(|_| (lo + (rng.next_f64() * (hi - lo + 1) as f64) as i64) as f64)
+                    .collect(),
+                DType::I32,
+            ),
+            In::B(s) => (
+                s,
+                (0..s.iter().product())
+                    .map(|_| if rng.next_f64() < 0.5 { 1.0 } else { 0.0 })
+                    .collect(),
+                DType::Bool,
+            ),
+        };
+        nds.push(Nd::new(shape, values.clone()));
+        ts.push(Tensor::from_f64(&values, shape, dtype).unwrap());
+    }
+    (nds, ts)
+}
+
+fn close(actual: &[f64], expected: &[f64], tol: f64) -> Result<(), String> {
+    if actual.len() != expected.len() {
+        return Err(format!("length {} vs {}", actual.len(), expected.len()));
+    }
+    for (i, (&a, &e)) in actual.iter().zip(expected).enumerate() {
+        if (a - e).abs() > tol * (1.0 + e.abs()) {
+            return Err(format!("element {i}: got {a}, expected {e}"));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn every_primitive_has_a_row() {
+    let names: Vec<&str> = rows().iter().map(|r| r.name).collect();
+    let missing: Vec<&&str> = PRIMITIVE_NAMES
+        .iter()
+        .filter(|n| !names.contains(n))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "primitives without an op-table row: {missing:?}"
+    );
+}
+
+#[test]
+fn forward_matches_reference_in_f32_and_f64() {
+    for (k, row) in rows().iter().enumerate() {
+        for (float, tol) in [(DType::F32, 2e-5), (DType::F64, 1e-11)] {
+            let (nds, ts) = make_inputs(row, 100 + k as u64, float);
+            let out = (row.run)(&ts).unwrap_or_else(|e| panic!("{} ({float}): {e}", row.name));
+            let expected = (row.reference)(&nds);
+            assert_eq!(
+                out.shape(),
+                expected.shape.as_slice(),
+                "{}: shape",
+                row.name
+            );
+            close(&out.to_f64_vec(), &expected.data, tol)
+                .unwrap_or_else(|e| panic!("{} ({float}): {e}", row.name));
+        }
+    }
+}
+
+#[test]
+fn inferred_type_matches_actual_result() {
+    for (k, row) in rows().iter().enumerate() {
+        let (_, ts) = make_inputs(row, 200 + k as u64, DType::F32);
+        let out = (row.run)(&ts).unwrap();
+        let want = row.out_dtype.unwrap_or_else(|| {
+            ts.iter()
+                .find(|t| t.dtype().is_float())
+                .map(|t| t.dtype())
+                .unwrap_or(DType::F32)
+        });
+        assert_eq!(out.dtype(), want, "{}: dtype", row.name);
+        assert_eq!(
+            out.storage().buffer.dtype(),
+            out.dtype(),
+            "{}: buffer dtype",
+            row.name
+        );
+        assert_eq!(
+            out.layout().shape,
+            out.shape(),
+            "{}: layout shape",
+            row.name
+        );
+        assert_eq!(
+            out.to_f64_vec().len(),
+            out.numel(),
+            "{}: element count",
+            row.name
+        );
+    }
+}
+
+#[test]
+fn gradients_match_finite_differences() {
+    let eps = 1e-6;
+    for (k, row) in rows().iter().enumerate().filter(|(_, r)| r.grad) {
+        let (_, ts) = make_inputs(row, 300 + k as u64, DType::F64);
+        let float_pos: Vec<usize> = (0..ts.len())
+            .filter(|&i| ts[i].dtype().is_float())
+            .collect();
+        let mut rng = Lcg(400 + k as u64);
+        let out_shape = (row.run)(&ts).unwrap().shape().to_vec();
+        let cot = Tensor::from_f64(
+            &(0..out_shape.iter().product())
+                .map(|_| rng.uniform(-1.0, 1.0))
+                .collect::<Vec<_>>(),
+            &out_shape,
+            DType::F64,
+        )
+        .unwrap();
+        let dirs: Vec<Tensor> = float_pos
+            .iter()
+            .map(|&i| {
+                let v: Vec<f64> = (0..ts[i].numel()).map(|_| rng.uniform(-1.0, 1.0)).collect();
+                Tensor::from_f64(&v, ts[i].shape(), DType::F64).unwrap()
+            })
+            .collect();
+        // F(x) = <f(x), cot>
+        let f = |x: &[Tensor]| (row.run)(x)?.mul(&cot)?.sum(&[], false);
+        let vg = value_and_grad(f, Some(&float_pos), &[], false);
+        let grads = vg(&ts)
+            .unwrap_or_else(|e| panic!("{}: {e}", row.name))
+            .input_grads;
+        let analytic: f64 = grads
+            .iter()
+            .zip(&dirs)
+            .map(|(g, d)| g.mul(d).unwrap().sum(&[], false).unwrap().item().unwrap())
+            .sum();
+        let shifted = |sign: f64| {
+            let mut xs = ts.clone();
+            for (d, &i) in dirs.iter().zip(&float_pos) {
+                xs[i] = ts[i].add(&d.mul_scalar(sign * eps).unwrap()).unwrap();
+            }
+            f(&xs).unwrap().item().unwrap()
+        };
+        let numeric = (shifted(1.0) - shifted(-1.0)) / (2.0 * eps);
+        assert!(
+            (analytic - numeric).abs() <= 1e-6 * (1.0 + numeric.abs()),
+            "{}: analytic {analytic} vs numeric {numeric}",
+            row.name
+        );
+    }
+}

@@ -1,0 +1,102 @@
+//! [`Buffer`]: a flat, owned, typed vector of elements; the storage behind every tensor.
+//!
+//! ```
+//! use spore_kernels::{Buffer, DType};
+//! let b = Buffer::from_f64(DType::I32, &[1.0, 2.5]);
+//! assert_eq!(b.to_f64_vec(), vec![1.0, 2.0]);
+//! ```
+
+use crate::dtype::{DType, Element};
+
+/// Contiguous storage of one dtype.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Buffer {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    I32(Vec<i32>),
+    I64(Vec<i64>),
+    U8(Vec<u8>),
+    Bool(Vec<bool>),
+}
+
+/// Runs `$body` with `$v` bound to the typed vector inside a [`Buffer`] (by reference).
+#[macro_export]
+macro_rules! with_buffer {
+    ($buf:expr, $v:ident => $body:expr) => {
+        match $buf {
+            $crate::Buffer::F32($v) => $body,
+            $crate::Buffer::F64($v) => $body,
+            $crate::Buffer::I32($v) => $body,
+            $crate::Buffer::I64($v) => $body,
+            $crate::Buffer::U8($v) => $body,
+            $crate::Buffer::Bool($v) => $body,
+        }
+    };
+}
+
+impl Buffer {
+    pub fn dtype(&self) -> DType {
+        match self {
+            Buffer::F32(_) => DType::F32,
+            Buffer::F64(_) => DType::F64,
+            Buffer::I32(_) => DType::I32,
+            Buffer::I64(_) => DType::I64,
+            Buffer::U8(_) => DType::U8,
+            Buffer::Bool(_) => DType::Bool,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        with_buffer!(self, v => v.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A buffer of `n` zeros (false for Bool).
+    pub fn zeros(dtype: DType, n: usize) -> Buffer {
+        Buffer::filled(dtype, n, 0.0)
+    }
+
+    /// A buffer of `n` copies of `value`, converted with `as` semantics.
+    pub fn filled(dtype: DType, n: usize, value: f64) -> Buffer {
+        match dtype {
+            DType::F32 => Buffer::F32(vec![value as f32; n]),
+            DType::F64 => Buffer::F64(vec![value; n]),
+            DType::I32 => Buffer::I32(vec![value as i32; n]),
+            DType::I64 => Buffer::I64(vec![value as i64; n]),
+            DType::U8 => Buffer::U8(vec![value as u8; n]),
+            DType::Bool => Buffer::Bool(vec![value != 0.0; n]),
+        }
+    }
+
+    pub fn from_f64(dtype: DType, values: &[f64]) -> Buffer {
+        fn conv<T: Element>(values: &[f64]) -> Vec<T> {
+            values.iter().map(|&v| T::from_f64(v)).collect()
+        }
+        match dtype {
+            DType::F32 => Buffer::F32(conv(values)),
+            DType::F64 => Buffer::F64(conv(values)),
+            DType::I32 => Buffer::I32(conv(values)),
+            DType::I64 => Buffer::I64(conv(values)),
+            DType::U8 => Buffer::U8(conv(values)),
+            DType::Bool => Buffer::Bool(conv(values)),
+        }
+    }
+
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        with_buffer!(self, v => v.iter().map(|x| x.to_f64()).collect())
+    }
+
+    /// The typed slice, if the buffer holds `T`.
+    pub fn as_slice<T: Element>(&self) -> Option<&[T]> {
+        T::slice_of(self)
+    }
+}
+
+impl<T: Element> From<Vec<T>> for Buffer {
+    fn from(v: Vec<T>) -> Buffer {
+        T::into_buffer(v)
+    }
+}

@@ -1,0 +1,283 @@
+//! 2-D convolution (NCHW input, OIHW weight) as im2col + GEMM, with its two gradients.
+//!
+//! ```
+//! use spore_kernels::conv::{conv2d, ConvGeometry};
+//! // One 3x3 image, one 2x2 filter of ones, stride 1, no padding.
+//! let g = ConvGeometry::new([1, 1, 3, 3], [1, 1, 2, 2], [1, 1], [1, 1], [0, 0, 0, 0], 1);
+//! let x: Vec<f32> = (1..=9).map(|v| v as f32).collect();
+//! assert_eq!(conv2d(&x, &[1.0; 4], &g), vec![12.0, 16.0, 24.0, 28.0]);
+//! ```
+
+use rayon::prelude::*;
+
+use crate::elementwise::{BinaryFn, Num};
+use crate::matmul::{MatRef, gemm_into, parallelism_for};
+use gemm::Parallelism;
+
+/// Every size a convolution needs, resolved once (pads are explicit: top, bottom, left, right).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ConvGeometry {
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub o: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub stride: [usize; 2],
+    pub dilation: [usize; 2],
+    pub pads: [usize; 4],
+    pub groups: usize,
+    pub oh: usize,
+    pub ow: usize,
+}
+
+impl ConvGeometry {
+    /// `input` = [N, C, H, W], `weight` = [O, C/groups, KH, KW]. The caller validated that
+    /// the window fits (output sizes are at least 1).
+    pub fn new(
+        input: [usize; 4],
+        weight: [usize; 4],
+        stride: [usize; 2],
+        dilation: [usize; 2],
+        pads: [usize; 4],
+        groups: usize,
+    ) -> ConvGeometry {
+        let [n, c, h, w] = input;
+        let [o, _, kh, kw] = weight;
+        let oh = (h + pads[0] + pads[1] - dilation[0] * (kh - 1) - 1) / stride[0] + 1;
+        let ow = (w + pads[2] + pads[3] - dilation[1] * (kw - 1) - 1) / stride[1] + 1;
+        ConvGeometry {
+            n,
+            c,
+            h,
+            w,
+            o,
+            kh,
+            kw,
+            stride,
+            dilation,
+            pads,
+            groups,
+            oh,
+            ow,
+        }
+    }
+
+    fn cg(&self) -> usize {
+        self.c / self.groups
+    }
+    fn og(&self) -> usize {
+        self.o / self.groups
+    }
+    /// Rows of the im2col matrix of one group.
+    fn ckk(&self) -> usize {
+        self.cg() * self.kh * self.kw
+    }
+    fn ohw(&self) -> usize {
+        self.oh * self.ow
+    }
+}
+
+/// Writes the im2col matrix (ckk x ohw) of group `g` of one image `x` ([C, H, W]).
+fn im2col<T: Num>(x: &[T], g: &ConvGeometry, group: usize, cols: &mut [T]) {
+    let (ohw, ow) = (g.ohw(), g.ow);
+    for cl in 0..g.cg() {
+        let plane = &x[(group * g.cg() + cl) * g.h * g.w..][..g.h * g.w];
+        for i in 0..g.kh {
+            for j in 0..g.kw {
+                let row = &mut cols[((cl * g.kh + i) * g.kw + j) * ohw..][..ohw];
+                for oy in 0..g.oh {
+                    let iy = (oy * g.stride[0] + i * g.dilation[0]) as isize - g.pads[0] as isize;
+                    let dst = &mut row[oy * ow..][..ow];
+                    if iy < 0 || iy >= g.h as isize {
+                        dst.iter_mut().for_each(|v| *v = T::zero());
+                        continue;
+                    }
+                    let src = &plane[iy as usize * g.w..][..g.w];
+                    let x0 = (j * g.dilation[1]) as isize - g.pads[2] as isize;
+                    for (ox, d) in dst.iter_mut().enumerate() {
+                        let ix = x0 + (ox * g.stride[1]) as isize;
+                        *d = if ix >= 0 && ix < g.w as isize {
+                            src[ix as usize]
+                        } else {
+                            T::zero()
+                        };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Adds the im2col-shaped gradient `cols` of group `g` back into image gradient `dx`.
+fn col2im<T: Num>(cols: &[T], g: &ConvGeometry, group: usize, dx: &mut [T]) {
+    let (ohw, ow) = (g.ohw(), g.ow);
+    for cl in 0..g.cg() {
+        let plane = &mut dx[(group * g.cg() + cl) * g.h * g.w..][..g.h * g.w];
+        for i in 0..g.kh {
+            for j in 0..g.kw {
+                let row = &cols[((cl * g.kh + i) * g.kw + j) * ohw..][..ohw];
+                for oy in 0..g.oh {
+                    let iy = (oy * g.stride[0] + i * g.dilation[0]) as isize - g.pads[0] as isize;
+                    if iy < 0 || iy >= g.h as isize {
+                        continue;
+                    }
+                    let dst = &mut plane[iy as usize * g.w..][..g.w];
+                    let x0 = (j * g.dilation[1]) as isize - g.pads[2] as isize;
+                    for (ox, &v) in row[oy * ow..][..ow].iter().enumerate() {
+                        let ix = x0 + (ox * g.stride[1]) as isize;
+                        if ix >= 0 && ix < g.w as isize {
+                            let d = &mut dst[ix as usize];
+                            *d = d.binary(BinaryFn::Add, v);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Inner GEMMs run single-threaded when the batch is split across threads.
+fn inner_par(g: &ConvGeometry, work: usize) -> Parallelism {
+    if g.n > 1 {
+        Parallelism::None
+    } else {
+        parallelism_for(work)
+    }
+}
+
+/// Forward convolution: x [N, C, H, W] contiguous, w [O, C/g, KH, KW] contiguous ->
+/// y [N, O, OH, OW].
+pub fn conv2d<T: Num>(x: &[T], w: &[T], g: &ConvGeometry) -> Vec<T> {
+    let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
+    let mut y = vec![T::zero(); g.n * g.o * ohw];
+    if y.is_empty() {
+        return y;
+    }
+    let par = inner_par(g, og * ohw * ckk);
+    y.par_chunks_mut(g.o * ohw).enumerate().for_each_init(
+        || vec![T::zero(); ckk * ohw],
+        |cols, (n, yn)| {
+            let xn = &x[n * g.c * g.h * g.w..][..g.c * g.h * g.w];
+            for group in 0..g.groups {
+                im2col(xn, g, group, cols);
+                let wg = MatRef {
+                    offset: group * og * ckk,
+                    row_stride: ckk as isize,
+                    col_stride: 1,
+                };
+                let cm = MatRef {
+                    offset: 0,
+                    row_stride: ohw as isize,
+                    col_stride: 1,
+                };
+                gemm_into(
+                    &mut yn[group * og * ohw..][..og * ohw],
+                    false,
+                    og,
+                    ohw,
+                    ckk,
+                    w,
+                    wg,
+                    cols,
+                    cm,
+                    par,
+                );
+            }
+        },
+    );
+    y
+}
+
+/// Gradient with respect to the input: dy [N, O, OH, OW], w -> dx [N, C, H, W].
+pub fn conv2d_backward_input<T: Num>(dy: &[T], w: &[T], g: &ConvGeometry) -> Vec<T> {
+    let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
+    let mut dx = vec![T::zero(); g.n * g.c * g.h * g.w];
+    if dx.is_empty() {
+        return dx;
+    }
+    let par = inner_par(g, og * ohw * ckk);
+    dx.par_chunks_mut(g.c * g.h * g.w)
+        .enumerate()
+        .for_each_init(
+            || vec![T::zero(); ckk * ohw],
+            |cols, (n, dxn)| {
+                for group in 0..g.groups {
+                    // cols (ckk x ohw) = W_g^T (ckk x og) * dY_g (og x ohw)
+                    let wt = MatRef {
+                        offset: group * og * ckk,
+                        row_stride: 1,
+                        col_stride: ckk as isize,
+                    };
+                    let dyg = MatRef {
+                        offset: (n * g.o + group * og) * ohw,
+                        row_stride: ohw as isize,
+                        col_stride: 1,
+                    };
+                    gemm_into(cols, false, ckk, ohw, og, w, wt, dy, dyg, par);
+                    col2im(cols, g, group, dxn);
+                }
+            },
+        );
+    dx
+}
+
+/// Gradient with respect to the weight: dy [N, O, OH, OW], x -> dw [O, C/g, KH, KW].
+pub fn conv2d_backward_filter<T: Num>(dy: &[T], x: &[T], g: &ConvGeometry) -> Vec<T> {
+    let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
+    let dw_len = g.o * ckk;
+    if g.n == 0 || ohw == 0 {
+        return vec![T::zero(); dw_len];
+    }
+    // Each thread accumulates a private dW over its share of the batch; partials are summed.
+    let threads = rayon::current_num_threads().max(1).min(g.n);
+    let per = g.n.div_ceil(threads);
+    let par = inner_par(g, og * ohw * ckk);
+    let partials: Vec<Vec<T>> = (0..threads)
+        .into_par_iter()
+        .map(|t| {
+            let mut dw = vec![T::zero(); dw_len];
+            let mut cols = vec![T::zero(); ckk * ohw];
+            let mut first = true;
+            for n in t * per..((t + 1) * per).min(g.n) {
+                let xn = &x[n * g.c * g.h * g.w..][..g.c * g.h * g.w];
+                for group in 0..g.groups {
+                    im2col(xn, g, group, &mut cols);
+                    // dW_g (og x ckk) += dY_g (og x ohw) * cols^T (ohw x ckk)
+                    let dyg = MatRef {
+                        offset: (n * g.o + group * og) * ohw,
+                        row_stride: ohw as isize,
+                        col_stride: 1,
+                    };
+                    let ct = MatRef {
+                        offset: 0,
+                        row_stride: 1,
+                        col_stride: ohw as isize,
+                    };
+                    gemm_into(
+                        &mut dw[group * og * ckk..][..og * ckk],
+                        !first,
+                        og,
+                        ckk,
+                        ohw,
+                        dy,
+                        dyg,
+                        &cols,
+                        ct,
+                        par,
+                    );
+                }
+                first = false;
+            }
+            dw
+        })
+        .collect();
+    let mut dw = partials[0].clone();
+    for p in &partials[1..] {
+        for (d, &v) in dw.iter_mut().zip(p) {
+            *d = d.binary(BinaryFn::Add, v);
+        }
+    }
+    dw
+}

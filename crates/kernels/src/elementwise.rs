@@ -1,0 +1,512 @@
+//! Elementwise kernels: unary maps, broadcasting binary maps, comparisons, `select` and
+//! casts. Inputs are strided views already broadcast to the output shape; outputs are
+//! contiguous.
+//!
+//! ```
+//! use spore_kernels::{elementwise, BinaryFn, Buffer, Layout};
+//! let a = Buffer::F32(vec![1.0, 2.0, 3.0]);
+//! let b = Buffer::F32(vec![10.0]);
+//! let lb = Layout::contiguous(&[1]).broadcast_to(&[3]);
+//! let out = elementwise::binary(BinaryFn::Add, &a, &Layout::contiguous(&[3]), &b, &lb, &[3]).unwrap();
+//! assert_eq!(out, Buffer::F32(vec![11.0, 12.0, 13.0]));
+//! ```
+
+use crate::buffer::Buffer;
+use crate::dtype::{DType, Element};
+use crate::layout::{Layout, fill_rows};
+
+/// One-input numeric functions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryFn {
+    Neg,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Abs,
+    Sign,
+    Tanh,
+    Sigmoid,
+    Relu,
+    Sin,
+    Cos,
+    Erf,
+}
+
+impl UnaryFn {
+    pub const ALL: [UnaryFn; 13] = [
+        UnaryFn::Neg,
+        UnaryFn::Exp,
+        UnaryFn::Log,
+        UnaryFn::Sqrt,
+        UnaryFn::Rsqrt,
+        UnaryFn::Abs,
+        UnaryFn::Sign,
+        UnaryFn::Tanh,
+        UnaryFn::Sigmoid,
+        UnaryFn::Relu,
+        UnaryFn::Sin,
+        UnaryFn::Cos,
+        UnaryFn::Erf,
+    ];
+
+    /// True for functions that only make sense on floating-point inputs.
+    pub fn needs_float(self) -> bool {
+        !matches!(
+            self,
+            UnaryFn::Neg | UnaryFn::Abs | UnaryFn::Sign | UnaryFn::Relu
+        )
+    }
+
+    /// Applies the function to one f64 (the reference semantics of the kernels).
+    pub fn apply_f64(self, x: f64) -> f64 {
+        x.unary(self)
+    }
+}
+
+/// Two-input numeric functions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryFn {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Pow,
+    Maximum,
+    Minimum,
+}
+
+impl BinaryFn {
+    pub const ALL: [BinaryFn; 7] = [
+        BinaryFn::Add,
+        BinaryFn::Sub,
+        BinaryFn::Mul,
+        BinaryFn::Div,
+        BinaryFn::Pow,
+        BinaryFn::Maximum,
+        BinaryFn::Minimum,
+    ];
+
+    pub fn apply_f64(self, a: f64, b: f64) -> f64 {
+        a.binary(self, b)
+    }
+}
+
+/// Comparisons; results are Bool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CompareFn {
+    Equal,
+    NotEqual,
+    Less,
+    LessEqual,
+    Greater,
+    GreaterEqual,
+}
+
+impl CompareFn {
+    pub const ALL: [CompareFn; 6] = [
+        CompareFn::Equal,
+        CompareFn::NotEqual,
+        CompareFn::Less,
+        CompareFn::LessEqual,
+        CompareFn::Greater,
+        CompareFn::GreaterEqual,
+    ];
+
+    #[inline(always)]
+    pub fn test<T: PartialOrd>(self, a: T, b: T) -> bool {
+        match self {
+            CompareFn::Equal => a == b,
+            CompareFn::NotEqual => a != b,
+            CompareFn::Less => a < b,
+            CompareFn::LessEqual => a <= b,
+            CompareFn::Greater => a > b,
+            CompareFn::GreaterEqual => a >= b,
+        }
+    }
+}
+
+/// Arithmetic on every numeric element type. Integer arithmetic wraps and integer division
+/// by zero gives 0 (no panic on user data); transcendental functions on integers go through
+/// f64 (the op layer only allows them on floats).
+pub trait Num: Element {
+    fn unary(self, f: UnaryFn) -> Self;
+    fn binary(self, f: BinaryFn, other: Self) -> Self;
+}
+
+macro_rules! impl_num_float {
+    ($t:ty, $erf:path) => {
+        impl Num for $t {
+            #[inline(always)]
+            fn unary(self, f: UnaryFn) -> Self {
+                let x = self;
+                match f {
+                    UnaryFn::Neg => -x,
+                    UnaryFn::Exp => x.exp(),
+                    UnaryFn::Log => x.ln(),
+                    UnaryFn::Sqrt => x.sqrt(),
+                    UnaryFn::Rsqrt => 1.0 / x.sqrt(),
+                    UnaryFn::Abs => x.abs(),
+                    UnaryFn::Sign => {
+                        if x > 0.0 {
+                            1.0
+                        } else if x < 0.0 {
+                            -1.0
+                        } else {
+                            x * 0.0 // keeps NaN, maps +-0 to 0
+                        }
+                    }
+                    UnaryFn::Tanh => x.tanh(),
+                    UnaryFn::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+                    UnaryFn::Relu => {
+                        if x > 0.0 {
+                            x
+                        } else {
+                            0.0
+                        }
+                    }
+                    UnaryFn::Sin => x.sin(),
+                    UnaryFn::Cos => x.cos(),
+                    UnaryFn::Erf => $erf(x),
+                }
+            }
+            #[inline(always)]
+            fn binary(self, f: BinaryFn, y: Self) -> Self {
+                let x = self;
+                match f {
+                    BinaryFn::Add => x + y,
+                    BinaryFn::Sub => x - y,
+                    BinaryFn::Mul => x * y,
+                    BinaryFn::Div => x / y,
+                    BinaryFn::Pow => x.powf(y),
+                    // NaN in either input gives NaN, as NumPy's maximum does.
+                    BinaryFn::Maximum => {
+                        if x.is_nan() || y.is_nan() {
+                            <$t>::NAN
+                        } else if x >= y {
+                            x
+                        } else {
+                            y
+                        }
+                    }
+                    BinaryFn::Minimum => {
+                        if x.is_nan() || y.is_nan() {
+                            <$t>::NAN
+                        } else if x <= y {
+                            x
+                        } else {
+                            y
+                        }
+                    }
+                }
+            }
+        }
+    };
+}
+impl_num_float!(f32, libm::erff);
+impl_num_float!(f64, libm::erf);
+
+macro_rules! impl_num_int {
+    ($t:ty) => {
+        impl Num for $t {
+            #[inline(always)]
+            fn unary(self, f: UnaryFn) -> Self {
+                let x = self;
+                match f {
+                    UnaryFn::Neg => x.wrapping_neg(),
+                    #[allow(unused_comparisons)]
+                    UnaryFn::Abs => {
+                        if x < 0 {
+                            x.wrapping_neg()
+                        } else {
+                            x
+                        }
+                    }
+                    #[allow(unused_comparisons)]
+                    UnaryFn::Sign => {
+                        if x > 0 {
+                            1
+                        } else if x < 0 {
+                            (0 as $t).wrapping_sub(1)
+                        } else {
+                            0
+                        }
+                    }
+                    #[allow(unused_comparisons)]
+                    UnaryFn::Relu => {
+                        if x > 0 {
+                            x
+                        } else {
+                            0
+                        }
+                    }
+                    other => (x as f64).unary(other) as $t,
+                }
+            }
+            #[inline(always)]
+            fn binary(self, f: BinaryFn, y: Self) -> Self {
+                let x = self;
+                match f {
+                    BinaryFn::Add => x.wrapping_add(y),
+                    BinaryFn::Sub => x.wrapping_sub(y),
+                    BinaryFn::Mul => x.wrapping_mul(y),
+                    BinaryFn::Div => x.checked_div(y).unwrap_or(0),
+                    BinaryFn::Pow => (x as f64).powf(y as f64) as $t,
+                    BinaryFn::Maximum => x.max(y),
+                    BinaryFn::Minimum => x.min(y),
+                }
+            }
+        }
+    };
+}
+impl_num_int!(i32);
+impl_num_int!(i64);
+impl_num_int!(u8);
+
+/// Maps a strided view to a new contiguous vector.
+pub fn map_unary<T: Element, U: Element>(
+    src: &[T],
+    layout: &Layout,
+    f: impl Fn(T) -> U + Sync,
+) -> Vec<U> {
+    let mut out = vec![U::zero(); layout.numel()];
+    let (shape, strides): (Vec<usize>, Vec<isize>) = if layout.is_contiguous() {
+        (vec![layout.numel()], vec![1])
+    } else {
+        (layout.shape.clone(), layout.strides.clone())
+    };
+    fill_rows(&mut out, &shape, [&strides], [layout.offset], |r, o| {
+        let (s, st) = (r.starts[0], r.steps[0]);
+        if st == 1 {
+            let s = s as usize;
+            for (o, &x) in o.iter_mut().zip(&src[s..s + r.len]) {
+                *o = f(x);
+            }
+        } else {
+            for (i, o) in o.iter_mut().enumerate() {
+                *o = f(src[(s + i as isize * st) as usize]);
+            }
+        }
+    });
+    out
+}
+
+/// Maps two strided views (both already broadcast to `shape`) to a new contiguous vector.
+pub fn map_binary<T: Element, U: Element>(
+    a: &[T],
+    la: &Layout,
+    b: &[T],
+    lb: &Layout,
+    shape: &[usize],
+    f: impl Fn(T, T) -> U + Sync,
+) -> Vec<U> {
+    let n: usize = shape.iter().product();
+    let mut out = vec![U::zero(); n];
+    // Two contiguous operands walk as one flat row: the common case, vectorised.
+    let flat = la.is_contiguous() && lb.is_contiguous();
+    let (shape, sa, sb): (Vec<usize>, Vec<isize>, Vec<isize>) = if flat {
+        (vec![n], vec![1], vec![1])
+    } else {
+        (shape.to_vec(), la.strides.clone(), lb.strides.clone())
+    };
+    fill_rows(
+        &mut out,
+        &shape,
+        [&sa, &sb],
+        [la.offset, lb.offset],
+        |r, o| {
+            let (pa, pb) = (r.starts[0], r.starts[1]);
+            let len = r.len;
+            match (r.steps[0], r.steps[1]) {
+                (1, 1) => {
+                    let (a, b) = (
+                        &a[pa as usize..pa as usize + len],
+                        &b[pb as usize..pb as usize + len],
+                    );
+                    for i in 0..len {
+                        o[i] = f(a[i], b[i]);
+                    }
+                }
+                (1, 0) => {
+                    let (a, y) = (&a[pa as usize..pa as usize + len], b[pb as usize]);
+                    for i in 0..len {
+                        o[i] = f(a[i], y);
+                    }
+                }
+                (0, 1) => {
+                    let (x, b) = (a[pa as usize], &b[pb as usize..pb as usize + len]);
+                    for i in 0..len {
+                        o[i] = f(x, b[i]);
+                    }
+                }
+                (da, db) => {
+                    for (i, o) in o.iter_mut().enumerate() {
+                        let i = i as isize;
+                        *o = f(a[(pa + i * da) as usize], b[(pb + i * db) as usize]);
+                    }
+                }
+            }
+        },
+    );
+    out
+}
+
+fn mismatch(what: &str, a: DType, b: DType) -> String {
+    format!("{what}: unsupported dtypes {a} and {b}")
+}
+
+/// Applies a unary function; the output has the input's dtype.
+pub fn unary(f: UnaryFn, src: &Buffer, layout: &Layout) -> Result<Buffer, String> {
+    fn go<T: Num>(f: UnaryFn, s: &[T], l: &Layout) -> Vec<T> {
+        // One monomorphised loop per function keeps the `match` out of the inner loop.
+        macro_rules! arms {
+            ($($v:ident),*) => { match f { $(UnaryFn::$v => map_unary(s, l, |x: T| x.unary(UnaryFn::$v)),)* } };
+        }
+        arms!(
+            Neg, Exp, Log, Sqrt, Rsqrt, Abs, Sign, Tanh, Sigmoid, Relu, Sin, Cos, Erf
+        )
+    }
+    Ok(match src {
+        Buffer::F32(s) => Buffer::F32(go(f, s, layout)),
+        Buffer::F64(s) => Buffer::F64(go(f, s, layout)),
+        Buffer::I32(s) => Buffer::I32(go(f, s, layout)),
+        Buffer::I64(s) => Buffer::I64(go(f, s, layout)),
+        Buffer::U8(s) => Buffer::U8(go(f, s, layout)),
+        Buffer::Bool(_) => return Err(format!("{f:?}: Bool input is not numeric")),
+    })
+}
+
+/// Applies a binary function to two same-dtype views broadcast to `shape`.
+pub fn binary(
+    f: BinaryFn,
+    a: &Buffer,
+    la: &Layout,
+    b: &Buffer,
+    lb: &Layout,
+    shape: &[usize],
+) -> Result<Buffer, String> {
+    fn go<T: Num>(f: BinaryFn, a: &[T], la: &Layout, b: &[T], lb: &Layout, s: &[usize]) -> Vec<T> {
+        macro_rules! arms {
+            ($($v:ident),*) => { match f { $(BinaryFn::$v => map_binary(a, la, b, lb, s, |x: T, y: T| x.binary(BinaryFn::$v, y)),)* } };
+        }
+        arms!(Add, Sub, Mul, Div, Pow, Maximum, Minimum)
+    }
+    Ok(match (a, b) {
+        (Buffer::F32(a), Buffer::F32(b)) => Buffer::F32(go(f, a, la, b, lb, shape)),
+        (Buffer::F64(a), Buffer::F64(b)) => Buffer::F64(go(f, a, la, b, lb, shape)),
+        (Buffer::I32(a), Buffer::I32(b)) => Buffer::I32(go(f, a, la, b, lb, shape)),
+        (Buffer::I64(a), Buffer::I64(b)) => Buffer::I64(go(f, a, la, b, lb, shape)),
+        (Buffer::U8(a), Buffer::U8(b)) => Buffer::U8(go(f, a, la, b, lb, shape)),
+        _ => return Err(mismatch(&format!("{f:?}"), a.dtype(), b.dtype())),
+    })
+}
+
+/// Compares two same-dtype views broadcast to `shape`; the result is Bool.
+pub fn compare(
+    f: CompareFn,
+    a: &Buffer,
+    la: &Layout,
+    b: &Buffer,
+    lb: &Layout,
+    shape: &[usize],
+) -> Result<Buffer, String> {
+    fn go<T: Element>(
+        f: CompareFn,
+        a: &[T],
+        la: &Layout,
+        b: &[T],
+        lb: &Layout,
+        s: &[usize],
+    ) -> Vec<bool> {
+        map_binary(a, la, b, lb, s, |x, y| f.test(x, y))
+    }
+    Ok(Buffer::Bool(match (a, b) {
+        (Buffer::F32(a), Buffer::F32(b)) => go(f, a, la, b, lb, shape),
+        (Buffer::F64(a), Buffer::F64(b)) => go(f, a, la, b, lb, shape),
+        (Buffer::I32(a), Buffer::I32(b)) => go(f, a, la, b, lb, shape),
+        (Buffer::I64(a), Buffer::I64(b)) => go(f, a, la, b, lb, shape),
+        (Buffer::U8(a), Buffer::U8(b)) => go(f, a, la, b, lb, shape),
+        (Buffer::Bool(a), Buffer::Bool(b)) => go(f, a, la, b, lb, shape),
+        _ => return Err(mismatch(&format!("{f:?}"), a.dtype(), b.dtype())),
+    }))
+}
+
+/// `cond ? a : b` elementwise; all three views are broadcast to `shape`.
+pub fn select(
+    cond: &Buffer,
+    lc: &Layout,
+    a: &Buffer,
+    la: &Layout,
+    b: &Buffer,
+    lb: &Layout,
+    shape: &[usize],
+) -> Result<Buffer, String> {
+    let Buffer::Bool(c) = cond else {
+        return Err(format!(
+            "Select: condition must be Bool, got {}",
+            cond.dtype()
+        ));
+    };
+    fn go<T: Element>(
+        c: &[bool],
+        lc: &Layout,
+        a: &[T],
+        la: &Layout,
+        b: &[T],
+        lb: &Layout,
+        shape: &[usize],
+    ) -> Vec<T> {
+        let mut out = vec![T::zero(); shape.iter().product()];
+        fill_rows(
+            &mut out,
+            shape,
+            [&lc.strides, &la.strides, &lb.strides],
+            [lc.offset, la.offset, lb.offset],
+            |r, o| {
+                for (i, o) in o.iter_mut().enumerate() {
+                    let i = i as isize;
+                    let [pc, pa, pb] = r.starts;
+                    let [dc, da, db] = r.steps;
+                    *o = if c[(pc + i * dc) as usize] {
+                        a[(pa + i * da) as usize]
+                    } else {
+                        b[(pb + i * db) as usize]
+                    };
+                }
+            },
+        );
+        out
+    }
+    Ok(match (a, b) {
+        (Buffer::F32(a), Buffer::F32(b)) => Buffer::F32(go(c, lc, a, la, b, lb, shape)),
+        (Buffer::F64(a), Buffer::F64(b)) => Buffer::F64(go(c, lc, a, la, b, lb, shape)),
+        (Buffer::I32(a), Buffer::I32(b)) => Buffer::I32(go(c, lc, a, la, b, lb, shape)),
+        (Buffer::I64(a), Buffer::I64(b)) => Buffer::I64(go(c, lc, a, la, b, lb, shape)),
+        (Buffer::U8(a), Buffer::U8(b)) => Buffer::U8(go(c, lc, a, la, b, lb, shape)),
+        (Buffer::Bool(a), Buffer::Bool(b)) => Buffer::Bool(go(c, lc, a, la, b, lb, shape)),
+        _ => return Err(mismatch("Select", a.dtype(), b.dtype())),
+    })
+}
+
+/// Converts a view to `dtype` (Rust `as` semantics; to Bool means `!= 0`).
+pub fn cast(src: &Buffer, layout: &Layout, dtype: DType) -> Buffer {
+    fn to<T: Element, U: Element>(s: &[T], l: &Layout) -> Vec<U> {
+        map_unary(s, l, |x| U::from_f64(x.to_f64()))
+    }
+    fn from<T: Element>(s: &[T], l: &Layout, dtype: DType) -> Buffer {
+        match dtype {
+            DType::F32 => Buffer::F32(to(s, l)),
+            DType::F64 => Buffer::F64(to(s, l)),
+            DType::I32 => Buffer::I32(to(s, l)),
+            DType::I64 => Buffer::I64(to(s, l)),
+            DType::U8 => Buffer::U8(to(s, l)),
+            DType::Bool => Buffer::Bool(to(s, l)),
+        }
+    }
+    crate::with_buffer!(src, s => from(s, layout, dtype))
+}
+
+/// Copies a view into a new contiguous buffer of the same dtype.
+pub fn copy(src: &Buffer, layout: &Layout) -> Buffer {
+    crate::with_buffer!(src, s => Buffer::from(crate::layout::to_contiguous(s, layout)))
+}

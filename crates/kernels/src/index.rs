@@ -1,0 +1,84 @@
+//! Indexing kernels: gather along an axis, scatter-add along an axis, one-hot.
+//! Tensors are seen as [outer, axis, inner] blocks of contiguous data.
+//!
+//! ```
+//! use spore_kernels::index::gather;
+//! // x = [[1, 2], [3, 4]], take rows [1, 0, 1] along axis 0.
+//! let y = gather(&[1.0f32, 2.0, 3.0, 4.0], 1, 2, 2, &[1, 0, 1]).unwrap();
+//! assert_eq!(y, vec![3.0, 4.0, 1.0, 2.0, 3.0, 4.0]);
+//! ```
+
+use crate::dtype::Element;
+use crate::elementwise::{BinaryFn, Num};
+
+/// Checks an index against the axis length; negative indices count from the end.
+fn resolve(i: i64, len: usize) -> Result<usize, String> {
+    let j = if i < 0 { i + len as i64 } else { i };
+    if j < 0 || j >= len as i64 {
+        Err(format!(
+            "index {i} is out of range for an axis of length {len}"
+        ))
+    } else {
+        Ok(j as usize)
+    }
+}
+
+/// `x` is [outer, axis_len, inner]; the result is [outer, indices.len(), inner].
+pub fn gather<T: Element>(
+    x: &[T],
+    outer: usize,
+    axis_len: usize,
+    inner: usize,
+    indices: &[i64],
+) -> Result<Vec<T>, String> {
+    let resolved: Vec<usize> = indices
+        .iter()
+        .map(|&i| resolve(i, axis_len))
+        .collect::<Result<_, _>>()?;
+    let mut out = Vec::with_capacity(outer * resolved.len() * inner);
+    for o in 0..outer {
+        for &j in &resolved {
+            out.extend_from_slice(&x[(o * axis_len + j) * inner..][..inner]);
+        }
+    }
+    Ok(out)
+}
+
+/// Adds `updates` ([outer, indices.len(), inner]) into a copy of `base` ([outer, axis_len,
+/// inner]) at the indexed positions; repeated indices accumulate.
+pub fn scatter_add<T: Num>(
+    base: &[T],
+    outer: usize,
+    axis_len: usize,
+    inner: usize,
+    indices: &[i64],
+    updates: &[T],
+) -> Result<Vec<T>, String> {
+    let resolved: Vec<usize> = indices
+        .iter()
+        .map(|&i| resolve(i, axis_len))
+        .collect::<Result<_, _>>()?;
+    let mut out = base.to_vec();
+    let k = resolved.len();
+    for o in 0..outer {
+        for (p, &j) in resolved.iter().enumerate() {
+            let dst = &mut out[(o * axis_len + j) * inner..][..inner];
+            let src = &updates[(o * k + p) * inner..][..inner];
+            for (d, &s) in dst.iter_mut().zip(src) {
+                *d = d.binary(BinaryFn::Add, s);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One-hot rows of length `depth`; an out-of-range index gives a row of zeros.
+pub fn one_hot<T: Element>(indices: &[i64], depth: usize) -> Vec<T> {
+    let mut out = vec![T::zero(); indices.len() * depth];
+    for (r, &i) in indices.iter().enumerate() {
+        if i >= 0 && (i as usize) < depth {
+            out[r * depth + i as usize] = T::one();
+        }
+    }
+    out
+}

@@ -1,0 +1,27 @@
+//! Spore's numeric kernels: loops over typed slices and strided layouts.
+//!
+//! This crate knows nothing of operators, graphs or gradients; `spore-core` validates
+//! shapes and dtypes and then calls these functions, which assume valid arguments.
+//!
+//! ```
+//! use spore_kernels::{elementwise, Buffer, Layout, UnaryFn};
+//! let y = elementwise::unary(UnaryFn::Relu, &Buffer::F32(vec![-1.0, 2.0]), &Layout::contiguous(&[2])).unwrap();
+//! assert_eq!(y, Buffer::F32(vec![0.0, 2.0]));
+//! ```
+
+pub mod buffer;
+pub mod conv;
+pub mod dtype;
+pub mod elementwise;
+pub mod index;
+pub mod layout;
+pub mod matmul;
+pub mod pool;
+pub mod random;
+pub mod reduce;
+
+pub use buffer::Buffer;
+pub use dtype::{DType, Element};
+pub use elementwise::{BinaryFn, CompareFn, Num, UnaryFn};
+pub use layout::Layout;
+pub use reduce::{ArgReduceFn, ReduceFn};

@@ -1,0 +1,207 @@
+//! Batched matrix multiplication on the `gemm` crate, with arbitrary strides (transposed
+//! views multiply without a copy).
+//!
+//! ```
+//! use spore_kernels::{matmul, Buffer, Layout};
+//! let a = Buffer::F32(vec![1.0, 2.0, 3.0, 4.0]);
+//! let l = Layout::contiguous(&[2, 2]);
+//! let c = matmul::matmul(&a, &l, &a, &l.permute(&[1, 0]), &[2, 2]).unwrap();
+//! assert_eq!(c, Buffer::F32(vec![5.0, 11.0, 11.0, 25.0]));
+//! ```
+
+use gemm::Parallelism;
+use rayon::prelude::*;
+
+use crate::buffer::Buffer;
+use crate::elementwise::{BinaryFn, Num};
+use crate::layout::{Layout, walk_rows};
+
+/// Work (m*n*k) above which one product is split across threads.
+const GEMM_PARALLEL_WORK: usize = 1 << 18;
+
+/// Parallelism for one product of `m*n*k` multiply-adds.
+pub fn parallelism_for(work: usize) -> Parallelism {
+    if work >= GEMM_PARALLEL_WORK && rayon::current_num_threads() > 1 {
+        Parallelism::Rayon(rayon::current_num_threads())
+    } else {
+        Parallelism::None
+    }
+}
+
+/// One strided matrix operand: pointer offset, row stride, column stride.
+#[derive(Clone, Copy, Debug)]
+pub struct MatRef {
+    pub offset: usize,
+    pub row_stride: isize,
+    pub col_stride: isize,
+}
+
+/// `c (m x n, row-major, stride n) (+)= a (m x k) * b (k x n)`. Floats go to `gemm`,
+/// integers to a plain triple loop.
+///
+/// # Safety-free contract
+/// The caller guarantees that every index reached through the strides is inside `a` and `b`.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_into<T: Num>(
+    c: &mut [T],
+    accumulate: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[T],
+    ma: MatRef,
+    b: &[T],
+    mb: MatRef,
+    par: Parallelism,
+) {
+    assert!(c.len() >= m * n, "gemm_into: output too small");
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            c[..m * n].iter_mut().for_each(|x| *x = T::zero());
+        }
+        return;
+    }
+    let is_f32 = T::DTYPE == crate::DType::F32;
+    let is_f64 = T::DTYPE == crate::DType::F64;
+    if is_f32 || is_f64 {
+        // Bounds: the furthest element reachable through the strides must be in range.
+        let reach = |r: MatRef, rows: usize, cols: usize, len: usize| {
+            let far = r.offset as isize
+                + (rows as isize - 1) * r.row_stride.max(0)
+                + (cols as isize - 1) * r.col_stride.max(0);
+            let near = r.offset as isize
+                + (rows as isize - 1) * r.row_stride.min(0)
+                + (cols as isize - 1) * r.col_stride.min(0);
+            assert!(
+                near >= 0 && (far as usize) < len,
+                "gemm_into: operand out of bounds"
+            );
+        };
+        reach(ma, m, k, a.len());
+        reach(mb, k, n, b.len());
+        let (one, zero) = (T::one(), T::zero());
+        // SAFETY: the asserts above keep every strided access inside `a`, `b` and `c`;
+        // gemm's generic entry dispatches on the concrete type (f32 or f64 here).
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                c.as_mut_ptr(),
+                1,
+                n as isize,
+                accumulate,
+                a.as_ptr().add(ma.offset),
+                ma.col_stride,
+                ma.row_stride,
+                b.as_ptr().add(mb.offset),
+                mb.col_stride,
+                mb.row_stride,
+                if accumulate { one } else { zero },
+                one,
+                false,
+                false,
+                false,
+                par,
+            );
+        }
+        return;
+    }
+    for i in 0..m {
+        for j in 0..n {
+            let mut s = if accumulate { c[i * n + j] } else { T::zero() };
+            for p in 0..k {
+                let x = a[(ma.offset as isize
+                    + i as isize * ma.row_stride
+                    + p as isize * ma.col_stride) as usize];
+                let y = b[(mb.offset as isize
+                    + p as isize * mb.row_stride
+                    + j as isize * mb.col_stride) as usize];
+                s = s.binary(BinaryFn::Add, x.binary(BinaryFn::Mul, y));
+            }
+            c[i * n + j] = s;
+        }
+    }
+}
+
+/// `[..., m, k] x [..., k, n] -> [..., m, n]`; `la` and `lb` are already broadcast to the
+/// output's batch shape `out_batch`.
+pub fn matmul(
+    a: &Buffer,
+    la: &Layout,
+    b: &Buffer,
+    lb: &Layout,
+    out_batch: &[usize],
+) -> Result<Buffer, String> {
+    fn go<T: Num>(a: &[T], la: &Layout, b: &[T], lb: &Layout, batch: &[usize]) -> Vec<T> {
+        let r = la.rank();
+        let (m, k, n) = (la.shape[r - 2], la.shape[r - 1], lb.shape[r - 1]);
+        let nb: usize = batch.iter().product();
+        let mut out = vec![T::zero(); nb * m * n];
+        // Offsets of each batch item in a and b.
+        let mut offsets = Vec::with_capacity(nb);
+        let bshape: Vec<usize> = batch.iter().copied().chain([1]).collect();
+        let sa: Vec<isize> = la.strides[..r - 2].iter().copied().chain([0]).collect();
+        let sb: Vec<isize> = lb.strides[..r - 2].iter().copied().chain([0]).collect();
+        walk_rows(&bshape, [&sa, &sb], [la.offset, lb.offset], 0..nb, |row| {
+            offsets.push((row.starts[0] as usize, row.starts[1] as usize))
+        });
+        let mat = |off: usize, l: &Layout| MatRef {
+            offset: off,
+            row_stride: l.strides[r - 2],
+            col_stride: l.strides[r - 1],
+        };
+        let work = m * n * k;
+        if nb > 1 && work < GEMM_PARALLEL_WORK && m * n > 0 {
+            out.par_chunks_mut(m * n)
+                .zip(offsets.par_iter())
+                .for_each(|(c, &(oa, ob))| {
+                    gemm_into(
+                        c,
+                        false,
+                        m,
+                        n,
+                        k,
+                        a,
+                        mat(oa, la),
+                        b,
+                        mat(ob, lb),
+                        Parallelism::None,
+                    )
+                });
+        } else if m * n > 0 {
+            for (c, &(oa, ob)) in out.chunks_mut(m * n).zip(offsets.iter()) {
+                gemm_into(
+                    c,
+                    false,
+                    m,
+                    n,
+                    k,
+                    a,
+                    mat(oa, la),
+                    b,
+                    mat(ob, lb),
+                    parallelism_for(work),
+                );
+            }
+        }
+        out
+    }
+    Ok(match (a, b) {
+        (Buffer::F32(a), Buffer::F32(b)) => Buffer::F32(go(a, la, b, lb, out_batch)),
+        (Buffer::F64(a), Buffer::F64(b)) => Buffer::F64(go(a, la, b, lb, out_batch)),
+        (Buffer::I32(a), Buffer::I32(b)) => Buffer::I32(go(a, la, b, lb, out_batch)),
+        (Buffer::I64(a), Buffer::I64(b)) => Buffer::I64(go(a, la, b, lb, out_batch)),
+        (Buffer::U8(a), Buffer::U8(b)) => Buffer::U8(go(a, la, b, lb, out_batch)),
+        _ => {
+            return Err(format!(
+                "MatMul: unsupported dtypes {} and {}",
+                a.dtype(),
+                b.dtype()
+            ));
+        }
+    })
+}

@@ -1,0 +1,179 @@
+//! 2-D max and average pooling over NCHW tensors, and their gradients.
+//!
+//! ```
+//! use spore_kernels::pool::{max_pool2d, PoolGeometry};
+//! let g = PoolGeometry::new([1, 1, 2, 2], [2, 2], [2, 2], [0, 0, 0, 0]);
+//! assert_eq!(max_pool2d(&[1.0f32, 5.0, 3.0, 2.0], &g), vec![5.0]);
+//! ```
+
+use rayon::prelude::*;
+
+use crate::elementwise::{BinaryFn, Num};
+
+/// Sizes of a pooling window over [N, C, H, W]; pads are top, bottom, left, right.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PoolGeometry {
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub kernel: [usize; 2],
+    pub stride: [usize; 2],
+    pub pads: [usize; 4],
+    pub oh: usize,
+    pub ow: usize,
+}
+
+impl PoolGeometry {
+    pub fn new(
+        input: [usize; 4],
+        kernel: [usize; 2],
+        stride: [usize; 2],
+        pads: [usize; 4],
+    ) -> Self {
+        let [n, c, h, w] = input;
+        let oh = (h + pads[0] + pads[1] - kernel[0]) / stride[0] + 1;
+        let ow = (w + pads[2] + pads[3] - kernel[1]) / stride[1] + 1;
+        PoolGeometry {
+            n,
+            c,
+            h,
+            w,
+            kernel,
+            stride,
+            pads,
+            oh,
+            ow,
+        }
+    }
+
+    /// The input rows and columns (clipped to the image) under output position (oy, ox).
+    fn window(&self, oy: usize, ox: usize) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
+        let y0 = (oy * self.stride[0]) as isize - self.pads[0] as isize;
+        let x0 = (ox * self.stride[1]) as isize - self.pads[2] as isize;
+        let ys = y0.max(0) as usize
+            ..((y0 + self.kernel[0] as isize).min(self.h as isize)).max(0) as usize;
+        let xs = x0.max(0) as usize
+            ..((x0 + self.kernel[1] as isize).min(self.w as isize)).max(0) as usize;
+        (ys, xs)
+    }
+
+    fn planes(&self) -> usize {
+        self.n * self.c
+    }
+}
+
+/// Position (within the plane) of the first maximum of the window, in row-major order.
+fn argmax_in<T: Num>(plane: &[T], g: &PoolGeometry, oy: usize, ox: usize) -> Option<usize> {
+    let (ys, xs) = g.window(oy, ox);
+    let mut best: Option<usize> = None;
+    for y in ys {
+        for x in xs.clone() {
+            let i = y * g.w + x;
+            match best {
+                Some(b) if !(plane[i] > plane[b]) => {}
+                _ => best = Some(i),
+            }
+        }
+    }
+    best
+}
+
+pub fn max_pool2d<T: Num>(x: &[T], g: &PoolGeometry) -> Vec<T> {
+    let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
+    let mut y = vec![T::zero(); g.planes() * ohw];
+    if ohw == 0 {
+        return y;
+    }
+    y.par_chunks_mut(ohw).enumerate().for_each(|(p, yp)| {
+        let plane = &x[p * hw..][..hw];
+        for oy in 0..g.oh {
+            for ox in 0..g.ow {
+                // A window entirely in padding sees only -inf (MindSpore's padding value).
+                yp[oy * g.ow + ox] = match argmax_in(plane, g, oy, ox) {
+                    Some(i) => plane[i],
+                    None => T::from_f64(f64::NEG_INFINITY),
+                };
+            }
+        }
+    });
+    y
+}
+
+/// Sends each output gradient to the first maximum of its window.
+pub fn max_pool2d_backward<T: Num>(x: &[T], dy: &[T], g: &PoolGeometry) -> Vec<T> {
+    let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
+    let mut dx = vec![T::zero(); g.planes() * hw];
+    if hw == 0 {
+        return dx;
+    }
+    dx.par_chunks_mut(hw).enumerate().for_each(|(p, dxp)| {
+        let plane = &x[p * hw..][..hw];
+        for oy in 0..g.oh {
+            for ox in 0..g.ow {
+                if let Some(i) = argmax_in(plane, g, oy, ox) {
+                    dxp[i] = dxp[i].binary(BinaryFn::Add, dy[p * ohw + oy * g.ow + ox]);
+                }
+            }
+        }
+    });
+    dx
+}
+
+/// Divisor of window (oy, ox): the full kernel area, or only the cells inside the image.
+fn divisor(g: &PoolGeometry, oy: usize, ox: usize, count_include_pad: bool) -> usize {
+    if count_include_pad {
+        g.kernel[0] * g.kernel[1]
+    } else {
+        let (ys, xs) = g.window(oy, ox);
+        (ys.len() * xs.len()).max(1)
+    }
+}
+
+pub fn avg_pool2d<T: Num>(x: &[T], g: &PoolGeometry, count_include_pad: bool) -> Vec<T> {
+    let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
+    let mut y = vec![T::zero(); g.planes() * ohw];
+    if ohw == 0 {
+        return y;
+    }
+    y.par_chunks_mut(ohw).enumerate().for_each(|(p, yp)| {
+        let plane = &x[p * hw..][..hw];
+        for oy in 0..g.oh {
+            for ox in 0..g.ow {
+                let (ys, xs) = g.window(oy, ox);
+                let mut s = 0.0f64;
+                for yy in ys {
+                    for xx in xs.clone() {
+                        s += plane[yy * g.w + xx].to_f64();
+                    }
+                }
+                yp[oy * g.ow + ox] = T::from_f64(s / divisor(g, oy, ox, count_include_pad) as f64);
+            }
+        }
+    });
+    y
+}
+
+pub fn avg_pool2d_backward<T: Num>(dy: &[T], g: &PoolGeometry, count_include_pad: bool) -> Vec<T> {
+    let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
+    let mut dx = vec![T::zero(); g.planes() * hw];
+    if hw == 0 {
+        return dx;
+    }
+    dx.par_chunks_mut(hw).enumerate().for_each(|(p, dxp)| {
+        for oy in 0..g.oh {
+            for ox in 0..g.ow {
+                let share = dy[p * ohw + oy * g.ow + ox].to_f64()
+                    / divisor(g, oy, ox, count_include_pad) as f64;
+                let (ys, xs) = g.window(oy, ox);
+                for yy in ys {
+                    for xx in xs.clone() {
+                        let d = &mut dxp[yy * g.w + xx];
+                        *d = T::from_f64(d.to_f64() + share);
+                    }
+                }
+            }
+        }
+    });
+    dx
+}

@@ -1,0 +1,152 @@
+//! Reductions over any set of axes (sum, max, min) and arg-reductions along one axis.
+//!
+//! ```
+//! use spore_kernels::{reduce, Buffer, Layout, ReduceFn};
+//! let x = Buffer::F32(vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+//! let s = reduce::reduce(ReduceFn::Sum, &x, &Layout::contiguous(&[2, 3]), &[1]).unwrap();
+//! assert_eq!(s, Buffer::F32(vec![6.0, 15.0]));
+//! ```
+
+use rayon::prelude::*;
+
+use crate::buffer::Buffer;
+use crate::dtype::Element;
+use crate::elementwise::{BinaryFn, Num};
+use crate::layout::{Layout, PARALLEL_THRESHOLD, to_contiguous};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceFn {
+    Sum,
+    Max,
+    Min,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ArgReduceFn {
+    ArgMax,
+    ArgMin,
+}
+
+/// Moves the `axes` to the end and materialises, so that each output element reduces one
+/// contiguous row. Returns the rows and the row length.
+fn rows_last<T: Element>(src: &[T], layout: &Layout, axes: &[usize]) -> (Vec<T>, usize) {
+    let mut perm: Vec<usize> = (0..layout.rank()).filter(|a| !axes.contains(a)).collect();
+    perm.extend_from_slice(axes);
+    let permuted = layout.permute(&perm);
+    let row: usize = axes.iter().map(|&a| layout.shape[a]).product();
+    (to_contiguous(src, &permuted), row)
+}
+
+fn reduce_row<T: Num>(f: ReduceFn, row: &[T]) -> T {
+    match f {
+        ReduceFn::Sum => {
+            // Eight independent partial sums: vectorises and loses less precision.
+            let mut acc = [T::zero(); 8];
+            let chunks = row.chunks_exact(8);
+            let rest = chunks.remainder();
+            for c in chunks {
+                for i in 0..8 {
+                    acc[i] = acc[i].binary(BinaryFn::Add, c[i]);
+                }
+            }
+            let mut s = T::zero();
+            for a in acc {
+                s = s.binary(BinaryFn::Add, a);
+            }
+            for &x in rest {
+                s = s.binary(BinaryFn::Add, x);
+            }
+            s
+        }
+        ReduceFn::Max => row[1..]
+            .iter()
+            .fold(row[0], |m, &x| m.binary(BinaryFn::Maximum, x)),
+        ReduceFn::Min => row[1..]
+            .iter()
+            .fold(row[0], |m, &x| m.binary(BinaryFn::Minimum, x)),
+    }
+}
+
+/// Reduces `axes` (distinct, in range) away; the output is contiguous over the kept axes.
+/// Max/Min of an empty axis is an error; Sum of one is 0.
+pub fn reduce(
+    f: ReduceFn,
+    src: &Buffer,
+    layout: &Layout,
+    axes: &[usize],
+) -> Result<Buffer, String> {
+    fn go<T: Num>(f: ReduceFn, s: &[T], l: &Layout, axes: &[usize]) -> Result<Vec<T>, String> {
+        let (data, row) = rows_last(s, l, axes);
+        let out_n: usize = (0..l.rank())
+            .filter(|a| !axes.contains(a))
+            .map(|a| l.shape[a])
+            .product();
+        if row == 0 {
+            return match f {
+                ReduceFn::Sum => Ok(vec![T::zero(); out_n]),
+                _ => Err(format!("{f:?} over an empty axis has no identity")),
+            };
+        }
+        let mut out = vec![T::zero(); out_n];
+        if data.len() >= PARALLEL_THRESHOLD && out_n > 1 {
+            out.par_iter_mut()
+                .zip(data.par_chunks(row))
+                .for_each(|(o, r)| *o = reduce_row(f, r));
+        } else {
+            for (o, r) in out.iter_mut().zip(data.chunks(row)) {
+                *o = reduce_row(f, r);
+            }
+        }
+        Ok(out)
+    }
+    Ok(match src {
+        Buffer::F32(s) => Buffer::F32(go(f, s, layout, axes)?),
+        Buffer::F64(s) => Buffer::F64(go(f, s, layout, axes)?),
+        Buffer::I32(s) => Buffer::I32(go(f, s, layout, axes)?),
+        Buffer::I64(s) => Buffer::I64(go(f, s, layout, axes)?),
+        Buffer::U8(s) => Buffer::U8(go(f, s, layout, axes)?),
+        Buffer::Bool(_) => return Err(format!("{f:?}: Bool input is not numeric")),
+    })
+}
+
+/// Index (Int32) of the first maximum/minimum along `axis`; NaN counts as the extreme.
+pub fn arg_reduce(
+    f: ArgReduceFn,
+    src: &Buffer,
+    layout: &Layout,
+    axis: usize,
+) -> Result<Buffer, String> {
+    fn go<T: Element>(
+        f: ArgReduceFn,
+        s: &[T],
+        l: &Layout,
+        axis: usize,
+    ) -> Result<Vec<i32>, String> {
+        let (data, row) = rows_last(s, l, &[axis]);
+        if row == 0 {
+            return Err(format!("{f:?} over an empty axis"));
+        }
+        Ok(data
+            .chunks(row)
+            .map(|r| {
+                let mut best = 0usize;
+                for (i, &x) in r.iter().enumerate().skip(1) {
+                    let b = r[best];
+                    #[allow(clippy::eq_op)]
+                    let (x_nan, b_nan) = (x != x, b != b);
+                    let better = match f {
+                        ArgReduceFn::ArgMax => (x_nan && !b_nan) || (!b_nan && x > b),
+                        ArgReduceFn::ArgMin => (x_nan && !b_nan) || (!b_nan && x < b),
+                    };
+                    if better {
+                        best = i;
+                    }
+                }
+                best as i32
+            })
+            .collect())
+    }
+    Ok(Buffer::I32(
+        crate::with_buffer!(src, s => go(f, s, layout, axis)?),
+    ))
+}
