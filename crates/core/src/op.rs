@@ -277,10 +277,10 @@ impl Op {
 
     /// Shape and dtype of the result; the only place inputs are validated.
     pub fn infer(&self, inputs: &[&TensorType]) -> Result<TensorType, String> {
-        if let Some(n) = self.arity() {
-            if inputs.len() != n {
-                return Err(format!("expected {n} inputs, got {}", inputs.len()));
-            }
+        if let Some(n) = self.arity()
+            && inputs.len() != n
+        {
+            return Err(format!("expected {n} inputs, got {}", inputs.len()));
         }
         prims::infer(self, inputs)
     }

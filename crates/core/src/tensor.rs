@@ -89,10 +89,10 @@ impl Drop for Inner {
         };
         let mut pending = node.inputs;
         while let Some(t) = pending.pop() {
-            if let Ok(mut inner) = Arc::try_unwrap(t.0) {
-                if let Some(n) = inner.node.take() {
-                    pending.extend(n.inputs);
-                }
+            if let Ok(mut inner) = Arc::try_unwrap(t.0)
+                && let Some(n) = inner.node.take()
+            {
+                pending.extend(n.inputs);
             }
         }
     }

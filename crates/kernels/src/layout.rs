@@ -93,10 +93,12 @@ impl Layout {
     /// Takes `len[i]` elements starting at `start[i]` with step `step[i]` along every axis.
     /// The caller guarantees that every touched index is in range.
     pub fn slice(&self, start: &[usize], step: &[isize], len: &[usize]) -> Layout {
-        let mut offset = self.offset as isize;
-        for i in 0..self.shape.len() {
-            offset += start[i] as isize * self.strides[i];
-        }
+        let offset = self.offset as isize
+            + start
+                .iter()
+                .zip(&self.strides)
+                .map(|(&s, &st)| s as isize * st)
+                .sum::<isize>();
         Layout {
             shape: len.to_vec(),
             strides: (0..self.shape.len())

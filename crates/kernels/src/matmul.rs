@@ -5,7 +5,8 @@
 //! use spore_kernels::{matmul, Buffer, Layout};
 //! let a = Buffer::F32(vec![1.0, 2.0, 3.0, 4.0]);
 //! let l = Layout::contiguous(&[2, 2]);
-//! let c = matmul::matmul(&a, &l, &a, &l.permute(&[1, 0]), &[2, 2]).unwrap();
+//! // No batch axes: out_batch is empty.
+//! let c = matmul::matmul(&a, &l, &a, &l.permute(&[1, 0]), &[]).unwrap();
 //! assert_eq!(c, Buffer::F32(vec![5.0, 11.0, 11.0, 25.0]));
 //! ```
 

@@ -71,7 +71,8 @@ fn argmax_in<T: Num>(plane: &[T], g: &PoolGeometry, oy: usize, ox: usize) -> Opt
         for x in xs.clone() {
             let i = y * g.w + x;
             match best {
-                Some(b) if !(plane[i] > plane[b]) => {}
+                Some(b) if plane[i].partial_cmp(&plane[b]) != Some(std::cmp::Ordering::Greater) => {
+                }
                 _ => best = Some(i),
             }
         }

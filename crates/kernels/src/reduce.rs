@@ -135,8 +135,8 @@ pub fn arg_reduce(
                     #[allow(clippy::eq_op)]
                     let (x_nan, b_nan) = (x != x, b != b);
                     let better = match f {
-                        ArgReduceFn::ArgMax => (x_nan && !b_nan) || (!b_nan && x > b),
-                        ArgReduceFn::ArgMin => (x_nan && !b_nan) || (!b_nan && x < b),
+                        ArgReduceFn::ArgMax => !b_nan && (x_nan || x > b),
+                        ArgReduceFn::ArgMin => !b_nan && (x_nan || x < b),
                     };
                     if better {
                         best = i;
