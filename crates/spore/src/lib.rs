@@ -1,1 +1,19 @@
+//! Spore: a deep-learning framework in Rust implementing MindSpore's design. This facade
+//! re-exports the workspace crates; most users only need the [`prelude`].
+//!
+//! ```
+//! use spore::prelude::*;
+//! let x = Tensor::from_vec(vec![1.0f32, -2.0], &[2]).unwrap();
+//! assert_eq!(ops::relu(&x).unwrap().to_vec::<f32>().unwrap(), vec![1.0, 0.0]);
+//! ```
 
+pub use spore_core as core;
+pub use spore_core::{autodiff, ops, rng, Error, Result};
+pub use spore_data as data;
+pub use spore_kernels as kernels;
+
+/// The names a typical program uses.
+pub mod prelude {
+    pub use spore_core::ops::{self, Conv2dOptions, PadMode, Pool2dOptions};
+    pub use spore_core::{grad, no_grad, value_and_grad, DType, Error, Result, Tensor};
+}
