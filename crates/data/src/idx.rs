@@ -25,7 +25,10 @@ pub struct IdxArray {
 pub fn parse_idx(bytes: &[u8], name: &str) -> Result<IdxArray> {
     let bad = |what: String| Error::io(name, what);
     if bytes.len() < 4 {
-        return Err(bad(format!("truncated IDX header: {} bytes, need at least 4", bytes.len())));
+        return Err(bad(format!(
+            "truncated IDX header: {} bytes, need at least 4",
+            bytes.len()
+        )));
     }
     if bytes[0] != 0 || bytes[1] != 0 || bytes[2] != 0x08 {
         return Err(bad(format!(
@@ -39,21 +42,41 @@ pub fn parse_idx(bytes: &[u8], name: &str) -> Result<IdxArray> {
     }
     let header = 4 + 4 * rank;
     if bytes.len() < header {
-        return Err(bad(format!("truncated IDX header: {} bytes, need {header}", bytes.len())));
+        return Err(bad(format!(
+            "truncated IDX header: {} bytes, need {header}",
+            bytes.len()
+        )));
     }
     let dims: Vec<usize> = (0..rank)
-        .map(|i| u32::from_be_bytes([bytes[4 + 4 * i], bytes[5 + 4 * i], bytes[6 + 4 * i], bytes[7 + 4 * i]]) as usize)
+        .map(|i| {
+            u32::from_be_bytes([
+                bytes[4 + 4 * i],
+                bytes[5 + 4 * i],
+                bytes[6 + 4 * i],
+                bytes[7 + 4 * i],
+            ]) as usize
+        })
         .collect();
-    let n = dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)).ok_or_else(|| bad(format!("dimensions {dims:?} overflow")))?;
+    let n = dims
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| bad(format!("dimensions {dims:?} overflow")))?;
     let body = &bytes[header..];
     if body.len() != n {
         return Err(bad(format!(
             "{} data: header {dims:?} promises {n} bytes, file holds {}",
-            if body.len() < n { "truncated" } else { "trailing" },
+            if body.len() < n {
+                "truncated"
+            } else {
+                "trailing"
+            },
             body.len()
         )));
     }
-    Ok(IdxArray { dims, data: body.to_vec() })
+    Ok(IdxArray {
+        dims,
+        data: body.to_vec(),
+    })
 }
 
 /// Reads an IDX file, gunzipping it when it starts with the gzip magic bytes.

@@ -37,7 +37,10 @@ fn find(dir: &Path, stem: &str) -> Result<PathBuf> {
             return Ok(p);
         }
     }
-    Err(Error::io(dir, format!("no {stem} (or {stem}.gz) in this folder")))
+    Err(Error::io(
+        dir,
+        format!("no {stem} (or {stem}.gz) in this folder"),
+    ))
 }
 
 impl Mnist {
@@ -55,23 +58,40 @@ impl Mnist {
         let images = read_idx(&ipath)?;
         let labels = read_idx(&lpath)?;
         if images.dims.len() != 3 {
-            return Err(Error::io(&ipath, format!("expected 3 dimensions (N, rows, cols), found {:?}", images.dims)));
+            return Err(Error::io(
+                &ipath,
+                format!(
+                    "expected 3 dimensions (N, rows, cols), found {:?}",
+                    images.dims
+                ),
+            ));
         }
         if labels.dims.len() != 1 {
-            return Err(Error::io(&lpath, format!("expected 1 dimension (N), found {:?}", labels.dims)));
+            return Err(Error::io(
+                &lpath,
+                format!("expected 1 dimension (N), found {:?}", labels.dims),
+            ));
         }
         if images.dims[0] != labels.dims[0] {
-            return Err(Error::io(&ipath, format!(
-                "{} images but {} labels in {}",
-                images.dims[0],
-                labels.dims[0],
-                lpath.display()
-            )));
+            return Err(Error::io(
+                &ipath,
+                format!(
+                    "{} images but {} labels in {}",
+                    images.dims[0],
+                    labels.dims[0],
+                    lpath.display()
+                ),
+            ));
         }
         if let Some(&bad) = labels.data.iter().find(|&&l| l > 9) {
             return Err(Error::io(&lpath, format!("label {bad} is outside 0..=9")));
         }
-        Ok(Mnist { rows: images.dims[1], cols: images.dims[2], images: images.data, labels: labels.data })
+        Ok(Mnist {
+            rows: images.dims[1],
+            cols: images.dims[2],
+            images: images.data,
+            labels: labels.data,
+        })
     }
 
     pub fn len(&self) -> usize {

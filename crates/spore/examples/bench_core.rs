@@ -34,9 +34,15 @@ fn main() -> Result<()> {
     let mut threads = 2;
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--threads") {
-        threads = args.get(i + 1).and_then(|v| v.parse().ok()).unwrap_or(threads);
+        threads = args
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(threads);
     }
-    rayon::ThreadPoolBuilder::new().num_threads(threads).build_global().ok();
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global()
+        .ok();
     println!("threads: {threads}");
 
     let n = 2048;
@@ -45,23 +51,36 @@ fn main() -> Result<()> {
     let secs = time_it(5, 1, || {
         a.matmul(&b).expect("matmul");
     });
-    println!("gemm f32 {n}x{n}x{n}: {:.1} ms, {:.1} GFLOP/s", secs * 1e3, 2.0 * (n as f64).powi(3) / secs / 1e9);
+    println!(
+        "gemm f32 {n}x{n}x{n}: {:.1} ms, {:.1} GFLOP/s",
+        secs * 1e3,
+        2.0 * (n as f64).powi(3) / secs / 1e9
+    );
 
     let x = Tensor::ones(&[4], DType::F32);
     let y = Tensor::ones(&[4], DType::F32);
     let per_op = time_it(7, 100_000, || {
         x.add(&y).expect("add");
     });
-    println!("eager dispatch, add of two [4] tensors: {:.2} us/op", per_op * 1e6);
+    println!(
+        "eager dispatch, add of two [4] tensors: {:.2} us/op",
+        per_op * 1e6
+    );
     let w = y.with_requires_grad(true);
     let per_op = time_it(7, 100_000, || {
         x.mul(&w).expect("mul");
     });
-    println!("eager dispatch with autodiff recording, mul [4]: {:.2} us/op", per_op * 1e6);
+    println!(
+        "eager dispatch with autodiff recording, mul [4]: {:.2} us/op",
+        per_op * 1e6
+    );
     let s = Tensor::ones(&[64, 10], DType::F32);
     let per_op = time_it(7, 20_000, || {
         s.log_softmax(-1).expect("log_softmax");
     });
-    println!("log_softmax [64, 10] (5 primitive ops): {:.2} us", per_op * 1e6);
+    println!(
+        "log_softmax [64, 10] (5 primitive ops): {:.2} us",
+        per_op * 1e6
+    );
     Ok(())
 }

@@ -8,12 +8,12 @@
 //! ```
 
 pub use spore_core as core;
-pub use spore_core::{autodiff, ops, rng, Error, Result};
+pub use spore_core::{Error, Result, autodiff, ops, rng};
 pub use spore_data as data;
 pub use spore_kernels as kernels;
 
 /// The names a typical program uses.
 pub mod prelude {
     pub use spore_core::ops::{self, Conv2dOptions, PadMode, Pool2dOptions};
-    pub use spore_core::{grad, no_grad, value_and_grad, DType, Error, Result, Tensor};
+    pub use spore_core::{DType, Error, Result, Tensor, grad, no_grad, value_and_grad};
 }
