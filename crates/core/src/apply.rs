@@ -14,7 +14,8 @@ use std::cell::Cell;
 
 use crate::error::{Error, Result, SourceLocation};
 use crate::op::Op;
-use crate::tensor::{Node, Tensor, TensorType};
+use crate::tensor::{Data, GradFn, Tensor, TensorType};
+use crate::trace;
 
 thread_local! {
     static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
@@ -53,20 +54,26 @@ pub(crate) fn op_error(op: &Op, message: String, inputs: &[&Tensor], loc: Source
     }
 }
 
-/// Applies `op` to `inputs` eagerly. `loc` is the user's call site, reported in errors.
+/// Applies `op` to `inputs`: computes it (PyNative), or records it into the active trace
+/// when an input is symbolic. `loc` is the user's call site, reported in errors and IR.
 pub fn apply(op: Op, inputs: &[&Tensor], loc: SourceLocation) -> Result<Tensor> {
     let types: Vec<&TensorType> = inputs.iter().map(|t| t.tensor_type()).collect();
     let ty = op
         .infer(&types)
         .map_err(|m| op_error(&op, m, inputs, loc))?;
-    let storage = op
-        .eval(inputs, &ty)
-        .map_err(|m| op_error(&op, m, inputs, loc))?;
+    let data = if inputs.iter().any(|t| t.is_symbolic()) {
+        trace::record(&op, inputs, &ty, loc)?
+    } else {
+        Data::Concrete(
+            op.eval(inputs, &ty)
+                .map_err(|m| op_error(&op, m, inputs, loc))?,
+        )
+    };
     let differentiable = !matches!(op, Op::StopGradient);
     let track = differentiable && is_grad_enabled() && inputs.iter().any(|t| t.requires_grad());
-    let node = track.then(|| Node {
+    let node = track.then(|| GradFn {
         op,
         inputs: inputs.iter().map(|&t| t.clone()).collect(),
     });
-    Ok(Tensor::from_parts(ty, storage, node, track))
+    Ok(Tensor::from_data(ty, data, node, track))
 }

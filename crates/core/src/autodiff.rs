@@ -35,7 +35,7 @@ fn topological_order(roots: &[Tensor]) -> Vec<Tensor> {
             continue;
         }
         stack.push((t.clone(), true));
-        if let Some(node) = t.node() {
+        if let Some(node) = t.grad_fn() {
             for input in &node.inputs {
                 if input.requires_grad() && !visited.contains(&input.id()) {
                     stack.push((input.clone(), false));
@@ -59,7 +59,7 @@ pub fn gradients(
     }
     let keep: HashSet<u64> = targets.iter().map(|t| t.id()).collect();
     for t in topological_order(outputs).iter().rev() {
-        let Some(node) = t.node() else { continue };
+        let Some(node) = t.grad_fn() else { continue };
         let g = if keep.contains(&t.id()) {
             grads.get(&t.id()).cloned()
         } else {
@@ -253,7 +253,10 @@ impl Tensor {
             ));
         }
         let order = topological_order(std::slice::from_ref(self));
-        let leaves: Vec<Tensor> = order.into_iter().filter(|t| t.node().is_none()).collect();
+        let leaves: Vec<Tensor> = order
+            .into_iter()
+            .filter(|t| t.grad_fn().is_none())
+            .collect();
         // Like PyTorch without create_graph: the backward pass itself is not recorded.
         let grads =
             no_grad(|| gradients(std::slice::from_ref(self), &[self.ones_like()], &leaves))?;

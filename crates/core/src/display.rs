@@ -86,7 +86,14 @@ fn write_axis(
 
 impl fmt::Display for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let values = self.to_f64_vec();
+        let Ok(values) = self.to_f64_vec() else {
+            return write!(
+                f,
+                "Tensor(shape={:?}, dtype={}, value=<symbolic>)",
+                self.shape(),
+                self.dtype()
+            );
+        };
         let cells: Vec<String> = values
             .iter()
             .map(|&v| format_value(v, self.dtype()))

@@ -18,16 +18,21 @@
 pub mod apply;
 pub mod autodiff;
 mod composite;
+pub mod control;
 mod display;
 pub mod error;
+pub mod ir;
 pub mod op;
 pub mod ops;
+pub mod parameter;
 pub mod prims;
 pub mod rng;
 pub mod tensor;
+pub mod trace;
 
 pub use apply::{is_grad_enabled, no_grad, with_grad_enabled};
 pub use autodiff::{ValueAndGrad, grad, value_and_grad};
 pub use error::{Error, Result};
+pub use parameter::Parameter;
 pub use spore_kernels::{DType, Element};
 pub use tensor::{Tensor, TensorType};

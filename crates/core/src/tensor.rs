@@ -65,16 +65,24 @@ impl Storage {
 
 /// The operation that produced a tensor, kept only when a gradient may flow through it.
 #[derive(Debug)]
-pub struct Node {
+pub struct GradFn {
     pub op: Op,
     pub inputs: Vec<Tensor>,
+}
+
+/// What a tensor holds: numbers, or (while a function is being traced) a reference to a
+/// value of the graph under construction.
+#[derive(Clone, Debug)]
+pub enum Data {
+    Concrete(Storage),
+    Symbolic { trace: u64, value: usize },
 }
 
 pub(crate) struct Inner {
     pub(crate) id: u64,
     pub(crate) ty: TensorType,
-    pub(crate) storage: Storage,
-    pub(crate) node: Option<Node>,
+    pub(crate) data: Data,
+    pub(crate) node: Option<GradFn>,
     pub(crate) requires_grad: bool,
     /// Gradient accumulated by [`Tensor::backward`] (PyTorch style), for leaves.
     pub(crate) grad: Mutex<Option<Tensor>>,
@@ -108,13 +116,22 @@ impl Tensor {
     pub(crate) fn from_parts(
         ty: TensorType,
         storage: Storage,
-        node: Option<Node>,
+        node: Option<GradFn>,
+        requires_grad: bool,
+    ) -> Tensor {
+        Tensor::from_data(ty, Data::Concrete(storage), node, requires_grad)
+    }
+
+    pub(crate) fn from_data(
+        ty: TensorType,
+        data: Data,
+        node: Option<GradFn>,
         requires_grad: bool,
     ) -> Tensor {
         Tensor(Arc::new(Inner {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             ty,
-            storage,
+            data,
             node,
             requires_grad,
             grad: Mutex::new(None),
@@ -241,14 +258,37 @@ impl Tensor {
     pub fn numel(&self) -> usize {
         self.0.ty.numel()
     }
-    pub fn storage(&self) -> &Storage {
-        &self.0.storage
+    /// The numbers behind the tensor; `None` for a symbolic (traced) tensor.
+    pub fn storage(&self) -> Option<&Storage> {
+        match &self.0.data {
+            Data::Concrete(s) => Some(s),
+            Data::Symbolic { .. } => None,
+        }
     }
-    pub fn layout(&self) -> &Layout {
-        &self.0.storage.layout
+    pub fn data(&self) -> &Data {
+        &self.0.data
+    }
+    /// True while this tensor stands for a value of a graph being traced.
+    pub fn is_symbolic(&self) -> bool {
+        matches!(self.0.data, Data::Symbolic { .. })
+    }
+    /// Storage of a tensor known to be concrete: kernels only ever see such tensors
+    /// (`apply` evaluates only when every input is concrete).
+    pub(crate) fn buf(&self) -> &Storage {
+        match &self.0.data {
+            Data::Concrete(s) => s,
+            Data::Symbolic { .. } => unreachable!("internal: a kernel was given a symbolic tensor"),
+        }
+    }
+    /// The layout of a concrete tensor (a contiguous layout for a symbolic one).
+    pub fn layout(&self) -> Layout {
+        match &self.0.data {
+            Data::Concrete(s) => s.layout.clone(),
+            Data::Symbolic { .. } => Layout::contiguous(self.shape()),
+        }
     }
     /// The operation that produced this tensor, when it is part of an autodiff graph.
-    pub fn node(&self) -> Option<&Node> {
+    pub fn grad_fn(&self) -> Option<&GradFn> {
         self.0.node.as_ref()
     }
     pub fn requires_grad(&self) -> bool {
@@ -257,12 +297,7 @@ impl Tensor {
 
     /// A new leaf sharing this tensor's data, with `requires_grad` set as asked.
     pub fn with_requires_grad(&self, requires_grad: bool) -> Tensor {
-        Tensor::from_parts(
-            self.0.ty.clone(),
-            self.0.storage.clone(),
-            None,
-            requires_grad,
-        )
+        Tensor::from_data(self.0.ty.clone(), self.0.data.clone(), None, requires_grad)
     }
 
     /// A leaf sharing the data, cut from the autodiff graph.
@@ -285,7 +320,7 @@ impl Tensor {
     /// The elements in row-major order as `T` (which must be the tensor's dtype).
     #[track_caller]
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
-        let s = self.storage();
+        let s = self.concrete_or_error("to_vec")?;
         match T::slice_of(&s.buffer) {
             Some(data) => Ok(spore_kernels::layout::to_contiguous(data, &s.layout)),
             None => Err(Error::invalid_here(format!(
@@ -297,9 +332,22 @@ impl Tensor {
     }
 
     /// The elements converted to f64, whatever the dtype.
-    pub fn to_f64_vec(&self) -> Vec<f64> {
-        let s = self.storage();
-        elementwise::copy(&s.buffer, &s.layout).to_f64_vec()
+    #[track_caller]
+    pub fn to_f64_vec(&self) -> Result<Vec<f64>> {
+        let s = self.concrete_or_error("to_f64_vec")?;
+        Ok(elementwise::copy(&s.buffer, &s.layout).to_f64_vec())
+    }
+
+    /// Reading numbers from a traced tensor is how a Rust `if` on a tensor value would
+    /// silently bake one branch into a graph; it is an error instead.
+    #[track_caller]
+    fn concrete_or_error(&self, what: &str) -> Result<&Storage> {
+        self.storage().ok_or_else(|| {
+            Error::invalid_here(format!(
+                "{what}: this tensor is symbolic (it is being traced for Graph mode or jit), so its value is not known yet; \
+                 use ops::cond / ops::while_loop for control flow that depends on tensor values"
+            ))
+        })
     }
 
     /// The single element of a one-element tensor, as `f64`.
@@ -311,12 +359,13 @@ impl Tensor {
                 self.shape()
             )));
         }
-        Ok(self.to_f64_vec()[0])
+        Ok(self.to_f64_vec()?[0])
     }
 
     /// A contiguous buffer with this tensor's elements (shared when already contiguous).
-    pub fn contiguous_buffer(&self) -> Arc<Buffer> {
-        let s = self.storage();
+    /// The tensor must be concrete.
+    pub(crate) fn contiguous_buffer(&self) -> Arc<Buffer> {
+        let s = self.buf();
         if s.layout.is_contiguous() && s.layout.offset == 0 && s.buffer.len() == self.numel() {
             s.buffer.clone()
         } else {

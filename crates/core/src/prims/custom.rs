@@ -17,7 +17,7 @@
 //!         Ok(inputs[0].clone())
 //!     }
 //!     fn eval(&self, inputs: &[&Tensor]) -> Result<Tensor, String> {
-//!         let v: Vec<f64> = inputs[0].to_f64_vec().iter().map(|x| x * x * x).collect();
+//!         let v: Vec<f64> = inputs[0].to_f64_vec().map_err(|e| e.to_string())?.iter().map(|x| x * x * x).collect();
 //!         Tensor::from_f64(&v, inputs[0].shape(), inputs[0].dtype()).map_err(|e| e.to_string())
 //!     }
 //!     fn vjp(&self, inputs: &[Tensor], _out: &Tensor, g: &Tensor) -> Result<Vec<Option<Tensor>>> {
@@ -77,7 +77,9 @@ impl CustomOp {
                 t.tensor_type()
             ));
         }
-        Ok(t.storage().clone())
+        t.storage()
+            .cloned()
+            .ok_or_else(|| "kernel returned a symbolic tensor".to_string())
     }
     pub(crate) fn vjp(
         &self,

@@ -65,7 +65,7 @@ pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, Strin
 }
 
 pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Storage, String> {
-    let s = |i: usize| inputs[i].storage();
+    let s = |i: usize| inputs[i].buf();
     let bl = |i: usize| s(i).layout.broadcast_to(&out.shape);
     let buffer = match op {
         Op::Identity | Op::StopGradient => return Ok(s(0).clone()),

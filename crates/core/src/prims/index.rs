@@ -80,7 +80,11 @@ pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, Strin
 }
 
 fn indices_of(t: &Tensor) -> Vec<i64> {
-    t.to_f64_vec().into_iter().map(|v| v as i64).collect()
+    let s = t.buf();
+    spore_kernels::elementwise::cast(&s.buffer, &s.layout, DType::I64)
+        .as_slice::<i64>()
+        .map(|v| v.to_vec())
+        .unwrap_or_default()
 }
 
 /// (outer, axis length, inner) of `shape` around `axis`.

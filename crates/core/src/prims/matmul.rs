@@ -57,7 +57,7 @@ pub(crate) fn eval(inputs: &[&Tensor], out: &TensorType) -> Result<Storage, Stri
         .collect();
     let la = a.layout().broadcast_to(&shape_a);
     let lb = b.layout().broadcast_to(&shape_b);
-    let buf = k::matmul(&a.storage().buffer, &la, &b.storage().buffer, &lb, batch)?;
+    let buf = k::matmul(&a.buf().buffer, &la, &b.buf().buffer, &lb, batch)?;
     Ok(Storage::contiguous(buf, &out.shape))
 }
 

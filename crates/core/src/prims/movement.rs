@@ -171,7 +171,7 @@ fn write_view(
 }
 
 pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Storage, String> {
-    let s = inputs[0].storage();
+    let s = inputs[0].buf();
     let view = |layout: Layout| Storage {
         buffer: s.buffer.clone(),
         layout,
@@ -212,7 +212,7 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Stor
                 let mut begin = vec![0; out.rank()];
                 begin[*axis] = at;
                 let target = full.slice(&begin, &vec![1; begin.len()], t.shape());
-                write_view(&mut buf, &target, &t.storage().buffer, t.layout())?;
+                write_view(&mut buf, &target, &t.buf().buffer, &t.buf().layout)?;
                 at += t.shape()[*axis];
             }
             Storage::contiguous(buf, &out.shape)

@@ -29,7 +29,7 @@ pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, Strin
 }
 
 pub(crate) fn eval(_op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Storage, String> {
-    let key = inputs[0].to_f64_vec()[0] as i64 as u64;
+    let key = inputs[0].to_vec::<i64>().map_err(|e| e.to_string())?[0] as u64;
     Ok(Storage::contiguous(
         Buffer::F32(random::uniform(key, out.numel())),
         &out.shape,

@@ -72,7 +72,7 @@ pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, Strin
 }
 
 pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Storage, String> {
-    let s = inputs[0].storage();
+    let s = inputs[0].buf();
     let buffer = match op {
         Op::Reduce { kind, axes, .. } => k::reduce(*kind, &s.buffer, &s.layout, axes)?,
         Op::ArgReduce { kind, axis, .. } => {

@@ -93,7 +93,7 @@ fn forward_matches_reference_in_f32_and_f64() {
                 "{}: shape",
                 row.name
             );
-            close(&out.to_f64_vec(), &expected.data, tol)
+            close(&out.to_f64_vec().unwrap(), &expected.data, tol)
                 .unwrap_or_else(|e| panic!("{} ({float}): {e}", row.name));
         }
     }
@@ -112,7 +112,7 @@ fn inferred_type_matches_actual_result() {
         });
         assert_eq!(out.dtype(), want, "{}: dtype", row.name);
         assert_eq!(
-            out.storage().buffer.dtype(),
+            out.storage().unwrap().buffer.dtype(),
             out.dtype(),
             "{}: buffer dtype",
             row.name
@@ -124,7 +124,7 @@ fn inferred_type_matches_actual_result() {
             row.name
         );
         assert_eq!(
-            out.to_f64_vec().len(),
+            out.to_f64_vec().unwrap().len(),
             out.numel(),
             "{}: element count",
             row.name

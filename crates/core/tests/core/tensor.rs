@@ -45,7 +45,7 @@ fn views_share_storage() {
         x.narrow(0, 0, 1).unwrap().broadcast_to(&[5, 3, 4]).unwrap(),
     ] {
         assert!(
-            Arc::ptr_eq(&v.storage().buffer, &x.storage().buffer),
+            Arc::ptr_eq(&v.storage().unwrap().buffer, &x.storage().unwrap().buffer),
             "{v:?} copied its data"
         );
     }
