@@ -9,7 +9,6 @@
 //! ```
 
 use crate::error::{Error, Result};
-use crate::rng::next_key;
 use crate::tensor::Tensor;
 
 impl Tensor {
@@ -29,10 +28,11 @@ impl Tensor {
     }
 
     /// Zeroes each element with probability `p` and scales the rest by `1 / (1 - p)`; the
-    /// identity when not `training`. Draws its mask from the global seeded generator.
+    /// identity when not `training`. Draws its mask from the global seeded generator (a fresh
+    /// key per call, and per run inside a compiled graph).
     #[track_caller]
     pub fn dropout(&self, p: f64, training: bool) -> Result<Tensor> {
-        self.dropout_with_key(p, training, &Tensor::scalar(next_key() as i64))
+        self.dropout_with_key(p, training, &crate::trace::random_key())
     }
 
     /// [`Tensor::dropout`] with an explicit Int64 key (reproducible, traceable).

@@ -18,10 +18,12 @@
 pub mod apply;
 pub mod autodiff;
 mod composite;
+pub mod context;
 pub mod control;
 mod display;
 pub mod error;
 pub mod ir;
+pub mod logging;
 pub mod op;
 pub mod ops;
 pub mod parameter;

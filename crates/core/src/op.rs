@@ -16,7 +16,7 @@
 use spore_kernels::{ArgReduceFn, BinaryFn, CompareFn, DType, ReduceFn, UnaryFn};
 
 use crate::error::Result;
-use crate::prims::{self, custom::CustomOp};
+use crate::prims::{self, custom::CustomOp, fused::FusedProgram};
 use crate::tensor::{Storage, Tensor, TensorType};
 
 /// Convolution attributes with padding already resolved to explicit
@@ -118,6 +118,8 @@ pub enum Op {
     RandomUniform {
         shape: Vec<usize>,
     },
+    /// A chain of elementwise ops run as one loop (built by the graph compiler).
+    Fused(FusedProgram),
     /// A primitive defined outside this crate.
     Custom(CustomOp),
 }
@@ -249,6 +251,7 @@ impl Op {
             Op::ScatterAdd { .. } => "ScatterAdd",
             Op::OneHot { .. } => "OneHot",
             Op::RandomUniform { .. } => "UniformReal",
+            Op::Fused(_) => "FusedElementwise",
             Op::Custom(c) => return c.name().to_string(),
         };
         s.to_string()
@@ -270,7 +273,7 @@ impl Op {
             Op::Conv2dBackpropInput { .. } | Op::Conv2dBackpropFilter { .. } => 2,
             Op::MaxPool2dGrad(_) | Op::Gather { .. } => 2,
             Op::Select | Op::ScatterAdd { .. } => 3,
-            Op::Concat { .. } | Op::Custom(_) => return None,
+            Op::Concat { .. } | Op::Custom(_) | Op::Fused(_) => return None,
             _ => 1,
         })
     }

@@ -300,6 +300,14 @@ impl Tensor {
         Tensor::from_data(self.0.ty.clone(), self.0.data.clone(), None, requires_grad)
     }
 
+    /// The same data with a gradient rule: gradients flowing into the result reach
+    /// `inputs` through `op`'s `vjp` (used to give compiled calls a backward pass).
+    pub fn with_grad_fn(&self, op: Op, inputs: Vec<Tensor>) -> Tensor {
+        let track = crate::apply::is_grad_enabled() && inputs.iter().any(|t| t.requires_grad());
+        let node = track.then_some(GradFn { op, inputs });
+        Tensor::from_data(self.0.ty.clone(), self.0.data.clone(), node, track)
+    }
+
     /// A leaf sharing the data, cut from the autodiff graph.
     pub fn detach(&self) -> Tensor {
         self.with_requires_grad(false)
@@ -342,11 +350,13 @@ impl Tensor {
     /// silently bake one branch into a graph; it is an error instead.
     #[track_caller]
     fn concrete_or_error(&self, what: &str) -> Result<&Storage> {
-        self.storage().ok_or_else(|| {
-            Error::invalid_here(format!(
+        let location = std::panic::Location::caller();
+        self.storage().ok_or_else(|| Error::Invalid {
+            location: Some(location),
+            message: format!(
                 "{what}: this tensor is symbolic (it is being traced for Graph mode or jit), so its value is not known yet; \
                  use ops::cond / ops::while_loop for control flow that depends on tensor values"
-            ))
+            ),
         })
     }
 

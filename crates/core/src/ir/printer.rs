@@ -34,16 +34,15 @@ pub fn type_string(t: &TensorType) -> String {
     format!("Tensor({}){:?}", short(t.dtype), t.shape)
 }
 
-/// The attributes of an op as `{...}`, empty for ops without any.
+/// The attributes of an op as ` {...}`, empty for ops without any (taken from the
+/// variant's `Debug` form: the text inside its outermost parentheses or braces).
 pub fn attrs_string(op: &Op) -> String {
+    if matches!(op, Op::Unary(_) | Op::Binary(_) | Op::Compare(_)) {
+        return String::new();
+    }
     let dbg = format!("{op:?}");
     match dbg.find(['(', '{']) {
-        Some(i) if !matches!(op, Op::Unary(_) | Op::Binary(_) | Op::Compare(_)) => {
-            format!(
-                " {{{}}}",
-                dbg[i..].trim_matches(|c| c == '(' || c == ')' || c == '{' || c == '}' || c == ' ')
-            )
-        }
+        Some(i) if dbg.len() > i + 1 => format!(" {{{}}}", dbg[i + 1..dbg.len() - 1].trim()),
         _ => String::new(),
     }
 }

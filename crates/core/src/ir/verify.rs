@@ -33,13 +33,11 @@ impl Graph {
                 }
             }
             match &node.kind {
-                NodeKind::Input(i) => {
-                    if self.inputs.get(*i) != Some(&id) {
-                        return bad(format!(
-                            "{here} is Input({i}) but inputs[{i}] is {:?}",
-                            self.inputs.get(*i)
-                        ));
-                    }
+                NodeKind::Input(i) if self.inputs.get(*i) != Some(&id) => {
+                    return bad(format!(
+                        "{here} is Input({i}) but inputs[{i}] is {:?}",
+                        self.inputs.get(*i)
+                    ));
                 }
                 NodeKind::Parameter(i) => match self.params.get(*i) {
                     None => {

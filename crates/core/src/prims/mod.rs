@@ -5,6 +5,7 @@
 pub mod conv;
 pub mod custom;
 pub mod elementwise;
+pub mod fused;
 pub mod index;
 pub mod matmul;
 pub mod movement;
@@ -38,6 +39,7 @@ pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, Strin
         }
         Op::Gather { .. } | Op::ScatterAdd { .. } | Op::OneHot { .. } => index::infer(op, inputs),
         Op::RandomUniform { .. } => random::infer(op, inputs),
+        Op::Fused(p) => p.infer(inputs),
         Op::Custom(c) => c.infer(inputs),
     }
 }
@@ -66,6 +68,7 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Stor
             index::eval(op, inputs, out)
         }
         Op::RandomUniform { .. } => random::eval(op, inputs, out),
+        Op::Fused(p) => p.eval(inputs, out),
         Op::Custom(c) => c.eval(inputs, out),
     }
 }
@@ -99,6 +102,7 @@ pub(crate) fn vjp(
             index::vjp(op, inputs, grad)
         }
         Op::RandomUniform { .. } => Ok(vec![None]),
+        Op::Fused(p) => p.vjp(),
         Op::Custom(c) => c.vjp(inputs, out, grad),
     }
 }

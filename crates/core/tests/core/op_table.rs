@@ -6,54 +6,7 @@ use spore_core::op::PRIMITIVE_NAMES;
 use spore_core::{DType, Tensor, value_and_grad};
 
 use super::Lcg;
-use super::reference::Nd;
-use super::table::{In, Row, rows};
-
-/// Generates a row's inputs as f64 values (rounded to f32 so both precisions see the same
-/// numbers) and builds tensors with floats in `float`.
-fn make_inputs(row: &Row, seed: u64, float: DType) -> (Vec<Nd>, Vec<Tensor>) {
-    let mut rng = Lcg(seed);
-    let mut nds = vec![];
-    let mut ts = vec![];
-    for spec in &row.inputs {
-        let (shape, values, dtype): (&[usize], Vec<f64>, DType) = match *spec {
-            In::F(s, lo, hi) => (
-                s,
-                (0..s.iter().product())
-                    .map(|_| rng.uniform(lo, hi) as f32 as f64)
-                    .collect(),
-                float,
-            ),
-            In::Fs(s, lo, hi) => (
-                s,
-                (0..s.iter().product())
-                    .map(|_| {
-                        let m = rng.uniform(lo, hi) as f32 as f64;
-                        if rng.next_f64() < 0.5 { -m } else { m }
-                    })
-                    .collect(),
-                float,
-            ),
-            In::I(s, lo, hi) => (
-                s,
-                (0..s.iter().product())
-                    .map(|_| (lo + (rng.next_f64() * (hi - lo + 1) as f64) as i64) as f64)
-                    .collect(),
-                DType::I32,
-            ),
-            In::B(s) => (
-                s,
-                (0..s.iter().product())
-                    .map(|_| if rng.next_f64() < 0.5 { 1.0 } else { 0.0 })
-                    .collect(),
-                DType::Bool,
-            ),
-        };
-        nds.push(Nd::new(shape, values.clone()));
-        ts.push(Tensor::from_f64(&values, shape, dtype).unwrap());
-    }
-    (nds, ts)
-}
+use super::table::{make_inputs, rows};
 
 fn close(actual: &[f64], expected: &[f64], tol: f64) -> Result<(), String> {
     if actual.len() != expected.len() {

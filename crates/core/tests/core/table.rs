@@ -20,8 +20,8 @@ pub enum In {
     B(&'static [usize]),
 }
 
-pub type RunFn = Box<dyn Fn(&[Tensor]) -> Result<Tensor>>;
-pub type RefFn = Box<dyn Fn(&[Nd]) -> Nd>;
+pub type RunFn = Box<dyn Fn(&[Tensor]) -> Result<Tensor> + Send + Sync>;
+pub type RefFn = Box<dyn Fn(&[Nd]) -> Nd + Send + Sync>;
 
 pub struct Row {
     pub name: &'static str,
@@ -37,8 +37,8 @@ pub struct Row {
 fn row(
     name: &'static str,
     inputs: Vec<In>,
-    run: impl Fn(&[Tensor]) -> Result<Tensor> + 'static,
-    reference: impl Fn(&[Nd]) -> Nd + 'static,
+    run: impl Fn(&[Tensor]) -> Result<Tensor> + Send + Sync + 'static,
+    reference: impl Fn(&[Nd]) -> Nd + Send + Sync + 'static,
 ) -> Row {
     Row {
         name,
@@ -152,6 +152,52 @@ fn uniform_ref(key: u64, n: usize) -> Vec<f64> {
             (b[i % 4] >> 8) as f64 / (1u64 << 24) as f64
         })
         .collect()
+}
+
+/// Generates a row's inputs as f64 values (rounded to f32 so both precisions see the same
+/// numbers) and builds tensors with floats in `float`.
+pub fn make_inputs(row: &Row, seed: u64, float: DType) -> (Vec<Nd>, Vec<Tensor>) {
+    let mut rng = super::Lcg(seed);
+    let mut nds = vec![];
+    let mut ts = vec![];
+    for spec in &row.inputs {
+        let (shape, values, dtype): (&[usize], Vec<f64>, DType) = match *spec {
+            In::F(s, lo, hi) => (
+                s,
+                (0..s.iter().product())
+                    .map(|_| rng.uniform(lo, hi) as f32 as f64)
+                    .collect(),
+                float,
+            ),
+            In::Fs(s, lo, hi) => (
+                s,
+                (0..s.iter().product())
+                    .map(|_| {
+                        let m = rng.uniform(lo, hi) as f32 as f64;
+                        if rng.next_f64() < 0.5 { -m } else { m }
+                    })
+                    .collect(),
+                float,
+            ),
+            In::I(s, lo, hi) => (
+                s,
+                (0..s.iter().product())
+                    .map(|_| (lo + (rng.next_f64() * (hi - lo + 1) as f64) as i64) as f64)
+                    .collect(),
+                DType::I32,
+            ),
+            In::B(s) => (
+                s,
+                (0..s.iter().product())
+                    .map(|_| if rng.next_f64() < 0.5 { 1.0 } else { 0.0 })
+                    .collect(),
+                DType::Bool,
+            ),
+        };
+        nds.push(Nd::new(shape, values.clone()));
+        ts.push(Tensor::from_f64(&values, shape, dtype).unwrap());
+    }
+    (nds, ts)
 }
 
 pub fn rows() -> Vec<Row> {
@@ -656,6 +702,34 @@ pub fn rows() -> Vec<Row> {
         )
         .no_grad()
         .dtype(DType::F32),
+        row(
+            "FusedElementwise",
+            vec![In::F(&[2, 3], -1.0, 1.0), In::F(&[3], -1.0, 1.0)],
+            |x| {
+                use spore_core::prims::fused::{FusedInstr as I, FusedProgram};
+                use spore_kernels::{BinaryFn, CompareFn, UnaryFn};
+                // select(a > b, exp(a) * b, a - b)
+                let p = FusedProgram {
+                    num_inputs: 2,
+                    instrs: vec![
+                        I::Compare(CompareFn::Greater, 0, 1),
+                        I::Unary(UnaryFn::Exp, 0),
+                        I::Binary(BinaryFn::Mul, 3, 1),
+                        I::Binary(BinaryFn::Sub, 0, 1),
+                        I::Select(2, 4, 5),
+                    ],
+                    compute: x[0].dtype(),
+                    out_dtype: x[0].dtype(),
+                };
+                spore_core::apply::apply(
+                    Op::Fused(p),
+                    &[&x[0], &x[1]],
+                    std::panic::Location::caller(),
+                )
+            },
+            |x| r::zip(&x[0], &x[1], |a, b| if a > b { a.exp() * b } else { a - b }),
+        )
+        .no_grad(),
         // Composite operations, checked the same way.
         row(
             "softmax",

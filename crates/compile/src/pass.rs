@@ -1,0 +1,77 @@
+//! The pass interface and the one list passes run from. With `save_graphs` on, the graph
+//! after every pass is written as `NN_<pass>.ir` and `NN_<pass>.dot`.
+//!
+//! ```
+//! use spore_compile::pass::{default_passes, run_passes};
+//! use spore_core::{trace::trace, DType, TensorType};
+//! let mut g = trace("f", &[TensorType::new(&[4], DType::F32)], |x| {
+//!     Ok(vec![x[0].exp()?.add(&x[0].exp()?)?]) // the second exp is a duplicate
+//! }).unwrap();
+//! run_passes(&mut g, &default_passes(), None).unwrap();
+//! // CSE merged the two exps; the add that reads the shared exp stays its own loop.
+//! assert_eq!(g.op_count(), 2);
+//! ```
+
+use std::path::Path;
+
+use spore_core::ir::Graph;
+use spore_core::{Error, Result};
+
+use crate::passes::{ConstFold, Cse, Dce, FuseElementwise, Simplify};
+
+/// A graph-to-graph transformation that preserves what the graph computes.
+pub trait Pass {
+    fn name(&self) -> &'static str;
+    /// Rewrites `g`; returns whether anything changed.
+    fn run(&self, g: &mut Graph) -> Result<bool>;
+}
+
+/// The standard pipeline: clean up, fold and simplify, then fuse, then clean up again.
+pub fn default_passes() -> Vec<Box<dyn Pass>> {
+    vec![
+        Box::new(Dce),
+        Box::new(Cse),
+        Box::new(ConstFold),
+        Box::new(Simplify),
+        Box::new(Cse),
+        Box::new(Dce),
+        Box::new(FuseElementwise),
+        Box::new(Dce),
+    ]
+}
+
+/// Writes `NN_<name>.ir` and `NN_<name>.dot` into `dir`.
+pub fn save_graph(g: &Graph, dir: &Path, index: usize, name: &str) -> Result<()> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::io(dir, format!("cannot create save_graphs_path: {e}")))?;
+    for (ext, text) in [("ir", g.to_ir()), ("dot", g.to_dot())] {
+        let path = dir.join(format!("{index:02}_{name}.{ext}"));
+        std::fs::write(&path, text)
+            .map_err(|e| Error::io(&path, format!("cannot write graph: {e}")))?;
+    }
+    Ok(())
+}
+
+/// Runs `passes` in order, verifying after each; with `save_dir`, writes the traced graph
+/// as `00_trace` and the graph after pass `k` as `k_<pass>`.
+pub fn run_passes(g: &mut Graph, passes: &[Box<dyn Pass>], save_dir: Option<&Path>) -> Result<()> {
+    g.verify()?;
+    if let Some(dir) = save_dir {
+        save_graph(g, dir, 0, "trace")?;
+    }
+    for (k, pass) in passes.iter().enumerate() {
+        let changed = pass.run(g)?;
+        g.verify()
+            .map_err(|e| Error::invalid(format!("pass {} broke the graph: {e}", pass.name())))?;
+        log::debug!(
+            "pass {} on {}: changed={changed}, {} ops",
+            pass.name(),
+            g.name,
+            g.op_count()
+        );
+        if let Some(dir) = save_dir {
+            save_graph(g, dir, k + 1, pass.name())?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,130 @@
+//! Elementwise fusion: a chain of elementwise float ops of one output shape, whose
+//! intermediate values have no other user, becomes one `FusedElementwise` node that
+//! makes a single pass over memory.
+//!
+//! ```
+//! use spore_compile::{pass::Pass, passes::{Dce, FuseElementwise}};
+//! use spore_core::{trace::trace, DType, TensorType};
+//! let mut g = trace("f", &[TensorType::new(&[8], DType::F32)], |x| Ok(vec![x[0].exp()?.add_scalar(1.0)?.log()?])).unwrap();
+//! FuseElementwise.run(&mut g).unwrap();
+//! Dce.run(&mut g).unwrap();
+//! assert_eq!(g.op_count(), 1);
+//! assert_eq!(g.nodes[g.outputs[0]].op().unwrap().name(), "FusedElementwise");
+//! ```
+
+use std::collections::HashMap;
+
+use spore_core::Result;
+use spore_core::ir::{Graph, NodeKind, ValueId};
+use spore_core::op::Op;
+use spore_core::prims::fused::{FusedInstr, FusedProgram};
+use spore_kernels::DType;
+
+use crate::pass::Pass;
+
+pub struct FuseElementwise;
+
+/// The float dtype a node computes in, if it can join a fused loop.
+fn compute_dtype(g: &Graph, i: usize) -> Option<DType> {
+    let NodeKind::Op { op, args } = &g.nodes[i].kind else {
+        return None;
+    };
+    let arg_ty = |k: usize| g.nodes[args[k]].ty().dtype;
+    let d = match op {
+        Op::Unary(_) | Op::Binary(_) => g.nodes[i].ty().dtype,
+        Op::Compare(_) => arg_ty(0),
+        Op::Select => g.nodes[i].ty().dtype,
+        _ => return None,
+    };
+    d.is_float().then_some(d)
+}
+
+struct Group {
+    members: Vec<usize>,
+    dtype: DType,
+}
+
+impl Pass for FuseElementwise {
+    fn name(&self) -> &'static str {
+        "fuse_elementwise"
+    }
+
+    fn run(&self, g: &mut Graph) -> Result<bool> {
+        let uses = g.use_counts();
+        // group_of[v]: the group whose current root is v.
+        let mut group_of: HashMap<ValueId, Group> = HashMap::new();
+        for i in 0..g.nodes.len() {
+            let Some(dtype) = compute_dtype(g, i) else {
+                continue;
+            };
+            let shape = g.nodes[i].ty().shape.clone();
+            let mut group = Group {
+                members: vec![],
+                dtype,
+            };
+            for a in g.nodes[i].args() {
+                let joinable = uses[a] == 1
+                    && g.nodes[a].ty().shape == shape
+                    && group_of.get(&a).is_some_and(|ga| ga.dtype == dtype);
+                if joinable && let Some(ga) = group_of.remove(&a) {
+                    group.members.extend(ga.members);
+                }
+            }
+            group.members.push(i);
+            group_of.insert(i, group);
+        }
+        let mut changed = false;
+        for (root, mut group) in group_of {
+            if group.members.len() < 2 {
+                continue;
+            }
+            group.members.sort_unstable();
+            let (program, inputs) = build_program(g, &group);
+            g.nodes[root].kind = NodeKind::Op {
+                op: Op::Fused(program),
+                args: inputs,
+            };
+            changed = true;
+        }
+        Ok(changed)
+    }
+}
+
+/// Lowers a group (members in topological order, the root last) to a program and its
+/// external inputs.
+fn build_program(g: &Graph, group: &Group) -> (FusedProgram, Vec<ValueId>) {
+    let mut inputs: Vec<ValueId> = vec![];
+    for &m in &group.members {
+        for a in g.nodes[m].args() {
+            if !group.members.contains(&a) && !inputs.contains(&a) {
+                inputs.push(a);
+            }
+        }
+    }
+    let mut reg: HashMap<ValueId, usize> =
+        inputs.iter().enumerate().map(|(r, &v)| (v, r)).collect();
+    let mut instrs = vec![];
+    for (k, &m) in group.members.iter().enumerate() {
+        let NodeKind::Op { op, args } = &g.nodes[m].kind else {
+            continue;
+        };
+        let r = |v: &ValueId| reg[v];
+        let ins = match op {
+            Op::Unary(f) => FusedInstr::Unary(*f, r(&args[0])),
+            Op::Binary(f) => FusedInstr::Binary(*f, r(&args[0]), r(&args[1])),
+            Op::Compare(f) => FusedInstr::Compare(*f, r(&args[0]), r(&args[1])),
+            Op::Select => FusedInstr::Select(r(&args[0]), r(&args[1]), r(&args[2])),
+            _ => unreachable!("only elementwise ops join a group"),
+        };
+        instrs.push(ins);
+        reg.insert(m, inputs.len() + k);
+    }
+    let root = *group.members.last().unwrap_or(&0);
+    let program = FusedProgram {
+        num_inputs: inputs.len(),
+        instrs,
+        compute: group.dtype,
+        out_dtype: g.nodes[root].ty().dtype,
+    };
+    (program, inputs)
+}

@@ -1,0 +1,13 @@
+//! The graph passes, one small unit each.
+
+mod const_fold;
+mod cse;
+mod dce;
+mod fuse;
+mod simplify;
+
+pub use const_fold::ConstFold;
+pub use cse::Cse;
+pub use dce::Dce;
+pub use fuse::FuseElementwise;
+pub use simplify::Simplify;

@@ -1,0 +1,98 @@
+//! Algebraic simplification: identities that leave a value unchanged are removed
+//! (`x + 0`, `x - 0`, `x * 1`, `x / 1`, `--x`, reshape/broadcast/cast to the same type,
+//! identity permutations, reshape of reshape). A rewrite is applied only when the result
+//! has exactly the type of the value that replaces it.
+//!
+//! ```
+//! use spore_compile::{pass::Pass, passes::{Dce, Simplify}};
+//! use spore_core::{trace::trace, DType, TensorType};
+//! let mut g = trace("f", &[TensorType::new(&[2], DType::F32)], |x| Ok(vec![x[0].mul_scalar(1.0)?.neg()?.neg()?])).unwrap();
+//! Simplify.run(&mut g).unwrap();
+//! Dce.run(&mut g).unwrap();
+//! assert_eq!(g.op_count(), 0);
+//! ```
+
+use spore_core::Result;
+use spore_core::ir::{Graph, NodeKind, ValueId};
+use spore_core::op::Op;
+use spore_kernels::{BinaryFn, UnaryFn};
+
+use crate::pass::Pass;
+
+pub struct Simplify;
+
+/// True when `v` is a constant whose every element equals `value`.
+fn is_splat(g: &Graph, v: ValueId, value: f64) -> bool {
+    match &g.nodes[v].kind {
+        NodeKind::Constant(t) if t.numel() <= 4096 => t
+            .to_f64_vec()
+            .map(|xs| xs.iter().all(|&x| x == value))
+            .unwrap_or(false),
+        _ => false,
+    }
+}
+
+/// The value node `i` can be replaced with, if it is an identity.
+fn identity_of(g: &Graph, i: usize) -> Option<ValueId> {
+    let NodeKind::Op { op, args } = &g.nodes[i].kind else {
+        return None;
+    };
+    let ty = g.nodes[i].ty();
+    let same = |v: ValueId| g.nodes[v].ty() == ty;
+    let candidate = match (op, args.as_slice()) {
+        (Op::Binary(BinaryFn::Add), &[a, b]) if is_splat(g, b, 0.0) => Some(a),
+        (Op::Binary(BinaryFn::Add), &[a, b]) if is_splat(g, a, 0.0) => Some(b),
+        (Op::Binary(BinaryFn::Sub), &[a, b]) if is_splat(g, b, 0.0) => Some(a),
+        (Op::Binary(BinaryFn::Mul), &[a, b]) if is_splat(g, b, 1.0) => Some(a),
+        (Op::Binary(BinaryFn::Mul), &[a, b]) if is_splat(g, a, 1.0) => Some(b),
+        (Op::Binary(BinaryFn::Div), &[a, b]) if is_splat(g, b, 1.0) => Some(a),
+        (Op::Unary(UnaryFn::Neg), &[a]) => match &g.nodes[a].kind {
+            NodeKind::Op {
+                op: Op::Unary(UnaryFn::Neg),
+                args,
+            } => Some(args[0]),
+            _ => None,
+        },
+        (Op::Reshape(_) | Op::BroadcastTo(_) | Op::Cast(_) | Op::Identity, &[a]) => Some(a),
+        (Op::Transpose(perm), &[a]) if perm.iter().enumerate().all(|(k, &p)| k == p) => Some(a),
+        _ => None,
+    };
+    candidate.filter(|&v| same(v))
+}
+
+impl Pass for Simplify {
+    fn name(&self) -> &'static str {
+        "simplify"
+    }
+
+    fn run(&self, g: &mut Graph) -> Result<bool> {
+        let mut changed = false;
+        for i in 0..g.nodes.len() {
+            if let Some(v) = identity_of(g, i) {
+                g.replace_uses(i, v);
+                changed = true;
+                continue;
+            }
+            // Reshape(Reshape(x)) -> Reshape(x): the inner shape does not matter.
+            if let NodeKind::Op {
+                op: Op::Reshape(_),
+                args,
+            } = &g.nodes[i].kind
+            {
+                let inner = args[0];
+                if let NodeKind::Op {
+                    op: Op::Reshape(_),
+                    args: inner_args,
+                } = &g.nodes[inner].kind
+                {
+                    let x = inner_args[0];
+                    if let NodeKind::Op { args, .. } = &mut g.nodes[i].kind {
+                        args[0] = x;
+                        changed = true;
+                    }
+                }
+            }
+        }
+        Ok(changed)
+    }
+}

@@ -1,0 +1,87 @@
+//! Memory planning: liveness of every value, so the executor can release each buffer
+//! right after its last use (and hand it to a later node of the same size).
+//!
+//! ```
+//! use spore_compile::plan::MemoryPlan;
+//! use spore_core::{trace::trace, DType, TensorType};
+//! let g = trace("f", &[TensorType::new(&[4], DType::F32)], |x| Ok(vec![x[0].exp()?.neg()?])).unwrap();
+//! let plan = MemoryPlan::new(&g);
+//! assert_eq!(plan.free_after[2], vec![1]); // exp's result dies at neg
+//! ```
+
+use std::fmt::Write;
+
+use spore_core::ir::{Graph, NodeKind, ValueId};
+
+#[derive(Clone, Debug)]
+pub struct MemoryPlan {
+    /// For each node, the values whose last use it is (released after it runs).
+    pub free_after: Vec<Vec<ValueId>>,
+    /// Peak number of bytes of intermediate values alive at once, by liveness.
+    pub peak_bytes: usize,
+}
+
+impl MemoryPlan {
+    pub fn new(g: &Graph) -> MemoryPlan {
+        let n = g.nodes.len();
+        let mut last_use: Vec<Option<usize>> = vec![None; n];
+        for (i, node) in g.nodes.iter().enumerate() {
+            for a in node.args() {
+                last_use[a] = Some(i);
+            }
+        }
+        // Outputs and parameter updates live to the end; so do constants (owned by the graph).
+        let mut pinned = vec![false; n];
+        for &v in g.outputs.iter().chain(g.updates.iter().map(|(_, v)| v)) {
+            pinned[v] = true;
+        }
+        let mut free_after = vec![vec![]; n];
+        for v in 0..n {
+            if pinned[v] || matches!(g.nodes[v].kind, NodeKind::Constant(_)) {
+                continue;
+            }
+            // A value nobody reads is released right after it is made.
+            free_after[last_use[v].unwrap_or(v)].push(v);
+        }
+        let mut live = 0usize;
+        let mut peak = 0usize;
+        let bytes = |v: usize| {
+            g.nodes[v]
+                .types
+                .iter()
+                .map(|t| t.numel() * t.dtype.size_in_bytes())
+                .sum::<usize>()
+        };
+        for (i, frees) in free_after.iter().enumerate() {
+            live += bytes(i);
+            peak = peak.max(live);
+            for &v in frees {
+                live -= bytes(v);
+            }
+        }
+        MemoryPlan {
+            free_after,
+            peak_bytes: peak,
+        }
+    }
+
+    /// The plan as text, appended to the `.ir` of the planned graph.
+    pub fn describe(&self, g: &Graph) -> String {
+        let mut out = format!(
+            "# memory plan: peak {} bytes of live values\n",
+            self.peak_bytes
+        );
+        for (i, frees) in self.free_after.iter().enumerate() {
+            if !frees.is_empty() {
+                let list: Vec<String> = frees.iter().map(|v| format!("%{v}")).collect();
+                let _ = writeln!(
+                    out,
+                    "#   after %{i} ({}): release {}",
+                    g.nodes[i].name,
+                    list.join(", ")
+                );
+            }
+        }
+        out
+    }
+}

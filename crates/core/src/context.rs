@@ -1,0 +1,295 @@
+//! The runtime context (MindSpore's `set_context` / `get_context`): execution mode,
+//! device, graph saving, seed and thread count. Invalid values are errors that list the
+//! allowed ones; nothing falls back silently.
+//!
+//! ```
+//! use spore_core::context::{get_context, set_context, ContextUpdate, Mode};
+//! set_context(ContextUpdate::new().mode(Mode::Graph)).unwrap();
+//! assert_eq!(get_context().mode, Mode::Graph);
+//! set_context(ContextUpdate::new().mode(Mode::PyNative)).unwrap();
+//! let err = set_context(ContextUpdate::new().set("device_target", "GPU").unwrap()).unwrap_err();
+//! assert!(err.to_string().contains("not available"));
+//! ```
+
+use std::path::PathBuf;
+use std::sync::RwLock;
+
+use crate::error::{Error, Result};
+
+/// MindSpore's execution modes: `GRAPH_MODE` compiles whole networks, `PYNATIVE_MODE`
+/// (the default) runs op by op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    Graph,
+    PyNative,
+}
+
+impl Mode {
+    pub fn parse(s: &str) -> Result<Mode> {
+        match s.to_ascii_uppercase().as_str() {
+            "GRAPH" | "GRAPH_MODE" | "0" => Ok(Mode::Graph),
+            "PYNATIVE" | "PYNATIVE_MODE" | "1" => Ok(Mode::PyNative),
+            _ => Err(Error::invalid(format!(
+                "set_context: mode must be one of GRAPH_MODE (0), PYNATIVE_MODE (1); got {s:?}"
+            ))),
+        }
+    }
+}
+
+/// Where kernels run. Only the CPU exists in this build.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DeviceTarget {
+    Cpu,
+}
+
+/// A snapshot of the context.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Context {
+    pub mode: Mode,
+    pub device_target: DeviceTarget,
+    pub device_id: u32,
+    /// 0 = off; 1..=3 = write the IR of every compile stage (MindSpore's levels).
+    pub save_graphs: u8,
+    pub save_graphs_path: PathBuf,
+    pub seed: u64,
+    /// Threads for parallel kernels; `None` = rayon's default (one per core).
+    pub num_threads: Option<usize>,
+    /// Where `ops::print` writes; `None` = standard output.
+    pub print_file_path: Option<PathBuf>,
+    pub enable_profiling: bool,
+    /// Profiler output folder.
+    pub profiling_result_path: PathBuf,
+}
+
+impl Default for Context {
+    fn default() -> Self {
+        Context {
+            mode: Mode::PyNative,
+            device_target: DeviceTarget::Cpu,
+            device_id: 0,
+            save_graphs: 0,
+            save_graphs_path: PathBuf::from("."),
+            seed: 0,
+            num_threads: None,
+            print_file_path: None,
+            enable_profiling: false,
+            profiling_result_path: PathBuf::from("./data"),
+        }
+    }
+}
+
+static CONTEXT: RwLock<Option<Context>> = RwLock::new(None);
+
+/// The current context.
+pub fn get_context() -> Context {
+    match CONTEXT.read() {
+        Ok(c) => c.clone().unwrap_or_default(),
+        Err(p) => p.into_inner().clone().unwrap_or_default(),
+    }
+}
+
+/// The current execution mode.
+pub fn mode() -> Mode {
+    get_context().mode
+}
+
+/// Changes to apply with [`set_context`]; unset fields keep their value.
+#[derive(Clone, Debug, Default)]
+pub struct ContextUpdate {
+    mode: Option<Mode>,
+    device_target: Option<String>,
+    device_id: Option<u32>,
+    save_graphs: Option<u8>,
+    save_graphs_path: Option<PathBuf>,
+    seed: Option<u64>,
+    num_threads: Option<usize>,
+    print_file_path: Option<Option<PathBuf>>,
+    enable_profiling: Option<bool>,
+    profiling_result_path: Option<PathBuf>,
+}
+
+/// Keys understood by [`ContextUpdate::set`].
+pub const CONTEXT_KEYS: &[&str] = &[
+    "mode",
+    "device_target",
+    "device_id",
+    "save_graphs",
+    "save_graphs_path",
+    "seed",
+    "num_threads",
+    "print_file_path",
+    "enable_profiling",
+    "profiling_result_path",
+];
+
+impl ContextUpdate {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn mode(mut self, m: Mode) -> Self {
+        self.mode = Some(m);
+        self
+    }
+    /// "CPU" (case-insensitive); "GPU" and "Ascend" are refused with an explanation.
+    pub fn device_target(mut self, t: &str) -> Self {
+        self.device_target = Some(t.to_string());
+        self
+    }
+    pub fn device_id(mut self, id: u32) -> Self {
+        self.device_id = Some(id);
+        self
+    }
+    /// 0 (off) to 3; `true` in MindSpore is 1.
+    pub fn save_graphs(mut self, level: u8) -> Self {
+        self.save_graphs = Some(level);
+        self
+    }
+    pub fn save_graphs_path(mut self, p: impl Into<PathBuf>) -> Self {
+        self.save_graphs_path = Some(p.into());
+        self
+    }
+    pub fn seed(mut self, s: u64) -> Self {
+        self.seed = Some(s);
+        self
+    }
+    pub fn num_threads(mut self, n: usize) -> Self {
+        self.num_threads = Some(n);
+        self
+    }
+    pub fn print_file_path(mut self, p: Option<PathBuf>) -> Self {
+        self.print_file_path = Some(p);
+        self
+    }
+    pub fn enable_profiling(mut self, on: bool) -> Self {
+        self.enable_profiling = Some(on);
+        self
+    }
+    pub fn profiling_result_path(mut self, p: impl Into<PathBuf>) -> Self {
+        self.profiling_result_path = Some(p.into());
+        self
+    }
+
+    /// Sets a field from strings, as a configuration file or command line would.
+    pub fn set(self, key: &str, value: &str) -> Result<Self> {
+        let num = |what: &str| -> Result<u64> {
+            value.parse::<u64>().map_err(|_| {
+                Error::invalid(format!(
+                    "set_context: {what} must be a non-negative integer, got {value:?}"
+                ))
+            })
+        };
+        let flag = || -> Result<bool> {
+            match value.to_ascii_lowercase().as_str() {
+                "true" | "1" => Ok(true),
+                "false" | "0" => Ok(false),
+                _ => Err(Error::invalid(format!(
+                    "set_context: {key} must be true or false, got {value:?}"
+                ))),
+            }
+        };
+        Ok(match key {
+            "mode" => self.mode(Mode::parse(value)?),
+            "device_target" => self.device_target(value),
+            "device_id" => self.device_id(num("device_id")? as u32),
+            "save_graphs" => match value.to_ascii_lowercase().as_str() {
+                "true" => self.save_graphs(1),
+                "false" => self.save_graphs(0),
+                _ => self.save_graphs(num("save_graphs")?.min(255) as u8),
+            },
+            "save_graphs_path" => self.save_graphs_path(value),
+            "seed" => self.seed(num("seed")?),
+            "num_threads" => self.num_threads(num("num_threads")? as usize),
+            "print_file_path" => self.print_file_path(Some(PathBuf::from(value))),
+            "enable_profiling" => self.enable_profiling(flag()?),
+            "profiling_result_path" => self.profiling_result_path(value),
+            _ => {
+                return Err(Error::invalid(format!(
+                    "set_context: unknown key {key:?}; known keys: {}",
+                    CONTEXT_KEYS.join(", ")
+                )));
+            }
+        })
+    }
+}
+
+fn parse_device(t: &str) -> Result<DeviceTarget> {
+    match t.to_ascii_uppercase().as_str() {
+        "CPU" => Ok(DeviceTarget::Cpu),
+        "GPU" | "ASCEND" => Err(Error::invalid(format!(
+            "set_context: device_target {t} is not available in this build/machine: Spore has CPU kernels only (allowed: CPU)"
+        ))),
+        _ => Err(Error::invalid(format!(
+            "set_context: device_target must be one of CPU, GPU, Ascend; got {t:?}"
+        ))),
+    }
+}
+
+/// Applies `update` after validating every field (nothing changes if one is invalid).
+pub fn set_context(update: ContextUpdate) -> Result<()> {
+    crate::logging::init();
+    let mut next = get_context();
+    if let Some(m) = update.mode {
+        next.mode = m;
+    }
+    if let Some(t) = &update.device_target {
+        next.device_target = parse_device(t)?;
+    }
+    if let Some(id) = update.device_id {
+        if id >= 4096 {
+            return Err(Error::invalid(format!(
+                "set_context: device_id must be in 0..4096, got {id}"
+            )));
+        }
+        next.device_id = id;
+    }
+    if let Some(level) = update.save_graphs {
+        if level > 3 {
+            return Err(Error::invalid(format!(
+                "set_context: save_graphs must be one of 0, 1, 2, 3 (or true/false), got {level}"
+            )));
+        }
+        next.save_graphs = level;
+    }
+    if let Some(p) = update.save_graphs_path {
+        next.save_graphs_path = p;
+    }
+    if let Some(n) = update.num_threads {
+        if n == 0 {
+            return Err(Error::invalid(
+                "set_context: num_threads must be at least 1",
+            ));
+        }
+        // Rayon's global pool can be built once; later requests must agree with it.
+        if rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global()
+            .is_err()
+            && rayon::current_num_threads() != n
+        {
+            return Err(Error::invalid(format!(
+                "set_context: num_threads can only be set before the first parallel kernel runs (it is {}, asked {n})",
+                rayon::current_num_threads()
+            )));
+        }
+        next.num_threads = Some(n);
+    }
+    if let Some(p) = update.print_file_path {
+        next.print_file_path = p;
+    }
+    if let Some(on) = update.enable_profiling {
+        next.enable_profiling = on;
+    }
+    if let Some(p) = update.profiling_result_path {
+        next.profiling_result_path = p;
+    }
+    if let Some(s) = update.seed {
+        next.seed = s;
+        crate::rng::set_seed(s);
+    }
+    log::info!("context: {next:?}");
+    match CONTEXT.write() {
+        Ok(mut c) => *c = Some(next),
+        Err(p) => *p.into_inner() = Some(next),
+    }
+    Ok(())
+}

@@ -1,0 +1,227 @@
+//! `FusedElementwise`: a chain of elementwise ops compiled into one loop over memory.
+//!
+//! The graph compiler's fusion pass builds a [`FusedProgram`]: registers `0..num_inputs`
+//! hold the (broadcast) inputs, instruction `k` writes register `num_inputs + k`, and the
+//! last register is the result. Evaluation runs the instructions chunk by chunk (512
+//! elements), so intermediates live in L1 cache instead of full-size temporaries.
+//! Comparison results are kept as 0/1 in the compute dtype.
+//!
+//! ```
+//! use spore_core::prims::fused::{FusedInstr, FusedProgram};
+//! use spore_core::op::Op;
+//! use spore_core::{apply::apply, DType, Tensor};
+//! use spore_kernels::{BinaryFn, UnaryFn};
+//! // relu(a * b + a)
+//! let p = FusedProgram {
+//!     num_inputs: 2,
+//!     instrs: vec![FusedInstr::Binary(BinaryFn::Mul, 0, 1), FusedInstr::Binary(BinaryFn::Add, 2, 0), FusedInstr::Unary(UnaryFn::Relu, 3)],
+//!     compute: DType::F32,
+//!     out_dtype: DType::F32,
+//! };
+//! let a = Tensor::from_vec(vec![1.0f32, -2.0], &[2]).unwrap();
+//! let b = Tensor::from_vec(vec![3.0f32], &[1]).unwrap();
+//! let y = apply(Op::Fused(p), &[&a, &b], std::panic::Location::caller()).unwrap();
+//! assert_eq!(y.to_vec::<f32>().unwrap(), vec![4.0, 0.0]);
+//! ```
+
+use rayon::prelude::*;
+
+use spore_kernels::{BinaryFn, Buffer, CompareFn, DType, Layout, Num, UnaryFn};
+
+use super::broadcast_shapes;
+use crate::error::{Error, Result};
+use crate::tensor::{Storage, Tensor, TensorType};
+
+/// One step of a fused program; operands are register numbers.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum FusedInstr {
+    Unary(UnaryFn, usize),
+    Binary(BinaryFn, usize, usize),
+    Compare(CompareFn, usize, usize),
+    /// `cond != 0 ? a : b`
+    Select(usize, usize, usize),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FusedProgram {
+    pub num_inputs: usize,
+    pub instrs: Vec<FusedInstr>,
+    /// Float dtype all registers use (F32 or F64); Bool inputs load as 0/1.
+    pub compute: DType,
+    /// The result's dtype: `compute`, or Bool when the last step is a comparison.
+    pub out_dtype: DType,
+}
+
+const CHUNK: usize = 512;
+
+impl FusedProgram {
+    pub(crate) fn infer(&self, inputs: &[&TensorType]) -> Result<TensorType, String> {
+        if inputs.len() != self.num_inputs {
+            return Err(format!(
+                "expected {} inputs, got {}",
+                self.num_inputs,
+                inputs.len()
+            ));
+        }
+        if !self.compute.is_float()
+            || (self.out_dtype != self.compute && self.out_dtype != DType::Bool)
+        {
+            return Err(format!(
+                "unsupported dtypes: compute {}, output {}",
+                self.compute, self.out_dtype
+            ));
+        }
+        let mut shape: Vec<usize> = vec![];
+        for t in inputs {
+            if t.dtype != self.compute && t.dtype != DType::Bool {
+                return Err(format!(
+                    "input of dtype {} in a {} program",
+                    t.dtype, self.compute
+                ));
+            }
+            shape = broadcast_shapes(&shape, &t.shape)?;
+        }
+        for (k, ins) in self.instrs.iter().enumerate() {
+            let limit = self.num_inputs + k;
+            let regs: Vec<usize> = match *ins {
+                FusedInstr::Unary(_, a) => vec![a],
+                FusedInstr::Binary(_, a, b) | FusedInstr::Compare(_, a, b) => vec![a, b],
+                FusedInstr::Select(c, a, b) => vec![c, a, b],
+            };
+            if regs.iter().any(|&r| r >= limit) {
+                return Err(format!("instruction {k} reads a register not yet written"));
+            }
+        }
+        if self.instrs.is_empty() {
+            return Err("empty program".into());
+        }
+        Ok(TensorType::new(&shape, self.out_dtype))
+    }
+
+    pub(crate) fn eval(&self, inputs: &[&Tensor], out: &TensorType) -> Result<Storage, String> {
+        let buf = match self.compute {
+            DType::F32 => self.run::<f32>(inputs, &out.shape),
+            DType::F64 => self.run::<f64>(inputs, &out.shape),
+            d => return Err(format!("compute dtype {d} is not a float")),
+        };
+        Ok(Storage::contiguous(buf, &out.shape))
+    }
+
+    fn run<T: Num>(&self, inputs: &[&Tensor], shape: &[usize]) -> Buffer {
+        let n: usize = shape.iter().product();
+        // Each input as (values in T, layout broadcast to the output shape).
+        let loaded: Vec<(Vec<T>, Layout)> = inputs
+            .iter()
+            .map(|t| {
+                let s = t.buf();
+                let values: Vec<T> = match T::slice_of(&s.buffer) {
+                    Some(v) => v.to_vec(),
+                    None => s.buffer.to_f64_vec().into_iter().map(T::from_f64).collect(),
+                };
+                (values, s.layout.broadcast_to(shape))
+            })
+            .collect();
+        let mut out = vec![T::zero(); n];
+        let chunks = out.len().div_ceil(CHUNK);
+        let body = |(c, dst): (usize, &mut [T])| {
+            let mut regs: Vec<Vec<T>> =
+                vec![vec![T::zero(); CHUNK]; self.num_inputs + self.instrs.len()];
+            let start = c * CHUNK;
+            let len = dst.len();
+            for (r, (vals, layout)) in loaded.iter().enumerate() {
+                gather_range(vals, layout, start, &mut regs[r][..len]);
+            }
+            for (k, ins) in self.instrs.iter().enumerate() {
+                let dst_reg = self.num_inputs + k;
+                let (before, after) = regs.split_at_mut(dst_reg);
+                let d = &mut after[0][..len];
+                match *ins {
+                    FusedInstr::Unary(f, a) => d
+                        .iter_mut()
+                        .zip(&before[a][..len])
+                        .for_each(|(o, &x)| *o = x.unary(f)),
+                    FusedInstr::Binary(f, a, b) => {
+                        for i in 0..len {
+                            d[i] = before[a][i].binary(f, before[b][i]);
+                        }
+                    }
+                    FusedInstr::Compare(f, a, b) => {
+                        for i in 0..len {
+                            d[i] = if f.test(before[a][i], before[b][i]) {
+                                T::one()
+                            } else {
+                                T::zero()
+                            };
+                        }
+                    }
+                    FusedInstr::Select(cnd, a, b) => {
+                        for i in 0..len {
+                            d[i] = if before[cnd][i] != T::zero() {
+                                before[a][i]
+                            } else {
+                                before[b][i]
+                            };
+                        }
+                    }
+                }
+            }
+            dst.copy_from_slice(&regs[self.num_inputs + self.instrs.len() - 1][..len]);
+        };
+        if chunks > 8 {
+            out.par_chunks_mut(CHUNK).enumerate().for_each(body);
+        } else {
+            out.chunks_mut(CHUNK).enumerate().for_each(body);
+        }
+        if self.out_dtype == DType::Bool {
+            Buffer::Bool(out.into_iter().map(|v| v != T::zero()).collect())
+        } else {
+            T::into_buffer(out)
+        }
+    }
+
+    pub(crate) fn vjp(&self) -> Result<Vec<Option<Tensor>>> {
+        Err(Error::invalid(
+            "FusedElementwise has no gradient rule: fusion runs after autodiff, on compiled graphs only",
+        ))
+    }
+}
+
+/// Writes elements `start..start + dst.len()` (row-major over the layout's shape) of a
+/// strided view into `dst`.
+fn gather_range<T: Copy>(vals: &[T], layout: &Layout, start: usize, dst: &mut [T]) {
+    if layout.is_contiguous() {
+        let o = layout.offset + start;
+        dst.copy_from_slice(&vals[o..o + dst.len()]);
+        return;
+    }
+    if layout.strides.iter().all(|&s| s == 0) {
+        dst.iter_mut().for_each(|d| *d = vals[layout.offset]);
+        return;
+    }
+    // Unravel `start`, then step an odometer.
+    let rank = layout.shape.len();
+    let mut idx = vec![0usize; rank];
+    let mut rem = start;
+    for ax in (0..rank).rev() {
+        idx[ax] = rem % layout.shape[ax];
+        rem /= layout.shape[ax];
+    }
+    let mut off: isize = layout.offset as isize
+        + (0..rank)
+            .map(|a| idx[a] as isize * layout.strides[a])
+            .sum::<isize>();
+    for d in dst.iter_mut() {
+        *d = vals[off as usize];
+        let mut ax = rank;
+        while ax > 0 {
+            ax -= 1;
+            idx[ax] += 1;
+            off += layout.strides[ax];
+            if idx[ax] < layout.shape[ax] {
+                break;
+            }
+            off -= layout.strides[ax] * layout.shape[ax] as isize;
+            idx[ax] = 0;
+        }
+    }
+}

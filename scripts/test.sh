@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The project's test command (README, .ci/run): installs what the tests need on a fresh
+# Debian machine, then runs every test in the workspace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v dot >/dev/null 2>&1 || need_apt+=(graphviz)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing ${need_apt[*]} (needed by the tests)"
+        apt-get update -qq >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+    else
+        echo "the tests need: ${need_apt[*]} (e.g. sudo apt-get install ${need_apt[*]})" >&2
+        exit 1
+    fi
+fi
+
+cargo test --workspace
