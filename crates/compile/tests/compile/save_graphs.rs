@@ -10,7 +10,6 @@ fn save_graphs_writes_renderable_dot_and_located_ir() {
     let dir = std::env::temp_dir().join(format!("spore-save-graphs-{}", std::process::id()));
     std::fs::remove_dir_all(&dir).ok();
     set_context(ContextUpdate::new().save_graphs(1).save_graphs_path(&dir)).unwrap();
-    let line = line!() + 1;
     let f = jit("saved", |x: &[Tensor]| {
         Ok(vec![
             x[0].exp()?
@@ -41,11 +40,26 @@ fn save_graphs_writes_renderable_dot_and_located_ir() {
         );
     }
     let ir = std::fs::read_to_string(out.join("00_trace.ir")).unwrap();
-    let here = format!("# In file {}:{line}", file!());
+    // The Exp node names this file and a line that holds the `.exp()` call.
+    let exp_line = ir
+        .lines()
+        .find(|l| l.contains("= Exp("))
+        .expect("an Exp node");
+    let at = exp_line
+        .split(&format!("# In file {}:", file!()))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no location in {exp_line}"));
+    let line: usize = at.trim().parse().unwrap();
+    let source = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(file!()),
+    )
+    .unwrap();
     assert!(
-        ir.lines()
-            .any(|l| l.contains("= Exp(") && l.contains(&here)),
-        "{ir}"
+        source.lines().nth(line - 1).unwrap().contains(".exp()"),
+        "line {line} of {} is not the exp call",
+        file!()
     );
     let plan = std::fs::read_to_string(out.join("09_plan.ir")).unwrap();
     assert!(plan.contains("# memory plan"), "{plan}");
