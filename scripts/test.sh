@@ -17,4 +17,10 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     fi
 fi
 
+# NumPy reads the dumped .npy files in the Dump tests (tests never need other Python).
+if ! python3 -c "import numpy" >/dev/null 2>&1; then
+    echo "installing numpy (needed by the Dump tests)"
+    python3 -m pip install --quiet numpy
+fi
+
 cargo test --workspace

@@ -12,8 +12,11 @@
 
 use std::collections::HashMap;
 use std::panic::Location;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 
-use spore_core::apply::{apply, no_grad};
+use spore_core::apply::{apply_in_graph as apply, no_grad};
+use spore_core::debug::{self, OpSite, dump};
 use spore_core::ir::interpret::check_inputs;
 use spore_core::ir::{Graph, NodeKind};
 use spore_core::{Error, Result, Tensor};
@@ -29,12 +32,19 @@ pub struct Executable {
     slots: Vec<Vec<Tensor>>,
     /// Compiled sub-graphs of control-flow nodes: node -> (first, second).
     subgraphs: HashMap<usize, (Executable, Executable)>,
+    /// Graph id in dumps and profiles (PyNative ops are graph 0).
+    pub graph_id: usize,
+    /// Whether this graph's IR and execution order were written for the current dumper.
+    dump_registered: Option<usize>,
 }
+
+static NEXT_GRAPH_ID: AtomicUsize = AtomicUsize::new(1);
 
 impl Executable {
     /// Plans `graph` (already optimised) for execution.
     pub fn new(graph: Graph) -> Result<Executable> {
         graph.verify()?;
+        debug::check_env()?;
         let mut subgraphs = HashMap::new();
         for (i, n) in graph.nodes.iter().enumerate() {
             let pair = match &n.kind {
@@ -55,11 +65,14 @@ impl Executable {
         }
         let plan = MemoryPlan::new(&graph);
         let slots = vec![vec![]; graph.nodes.len()];
+        let graph_id = NEXT_GRAPH_ID.fetch_add(1, Ordering::Relaxed);
         Ok(Executable {
             graph,
             plan,
             slots,
             subgraphs,
+            graph_id,
+            dump_registered: None,
         })
     }
 
@@ -87,7 +100,21 @@ impl Executable {
         let keys: Vec<Tensor> = (0..self.graph.num_keys)
             .map(|_| Tensor::scalar(spore_core::rng::next_key() as i64))
             .collect();
-        let result = no_grad(|| self.execute(inputs, &keys));
+        let dumper = dump::current();
+        let iteration = match &dumper {
+            Some(d) => {
+                let key = std::sync::Arc::as_ptr(d) as usize;
+                if self.dump_registered != Some(key) {
+                    d.register_graph(self.graph_id, &self.graph)?;
+                    self.dump_registered = Some(key);
+                }
+                d.begin_graph_run(self.graph_id, &self.graph)?
+            }
+            None => 0,
+        };
+        let result = no_grad(|| self.execute(inputs, &keys, iteration));
+        // Everything dumped during the run reaches the disk, whether the run failed or not.
+        let flushed = dumper.map(|d| d.flush()).unwrap_or(Ok(()));
         // Release everything still held, also after an error.
         let outputs = result.map(|()| {
             self.graph
@@ -102,10 +129,13 @@ impl Executable {
             }
         }
         self.slots.iter_mut().for_each(|s| s.clear());
-        outputs
+        let outputs = outputs?;
+        flushed?;
+        Ok(outputs)
     }
 
-    fn execute(&mut self, inputs: &[Tensor], keys: &[Tensor]) -> Result<()> {
+    fn execute(&mut self, inputs: &[Tensor], keys: &[Tensor], iteration: u64) -> Result<()> {
+        let observe = debug::enabled();
         for i in 0..self.graph.nodes.len() {
             let node = &self.graph.nodes[i];
             let arg = |slots: &Vec<Vec<Tensor>>, v: usize| slots[v][0].clone();
@@ -117,11 +147,21 @@ impl Executable {
                 NodeKind::Op { op, args } => {
                     let vals: Vec<Tensor> = args.iter().map(|&a| arg(&self.slots, a)).collect();
                     let refs: Vec<&Tensor> = vals.iter().collect();
-                    vec![apply(
+                    let start = observe.then(Instant::now);
+                    let out = apply(
                         op.clone(),
                         &refs,
                         node.location.unwrap_or(Location::caller()),
-                    )?]
+                    )?;
+                    if let Some(start) = start {
+                        let site = OpSite {
+                            graph_id: self.graph_id,
+                            iteration,
+                            task_id: i,
+                        };
+                        debug::report_op(site, op, &node.name, &refs, &out, start)?;
+                    }
+                    vec![out]
                 }
                 NodeKind::Cond {
                     pred,

@@ -29,7 +29,7 @@ use spore_core::prims::custom::{CustomOp, CustomPrimitive};
 use spore_core::{Error, Result, Tensor, TensorType, is_grad_enabled, trace, with_grad_enabled};
 
 use crate::executor::Executable;
-use crate::pass::{default_passes, run_passes, save_graph};
+use crate::pass::{default_passes, dump_passes, run_passes, save_graph};
 
 /// The function type `jit` compiles: tensors in, tensors out.
 pub type TensorFn = dyn Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync;
@@ -105,7 +105,12 @@ impl Jit {
         let n = self.compiles.fetch_add(1, Ordering::Relaxed);
         let save_dir: Option<PathBuf> =
             (ctx.save_graphs > 0).then(|| ctx.save_graphs_path.join(format!("{}_{n}", self.name)));
-        let passes = default_passes();
+        spore_core::debug::check_env()?;
+        let passes = if spore_core::debug::dump::current().is_some() {
+            dump_passes()
+        } else {
+            default_passes()
+        };
         run_passes(&mut graph, &passes, save_dir.as_deref())?;
         let exe = Executable::new(graph)?;
         if let Some(dir) = &save_dir {

@@ -40,6 +40,15 @@ pub fn default_passes() -> Vec<Box<dyn Pass>> {
     ]
 }
 
+/// The pipeline used while a dump is active: the standard one without elementwise
+/// fusion, so that every op of the source keeps its name and its own dump files.
+pub fn dump_passes() -> Vec<Box<dyn Pass>> {
+    default_passes()
+        .into_iter()
+        .filter(|p| p.name() != "fuse_elementwise")
+        .collect()
+}
+
 /// Writes `NN_<name>.ir` and `NN_<name>.dot` into `dir`.
 pub fn save_graph(g: &Graph, dir: &Path, index: usize, name: &str) -> Result<()> {
     std::fs::create_dir_all(dir)

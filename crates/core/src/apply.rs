@@ -11,7 +11,9 @@
 //! ```
 
 use std::cell::Cell;
+use std::time::Instant;
 
+use crate::debug;
 use crate::error::{Error, Result, SourceLocation};
 use crate::op::Op;
 use crate::tensor::{Data, GradFn, Tensor, TensorType};
@@ -57,11 +59,31 @@ pub(crate) fn op_error(op: &Op, message: String, inputs: &[&Tensor], loc: Source
 /// Applies `op` to `inputs`: computes it (PyNative), or records it into the active trace
 /// when an input is symbolic. `loc` is the user's call site, reported in errors and IR.
 pub fn apply(op: Op, inputs: &[&Tensor], loc: SourceLocation) -> Result<Tensor> {
+    apply_observed(op, inputs, loc, true)
+}
+
+/// [`apply`] for graph executors, which report ops to dump and profiler themselves
+/// (under the graph's names), so the eager report is skipped.
+pub fn apply_in_graph(op: Op, inputs: &[&Tensor], loc: SourceLocation) -> Result<Tensor> {
+    apply_observed(op, inputs, loc, false)
+}
+
+fn apply_observed(
+    op: Op,
+    inputs: &[&Tensor],
+    loc: SourceLocation,
+    observe: bool,
+) -> Result<Tensor> {
     let types: Vec<&TensorType> = inputs.iter().map(|t| t.tensor_type()).collect();
     let ty = op
         .infer(&types)
         .map_err(|m| op_error(&op, m, inputs, loc))?;
-    let data = if inputs.iter().any(|t| t.is_symbolic()) {
+    // Side effects inside a trace are recorded even without symbolic inputs, so that a
+    // compiled graph prints on every run rather than once while tracing.
+    let record =
+        inputs.iter().any(|t| t.is_symbolic()) || (op.is_side_effect() && trace::is_tracing());
+    let started = (observe && !record && debug::enabled()).then(Instant::now);
+    let data = if record {
         trace::record(&op, inputs, &ty, loc)?
     } else {
         Data::Concrete(
@@ -69,11 +91,16 @@ pub fn apply(op: Op, inputs: &[&Tensor], loc: SourceLocation) -> Result<Tensor> 
                 .map_err(|m| op_error(&op, m, inputs, loc))?,
         )
     };
+    let reported = started.map(|s| (op.clone(), s));
     let differentiable = !matches!(op, Op::StopGradient);
     let track = differentiable && is_grad_enabled() && inputs.iter().any(|t| t.requires_grad());
     let node = track.then(|| GradFn {
         op,
         inputs: inputs.iter().map(|&t| t.clone()).collect(),
     });
-    Ok(Tensor::from_data(ty, data, node, track))
+    let out = Tensor::from_data(ty, data, node, track);
+    if let Some((op, start)) = reported {
+        debug::report_eager(&op, inputs, &out, start)?;
+    }
+    Ok(out)
 }

@@ -58,6 +58,19 @@ pub fn gradients(
         accumulate(&mut grads, o, s.clone())?;
     }
     let keep: HashSet<u64> = targets.iter().map(|t| t.id()).collect();
+    crate::trace::with_gradient_scope(|| backward_pass(outputs, &keep, &mut grads))?;
+    Ok(targets
+        .iter()
+        .map(|t| grads.get(&t.id()).cloned())
+        .collect())
+}
+
+/// Walks the recorded nodes from `outputs` backwards, accumulating into `grads`.
+fn backward_pass(
+    outputs: &[Tensor],
+    keep: &HashSet<u64>,
+    grads: &mut HashMap<u64, Tensor>,
+) -> Result<()> {
     for t in topological_order(outputs).iter().rev() {
         let Some(node) = t.grad_fn() else { continue };
         let g = if keep.contains(&t.id()) {
@@ -77,14 +90,11 @@ pub fn gradients(
                         input.shape()
                     )));
                 }
-                accumulate(&mut grads, input, ig)?;
+                accumulate(grads, input, ig)?;
             }
         }
     }
-    Ok(targets
-        .iter()
-        .map(|t| grads.get(&t.id()).cloned())
-        .collect())
+    Ok(())
 }
 
 fn accumulate(grads: &mut HashMap<u64, Tensor>, t: &Tensor, g: Tensor) -> Result<()> {

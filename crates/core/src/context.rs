@@ -57,8 +57,10 @@ pub struct Context {
     /// Where `ops::print` writes; `None` = standard output.
     pub print_file_path: Option<PathBuf>,
     pub enable_profiling: bool,
-    /// Profiler output folder.
+    /// Profiler output folder (`profiling_options.result_path`).
     pub profiling_result_path: PathBuf,
+    /// Whether the iteration trace is recorded (`profiling_options.training_trace`).
+    pub training_trace: bool,
 }
 
 impl Default for Context {
@@ -74,6 +76,7 @@ impl Default for Context {
             print_file_path: None,
             enable_profiling: false,
             profiling_result_path: PathBuf::from("./data"),
+            training_trace: true,
         }
     }
 }
@@ -106,6 +109,8 @@ pub struct ContextUpdate {
     print_file_path: Option<Option<PathBuf>>,
     enable_profiling: Option<bool>,
     profiling_result_path: Option<PathBuf>,
+    training_trace: Option<bool>,
+    bad_option: Option<String>,
 }
 
 /// Keys understood by [`ContextUpdate::set`].
@@ -120,6 +125,7 @@ pub const CONTEXT_KEYS: &[&str] = &[
     "print_file_path",
     "enable_profiling",
     "profiling_result_path",
+    "profiling_options",
 ];
 
 impl ContextUpdate {
@@ -168,6 +174,21 @@ impl ContextUpdate {
         self.profiling_result_path = Some(p.into());
         self
     }
+    /// MindSpore's JSON string, e.g. `{"result_path": "/tmp/prof", "training_trace": "on"}`.
+    pub fn profiling_options(mut self, json: &str) -> Self {
+        match parse_profiling_options(json) {
+            Ok((path, trace)) => {
+                if let Some(p) = path {
+                    self.profiling_result_path = Some(p);
+                }
+                if let Some(t) = trace {
+                    self.training_trace = Some(t);
+                }
+            }
+            Err(e) => self.bad_option = Some(e.to_string()),
+        }
+        self
+    }
 
     /// Sets a field from strings, as a configuration file or command line would.
     pub fn set(self, key: &str, value: &str) -> Result<Self> {
@@ -202,6 +223,10 @@ impl ContextUpdate {
             "print_file_path" => self.print_file_path(Some(PathBuf::from(value))),
             "enable_profiling" => self.enable_profiling(flag()?),
             "profiling_result_path" => self.profiling_result_path(value),
+            "profiling_options" => {
+                parse_profiling_options(value)?;
+                self.profiling_options(value)
+            }
             _ => {
                 return Err(Error::invalid(format!(
                     "set_context: unknown key {key:?}; known keys: {}",
@@ -224,10 +249,58 @@ fn parse_device(t: &str) -> Result<DeviceTarget> {
     }
 }
 
+/// Parses `profiling_options`: `result_path` and `training_trace` ("on"/"off").
+fn parse_profiling_options(json: &str) -> Result<(Option<PathBuf>, Option<bool>)> {
+    let bad = |m: String| Error::invalid(format!("set_context: profiling_options {m}"));
+    let v: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| bad(format!("must be a JSON object: {e}")))?;
+    let obj = v
+        .as_object()
+        .ok_or_else(|| bad("must be a JSON object".into()))?;
+    let (mut path, mut trace) = (None, None);
+    for (k, v) in obj {
+        match k.as_str() {
+            "result_path" => {
+                path = Some(PathBuf::from(
+                    v.as_str()
+                        .ok_or_else(|| bad("result_path must be a string".into()))?,
+                ))
+            }
+            "training_trace" => {
+                trace = Some(match v.as_str() {
+                    Some("on") => true,
+                    Some("off") => false,
+                    _ => {
+                        return Err(bad(format!(
+                            "training_trace must be \"on\" or \"off\", got {v}"
+                        )));
+                    }
+                })
+            }
+            // Ascend-only options are accepted and ignored on CPU.
+            "output" | "fp_point" | "bp_point" | "aicpu_trace" | "task_trace" => {}
+            other => {
+                return Err(bad(format!(
+                    "has unknown key {other:?}; known: result_path, training_trace"
+                )));
+            }
+        }
+    }
+    Ok((path, trace))
+}
+
+static CONTEXT_PROFILER: std::sync::Mutex<
+    Option<std::sync::Arc<crate::debug::profiler::Profiler>>,
+> = std::sync::Mutex::new(None);
+
 /// Applies `update` after validating every field (nothing changes if one is invalid).
 pub fn set_context(update: ContextUpdate) -> Result<()> {
     crate::logging::init();
-    let mut next = get_context();
+    if let Some(e) = &update.bad_option {
+        return Err(Error::invalid(e.clone()));
+    }
+    let previous = get_context();
+    let mut next = previous.clone();
     if let Some(m) = update.mode {
         next.mode = m;
     }
@@ -282,14 +355,34 @@ pub fn set_context(update: ContextUpdate) -> Result<()> {
     if let Some(p) = update.profiling_result_path {
         next.profiling_result_path = p;
     }
+    if let Some(t) = update.training_trace {
+        next.training_trace = t;
+    }
     if let Some(s) = update.seed {
         next.seed = s;
         crate::rng::set_seed(s);
     }
     log::info!("context: {next:?}");
+    let (start, stop) = (
+        next.enable_profiling && !previous.enable_profiling,
+        !next.enable_profiling && previous.enable_profiling,
+    );
+    let result_path = next.profiling_result_path.clone();
     match CONTEXT.write() {
         Ok(mut c) => *c = Some(next),
         Err(p) => *p.into_inner() = Some(next),
+    }
+    // enable_profiling starts a profiler; turning it off stops it and writes the results.
+    if start {
+        let p = crate::debug::profiler::Profiler::new(result_path);
+        p.start();
+        if let Ok(mut g) = CONTEXT_PROFILER.lock() {
+            *g = Some(p);
+        }
+    }
+    if stop && let Some(p) = CONTEXT_PROFILER.lock().ok().and_then(|mut g| g.take()) {
+        p.stop();
+        p.analyse()?;
     }
     Ok(())
 }

@@ -20,6 +20,7 @@ pub mod autodiff;
 mod composite;
 pub mod context;
 pub mod control;
+pub mod debug;
 mod display;
 pub mod error;
 pub mod ir;

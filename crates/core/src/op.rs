@@ -120,8 +120,17 @@ pub enum Op {
     },
     /// A chain of elementwise ops run as one loop (built by the graph compiler).
     Fused(FusedProgram),
+    /// Prints text and its tensor inputs in order (a side effect kept in graphs).
+    Print(Vec<PrintSegment>),
     /// A primitive defined outside this crate.
     Custom(CustomOp),
+}
+
+/// One piece of a `Print`: literal text, or the next tensor input.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PrintSegment {
+    Text(String),
+    Tensor,
 }
 
 /// Names of every built-in primitive, as [`Op::name`] prints them (the op-table coverage
@@ -252,6 +261,7 @@ impl Op {
             Op::OneHot { .. } => "OneHot",
             Op::RandomUniform { .. } => "UniformReal",
             Op::Fused(_) => "FusedElementwise",
+            Op::Print(_) => "Print",
             Op::Custom(c) => return c.name().to_string(),
         };
         s.to_string()
@@ -266,6 +276,11 @@ impl Op {
         )
     }
 
+    /// True for ops run for their effect (printing): never removed, merged or folded.
+    pub fn is_side_effect(&self) -> bool {
+        matches!(self, Op::Print(_))
+    }
+
     /// Number of inputs, or `None` for custom ops (which check their own).
     pub fn arity(&self) -> Option<usize> {
         Some(match self {
@@ -273,7 +288,7 @@ impl Op {
             Op::Conv2dBackpropInput { .. } | Op::Conv2dBackpropFilter { .. } => 2,
             Op::MaxPool2dGrad(_) | Op::Gather { .. } => 2,
             Op::Select | Op::ScatterAdd { .. } => 3,
-            Op::Concat { .. } | Op::Custom(_) | Op::Fused(_) => return None,
+            Op::Concat { .. } | Op::Custom(_) | Op::Fused(_) | Op::Print(_) => return None,
             _ => 1,
         })
     }

@@ -15,6 +15,7 @@ pub use crate::autodiff::{grad, value_and_grad};
 use crate::error::Result;
 pub use crate::prims::conv::{Conv2dOptions, PadMode};
 pub use crate::prims::pool::Pool2dOptions;
+pub use crate::prims::print::{PrintArg, print};
 use crate::tensor::Tensor;
 
 macro_rules! unary {

@@ -45,6 +45,21 @@ thread_local! {
     static TRACE: RefCell<Vec<TraceState>> = const { RefCell::new(Vec::new()) };
     static SCOPES: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
     static EAGER_COUNTER: RefCell<usize> = const { RefCell::new(0) };
+    static IN_GRADIENT: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Runs `f` with op names under `Gradients/` (MindSpore names backward ops that way; the
+/// profiler's iteration trace uses it to tell the backward pass apart).
+pub fn with_gradient_scope<R>(f: impl FnOnce() -> R) -> R {
+    struct Leave;
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            IN_GRADIENT.with(|g| g.set(g.get().saturating_sub(1)));
+        }
+    }
+    IN_GRADIENT.with(|g| g.set(g.get() + 1));
+    let _leave = Leave;
+    f()
 }
 
 static NEXT_TRACE: AtomicU64 = AtomicU64::new(1);
@@ -69,12 +84,17 @@ pub fn with_scope<R>(name: &str, f: impl FnOnce() -> R) -> R {
 
 /// The current scope path, e.g. `Default/network/conv1`.
 pub fn current_scope() -> String {
+    let root = if IN_GRADIENT.with(|g| g.get() > 0) {
+        "Gradients/Default"
+    } else {
+        "Default"
+    };
     SCOPES.with(|s| {
         let s = s.borrow();
         if s.is_empty() {
-            "Default".to_string()
+            root.to_string()
         } else {
-            format!("Default/{}", s.join("/"))
+            format!("{root}/{}", s.join("/"))
         }
     })
 }

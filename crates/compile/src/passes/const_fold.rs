@@ -43,7 +43,10 @@ impl Pass for ConstFold {
             let NodeKind::Op { op, args } = &g.nodes[i].kind else {
                 continue;
             };
-            if matches!(op, Op::Custom(_)) || g.nodes[i].ty().numel() > MAX_FOLDED_ELEMENTS {
+            if matches!(op, Op::Custom(_))
+                || op.is_side_effect()
+                || g.nodes[i].ty().numel() > MAX_FOLDED_ELEMENTS
+            {
                 continue;
             }
             let consts: Option<Vec<_>> = args

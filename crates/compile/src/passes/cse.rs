@@ -41,6 +41,7 @@ impl Pass for Cse {
         let mut changed = false;
         for i in 0..g.nodes.len() {
             let key = match &g.nodes[i].kind {
+                NodeKind::Op { op, .. } if op.is_side_effect() => continue,
                 NodeKind::Op { op, args } => Key::Op(op.clone(), args.clone()),
                 NodeKind::Constant(t) if t.numel() <= SMALL_CONSTANT => Key::Constant(
                     t.dtype().name().to_string(),

@@ -1,5 +1,5 @@
 //! Dead-code elimination: drops nodes whose values reach no output and no parameter
-//! update. Inputs stay (they are the graph's signature).
+//! update. Inputs stay (they are the graph's signature), and so do side effects (Print).
 //!
 //! ```
 //! use spore_compile::{pass::Pass, passes::Dce};
@@ -30,7 +30,8 @@ impl Pass for Dce {
             live[o] = true;
         }
         for (i, n) in g.nodes.iter().enumerate() {
-            if matches!(n.kind, NodeKind::Input(_)) {
+            if matches!(n.kind, NodeKind::Input(_)) || n.op().is_some_and(|op| op.is_side_effect())
+            {
                 live[i] = true;
             }
         }

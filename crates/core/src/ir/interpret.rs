@@ -11,7 +11,7 @@
 use std::panic::Location;
 
 use super::{Graph, NodeKind};
-use crate::apply::{apply, no_grad};
+use crate::apply::{apply_in_graph as apply, no_grad};
 use crate::error::{Error, Result};
 use crate::parameter::Parameter;
 use crate::tensor::Tensor;

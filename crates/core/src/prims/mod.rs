@@ -10,6 +10,7 @@ pub mod index;
 pub mod matmul;
 pub mod movement;
 pub mod pool;
+pub mod print;
 pub mod random;
 pub mod reduce;
 
@@ -40,6 +41,7 @@ pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, Strin
         Op::Gather { .. } | Op::ScatterAdd { .. } | Op::OneHot { .. } => index::infer(op, inputs),
         Op::RandomUniform { .. } => random::infer(op, inputs),
         Op::Fused(p) => p.infer(inputs),
+        Op::Print(segments) => print::infer(segments, inputs),
         Op::Custom(c) => c.infer(inputs),
     }
 }
@@ -69,6 +71,7 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Stor
         }
         Op::RandomUniform { .. } => random::eval(op, inputs, out),
         Op::Fused(p) => p.eval(inputs, out),
+        Op::Print(segments) => print::eval(segments, inputs),
         Op::Custom(c) => c.eval(inputs, out),
     }
 }
@@ -103,6 +106,7 @@ pub(crate) fn vjp(
         }
         Op::RandomUniform { .. } => Ok(vec![None]),
         Op::Fused(p) => p.vjp(),
+        Op::Print(_) => Ok(vec![None; inputs.len()]),
         Op::Custom(c) => c.vjp(inputs, out, grad),
     }
 }
