@@ -82,7 +82,9 @@ fn apply_observed(
     // compiled graph prints on every run rather than once while tracing.
     let record =
         inputs.iter().any(|t| t.is_symbolic()) || (op.is_side_effect() && trace::is_tracing());
-    let started = (observe && !record && debug::enabled()).then(Instant::now);
+    // Values computed while tracing are constants of a graph, not executions to report.
+    let started =
+        (observe && !record && debug::enabled() && !trace::is_tracing()).then(Instant::now);
     let data = if record {
         trace::record(&op, inputs, &ty, loc)?
     } else {

@@ -7,6 +7,7 @@
 //! assert_eq!(ops::relu(&x).unwrap().to_vec::<f32>().unwrap(), vec![1.0, 0.0]);
 //! ```
 
+pub use spore_compile as compile;
 pub use spore_core as core;
 pub use spore_core::{Error, Result, autodiff, ops, rng};
 pub use spore_data as data;

@@ -168,3 +168,65 @@ fn dump_of_one_lenet_iteration_in_graph_and_pynative_mode() {
     result.unwrap();
     check_dump(&dir, 0, &w0, &x);
 }
+
+#[test]
+fn dump_compare_finds_no_difference_between_modes_and_names_a_planted_one() {
+    use spore_core::debug::dump::inspect;
+    let _guard = serial();
+    let (x, y) = batch();
+    let (eager_dir, graph_dir) = (temp_dir("cmp-eager"), temp_dir("cmp-graph"));
+    let eager_net = LeNet::new();
+    enable(&eager_dir);
+    let r = eager_net.step(&x, &y);
+    dump::disable().unwrap();
+    r.unwrap();
+    let net = std::sync::Arc::new(LeNet::new());
+    let n2 = net.clone();
+    let step = jit("cmp_step", move |a: &[Tensor]| {
+        Ok(vec![n2.step(&a[0], &a[1])?])
+    });
+    enable(&graph_dir);
+    let r = step.call(&[x.clone(), y.clone()]);
+    dump::disable().unwrap();
+    r.unwrap();
+
+    let listing = inspect::list(&graph_dir).unwrap();
+    assert!(listing.lines().count() >= 2, "{listing}");
+    let stats = inspect::stats(&eager_dir, None, None).unwrap();
+    assert!(stats.lines().any(|l| l.contains(",Conv2D,")), "{stats}");
+
+    let report = inspect::compare(&eager_dir, &graph_dir, 1e-4).unwrap();
+    assert!(report.compared > 20, "{report}");
+    assert!(
+        report.first_difference.is_none(),
+        "PyNative and Graph agree: {report}"
+    );
+
+    // Plant a difference in the graph dump's second MaxPool output: it is reported first.
+    let files = inspect::scan(&graph_dir).unwrap();
+    let pool = files
+        .iter()
+        .filter(|f| f.op_type == "MaxPool" && f.io == "output")
+        .nth(1)
+        .unwrap();
+    let t = npy::decode(&std::fs::read(&pool.path).unwrap())
+        .unwrap()
+        .add_scalar(1.0)
+        .unwrap();
+    std::fs::write(&pool.path, npy::encode(&t).unwrap()).unwrap();
+    let report = inspect::compare(&eager_dir, &graph_dir, 1e-4).unwrap();
+    let (a, b, diff) = report
+        .first_difference
+        .clone()
+        .expect("the planted difference");
+    assert!(
+        a.contains("MaxPool") && b == pool.op_name && (diff - 1.0).abs() < 1e-3,
+        "{report}"
+    );
+    assert!(
+        inspect::compare(&eager_dir, &temp_dir("cmp-empty"), 1e-4)
+            .unwrap_err()
+            .to_string()
+            .contains("no dumped .npy files")
+    );
+}

@@ -14,6 +14,7 @@ use std::panic::Location;
 use spore_kernels::Buffer;
 use spore_kernels::conv::{self as k, ConvGeometry};
 
+use super::elementwise::when;
 use super::require_same_dtype;
 use crate::apply::{apply, op_error};
 use crate::error::Result;
@@ -229,17 +230,24 @@ pub(crate) fn vjp(op: &Op, inputs: &[Tensor], g: &Tensor) -> Result<Vec<Option<T
         )
     };
     let conv = |attrs: ConvAttrs, x: &Tensor, w: &Tensor| apply(Op::Conv2d(attrs), &[x, w], loc);
+    // Gradients only for inputs that take part in differentiation.
+    let (np, nq) = (p.requires_grad(), q.requires_grad());
     Ok(match op {
         // y = conv(x, w)
-        Op::Conv2d(a) => vec![Some(bpi(*a, g, q, dims(p))?), Some(bpf(*a, g, p, dims(q))?)],
+        Op::Conv2d(a) => vec![
+            when(np, || bpi(*a, g, q, dims(p)))?,
+            when(nq, || bpf(*a, g, p, dims(q)))?,
+        ],
         // z = bpi(dy, w): <g, z> = <dy, conv(g, w)>
-        Op::Conv2dBackpropInput { attrs, .. } => {
-            vec![Some(conv(*attrs, g, q)?), Some(bpf(*attrs, p, g, dims(q))?)]
-        }
+        Op::Conv2dBackpropInput { attrs, .. } => vec![
+            when(np, || conv(*attrs, g, q))?,
+            when(nq, || bpf(*attrs, p, g, dims(q)))?,
+        ],
         // z = bpf(dy, x): <g, z> = <dy, conv(x, g)>
-        Op::Conv2dBackpropFilter { attrs, .. } => {
-            vec![Some(conv(*attrs, q, g)?), Some(bpi(*attrs, p, g, dims(q))?)]
-        }
+        Op::Conv2dBackpropFilter { attrs, .. } => vec![
+            when(np, || conv(*attrs, q, g))?,
+            when(nq, || bpi(*attrs, p, g, dims(q)))?,
+        ],
         _ => vec![None, None],
     })
 }

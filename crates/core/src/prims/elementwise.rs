@@ -129,19 +129,27 @@ pub(crate) fn vjp(
         }
         Op::Binary(f) => {
             let (a, b) = (&inputs[0], &inputs[1]);
+            // Only inputs that take part in differentiation get a gradient computed.
+            let (na, nb) = (a.requires_grad(), b.requires_grad());
             let (ga, gb) = match f {
-                BinaryFn::Add => (g.clone(), g.clone()),
-                BinaryFn::Sub => (g.clone(), g.neg()?),
-                BinaryFn::Mul => (g.mul(b)?, g.mul(a)?),
-                BinaryFn::Div => (g.div(b)?, g.mul(out)?.div(b)?.neg()?),
+                BinaryFn::Add => (na.then(|| g.clone()), nb.then(|| g.clone())),
+                BinaryFn::Sub => (na.then(|| g.clone()), when(nb, || g.neg())?),
+                BinaryFn::Mul => (when(na, || g.mul(b))?, when(nb, || g.mul(a))?),
+                BinaryFn::Div => (
+                    when(na, || g.div(b))?,
+                    when(nb, || g.mul(out)?.div(b)?.neg())?,
+                ),
                 BinaryFn::Pow => {
                     // d/da = b a^(b-1); d/db = out ln(a), taken as 0 where a <= 0.
-                    let ga = g.mul(&b.mul(&a.pow(&b.add_scalar(-1.0)?)?)?)?;
-                    let zero = Tensor::scalar_of(0.0, a.dtype());
-                    let positive = a.greater(&zero)?;
-                    let safe_a = Tensor::select(&positive, a, &Tensor::scalar_of(1.0, a.dtype()))?;
-                    let gb = g.mul(out)?.mul(&safe_a.log()?)?;
-                    (ga, Tensor::select(&positive, &gb, &zero)?)
+                    let ga = when(na, || g.mul(&b.mul(&a.pow(&b.add_scalar(-1.0)?)?)?))?;
+                    let gb = when(nb, || {
+                        let zero = Tensor::scalar_of(0.0, a.dtype());
+                        let positive = a.greater(&zero)?;
+                        let safe_a =
+                            Tensor::select(&positive, a, &Tensor::scalar_of(1.0, a.dtype()))?;
+                        Tensor::select(&positive, &g.mul(out)?.mul(&safe_a.log()?)?, &zero)
+                    })?;
+                    (ga, gb)
                 }
                 BinaryFn::Maximum | BinaryFn::Minimum => {
                     // The winner takes the gradient; ties split it 0.5 / 0.5 (MindSpore).
@@ -155,23 +163,24 @@ pub(crate) fn vjp(
                         .cast(a.dtype())?
                         .add(&ties.cast(a.dtype())?.mul_scalar(0.5)?)?;
                     let ga = g.mul(&wa)?;
-                    (ga.clone(), g.sub(&ga)?)
+                    (na.then(|| ga.clone()), when(nb, || g.sub(&ga))?)
                 }
             };
             vec![
-                Some(sum_to_shape(&ga, a.shape())?),
-                Some(sum_to_shape(&gb, b.shape())?),
+                ga.map(|t| sum_to_shape(&t, a.shape())).transpose()?,
+                gb.map(|t| sum_to_shape(&t, b.shape())).transpose()?,
             ]
         }
         Op::Select => {
             let zero = Tensor::scalar_of(0.0, g.dtype());
-            let ga = Tensor::select(&inputs[0], g, &zero)?;
-            let gb = Tensor::select(&inputs[0], &zero, g)?;
-            vec![
-                None,
-                Some(sum_to_shape(&ga, inputs[1].shape())?),
-                Some(sum_to_shape(&gb, inputs[2].shape())?),
-            ]
+            let (c, a, b) = (&inputs[0], &inputs[1], &inputs[2]);
+            let ga = when(a.requires_grad(), || {
+                sum_to_shape(&Tensor::select(c, g, &zero)?, a.shape())
+            })?;
+            let gb = when(b.requires_grad(), || {
+                sum_to_shape(&Tensor::select(c, &zero, g)?, b.shape())
+            })?;
+            vec![None, ga, gb]
         }
         Op::Cast(_) => {
             if x.dtype().is_float() && g.dtype().is_float() {
@@ -182,6 +191,11 @@ pub(crate) fn vjp(
         }
         _ => vec![None; inputs.len()],
     })
+}
+
+/// `Some(f())` when `need`, else `None` (a gradient nobody will use is not computed).
+pub(crate) fn when(need: bool, f: impl FnOnce() -> Result<Tensor>) -> Result<Option<Tensor>> {
+    if need { f().map(Some) } else { Ok(None) }
 }
 
 macro_rules! unary_methods {

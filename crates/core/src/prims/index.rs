@@ -14,6 +14,7 @@ use std::panic::Location;
 
 use spore_kernels::{Buffer, DType, Element, index as k};
 
+use super::elementwise::when;
 use super::normalize_axis;
 use crate::apply::{apply, op_error};
 use crate::error::Result;
@@ -158,13 +159,13 @@ pub(crate) fn vjp(op: &Op, inputs: &[Tensor], g: &Tensor) -> Result<Vec<Option<T
                 None,
             ]
         }
-        Op::ScatterAdd { axis } => {
-            vec![
-                Some(g.clone()),
-                None,
-                Some(apply(Op::Gather { axis: *axis }, &[g, &inputs[1]], loc)?),
-            ]
-        }
+        Op::ScatterAdd { axis } => vec![
+            inputs[0].requires_grad().then(|| g.clone()),
+            None,
+            when(inputs[2].requires_grad(), || {
+                apply(Op::Gather { axis: *axis }, &[g, &inputs[1]], loc)
+            })?,
+        ],
         _ => vec![None; inputs.len()],
     })
 }

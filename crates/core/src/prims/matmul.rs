@@ -11,6 +11,7 @@ use std::panic::Location;
 
 use spore_kernels::{DType, matmul as k};
 
+use super::elementwise::when;
 use super::{broadcast_shapes, require_same_dtype, sum_to_shape};
 use crate::apply::apply;
 use crate::error::Result;
@@ -63,11 +64,13 @@ pub(crate) fn eval(inputs: &[&Tensor], out: &TensorType) -> Result<Storage, Stri
 
 pub(crate) fn vjp(inputs: &[Tensor], g: &Tensor) -> Result<Vec<Option<Tensor>>> {
     let (a, b) = (&inputs[0], &inputs[1]);
-    let ga = g.matmul(&b.transpose()?)?;
-    let gb = a.transpose()?.matmul(g)?;
     Ok(vec![
-        Some(sum_to_shape(&ga, a.shape())?),
-        Some(sum_to_shape(&gb, b.shape())?),
+        when(a.requires_grad(), || {
+            sum_to_shape(&g.matmul(&b.transpose()?)?, a.shape())
+        })?,
+        when(b.requires_grad(), || {
+            sum_to_shape(&a.transpose()?.matmul(g)?, b.shape())
+        })?,
     ])
 }
 

@@ -272,6 +272,11 @@ pub(crate) fn vjp(
             for t in inputs {
                 let mut begin = vec![0; t.rank()];
                 begin[*axis] = at;
+                if !t.requires_grad() {
+                    grads.push(None);
+                    at += t.shape()[*axis];
+                    continue;
+                }
                 grads.push(Some(apply(
                     Op::StridedSlice {
                         begin,

@@ -21,6 +21,7 @@
 //! ```
 
 pub mod config;
+pub mod inspect;
 pub mod stats;
 pub mod writer;
 
