@@ -107,13 +107,16 @@ pub fn scan(root: &Path) -> Result<Vec<DumpFile>> {
     Ok(out)
 }
 
+type GroupEntry = (
+    (String, String),
+    (usize, std::collections::BTreeSet<String>),
+);
+
 /// A summary: graphs, iterations, op and file counts.
 pub fn list(root: &Path) -> Result<String> {
     let files = scan(root)?;
-    let mut groups: Vec<(
-        (String, String),
-        (usize, std::collections::BTreeSet<String>),
-    )> = vec![];
+    // (graph, iteration) -> (files, distinct op names), in order of first appearance.
+    let mut groups: Vec<GroupEntry> = vec![];
     for f in &files {
         let key = (f.graph.clone(), f.iteration.clone());
         match groups.iter_mut().find(|(k, _)| *k == key) {
@@ -209,7 +212,7 @@ fn difference(x: &Tensor, y: &Tensor, tolerance: f64) -> Result<f64> {
         } else {
             (p - q).abs()
         };
-        if !(d <= tolerance * (1.0 + q.abs())) {
+        if d.is_nan() || d > tolerance * (1.0 + q.abs()) {
             worst = worst.max(if d.is_nan() { f64::INFINITY } else { d });
         }
     }
