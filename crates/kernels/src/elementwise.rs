@@ -263,6 +263,29 @@ impl_num_int!(i32);
 impl_num_int!(i64);
 impl_num_int!(u8);
 
+/// `dst[i] = f(src[i])` over equal-length slices, one monomorphised loop per function
+/// (the `match` stays out of the inner loop, so it vectorises).
+pub fn unary_slice<T: Num>(f: UnaryFn, src: &[T], dst: &mut [T]) {
+    macro_rules! arms {
+        ($($v:ident),*) => { match f { $(UnaryFn::$v => dst.iter_mut().zip(src).for_each(|(d, &x)| *d = x.unary(UnaryFn::$v)),)* } };
+    }
+    arms!(
+        Neg, Exp, Log, Sqrt, Rsqrt, Abs, Sign, Tanh, Sigmoid, Relu, Sin, Cos, Erf
+    )
+}
+
+/// `dst[i] = f(a[i], b[i])` over equal-length slices, one loop per function.
+pub fn binary_slice<T: Num>(f: BinaryFn, a: &[T], b: &[T], dst: &mut [T]) {
+    macro_rules! arms {
+        ($($v:ident),*) => { match f { $(BinaryFn::$v => {
+            for ((d, &x), &y) in dst.iter_mut().zip(a).zip(b) {
+                *d = x.binary(BinaryFn::$v, y);
+            }
+        })* } };
+    }
+    arms!(Add, Sub, Mul, Div, Pow, Maximum, Minimum)
+}
+
 /// Maps a strided view to a new contiguous vector.
 pub fn map_unary<T: Element, U: Element>(
     src: &[T],

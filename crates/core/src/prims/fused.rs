@@ -26,6 +26,7 @@
 
 use rayon::prelude::*;
 
+use spore_kernels::elementwise::{binary_slice, unary_slice};
 use spore_kernels::{BinaryFn, Buffer, CompareFn, DType, Layout, Num, UnaryFn};
 
 use super::broadcast_shapes;
@@ -109,23 +110,27 @@ impl FusedProgram {
 
     fn run<T: Num>(&self, inputs: &[&Tensor], shape: &[usize]) -> Buffer {
         let n: usize = shape.iter().product();
-        // Each input as (values in T, layout broadcast to the output shape).
-        let loaded: Vec<(Vec<T>, Layout)> = inputs
+        // Each input as (values in T, layout broadcast to the output shape); inputs already
+        // in the compute dtype are borrowed, Bool conditions are converted to 0/1.
+        let loaded: Vec<(std::borrow::Cow<'_, [T]>, Layout)> = inputs
             .iter()
             .map(|t| {
                 let s = t.buf();
-                let values: Vec<T> = match T::slice_of(&s.buffer) {
-                    Some(v) => v.to_vec(),
-                    None => s.buffer.to_f64_vec().into_iter().map(T::from_f64).collect(),
+                let values = match T::slice_of(&s.buffer) {
+                    Some(v) => std::borrow::Cow::Borrowed(v),
+                    None => std::borrow::Cow::Owned(
+                        s.buffer.to_f64_vec().into_iter().map(T::from_f64).collect(),
+                    ),
                 };
                 (values, s.layout.broadcast_to(shape))
             })
             .collect();
         let mut out = vec![T::zero(); n];
         let chunks = out.len().div_ceil(CHUNK);
-        let body = |(c, dst): (usize, &mut [T])| {
-            let mut regs: Vec<Vec<T>> =
-                vec![vec![T::zero(); CHUNK]; self.num_inputs + self.instrs.len()];
+        let n_regs = self.num_inputs + self.instrs.len();
+        let new_regs = || -> Vec<Vec<T>> { vec![vec![T::zero(); CHUNK]; n_regs] };
+        // Registers are allocated once per worker, not per chunk.
+        let body = |regs: &mut Vec<Vec<T>>, (c, dst): (usize, &mut [T])| {
             let start = c * CHUNK;
             let len = dst.len();
             for (r, (vals, layout)) in loaded.iter().enumerate() {
@@ -136,14 +141,9 @@ impl FusedProgram {
                 let (before, after) = regs.split_at_mut(dst_reg);
                 let d = &mut after[0][..len];
                 match *ins {
-                    FusedInstr::Unary(f, a) => d
-                        .iter_mut()
-                        .zip(&before[a][..len])
-                        .for_each(|(o, &x)| *o = x.unary(f)),
+                    FusedInstr::Unary(f, a) => unary_slice(f, &before[a][..len], d),
                     FusedInstr::Binary(f, a, b) => {
-                        for i in 0..len {
-                            d[i] = before[a][i].binary(f, before[b][i]);
-                        }
+                        binary_slice(f, &before[a][..len], &before[b][..len], d)
                     }
                     FusedInstr::Compare(f, a, b) => {
                         for i in 0..len {
@@ -168,9 +168,14 @@ impl FusedProgram {
             dst.copy_from_slice(&regs[self.num_inputs + self.instrs.len() - 1][..len]);
         };
         if chunks > 8 {
-            out.par_chunks_mut(CHUNK).enumerate().for_each(body);
+            out.par_chunks_mut(CHUNK)
+                .enumerate()
+                .for_each_init(new_regs, body);
         } else {
-            out.chunks_mut(CHUNK).enumerate().for_each(body);
+            let mut regs = new_regs();
+            out.chunks_mut(CHUNK)
+                .enumerate()
+                .for_each(|c| body(&mut regs, c));
         }
         if self.out_dtype == DType::Bool {
             Buffer::Bool(out.into_iter().map(|v| v != T::zero()).collect())
