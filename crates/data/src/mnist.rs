@@ -13,11 +13,13 @@ use spore_core::{Error, Result};
 
 use crate::idx::read_idx;
 
-/// Which split's files to look for.
+/// Which split's files to look for: `train-*`, `t10k-*`, or (`All`, MindSpore's default)
+/// every split present in the folder, test files first (MindSpore sorts the file names).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Usage {
     Train,
     Test,
+    All,
 }
 
 /// Images ([N, rows, cols] u8, row-major) and labels ([N] u8).
@@ -49,10 +51,48 @@ impl Mnist {
         if !dir.is_dir() {
             return Err(Error::io(dir, "MNIST folder does not exist"));
         }
-        let prefix = match usage {
-            Usage::Train => "train",
-            Usage::Test => "t10k",
-        };
+        match usage {
+            Usage::Train => Mnist::load_split(dir, "train"),
+            Usage::Test => Mnist::load_split(dir, "t10k"),
+            Usage::All => {
+                let present: Vec<&str> = ["t10k", "train"]
+                    .into_iter()
+                    .filter(|p| find(dir, &format!("{p}-images-idx3-ubyte")).is_ok())
+                    .collect();
+                if present.is_empty() {
+                    return Err(Error::io(
+                        dir,
+                        "no MNIST files in this folder (expected train-images-idx3-ubyte or t10k-images-idx3-ubyte, optionally .gz)",
+                    ));
+                }
+                let mut all: Option<Mnist> = None;
+                for p in present {
+                    let part = Mnist::load_split(dir, p)?;
+                    all = Some(match all {
+                        None => part,
+                        Some(mut a) => {
+                            if a.image_shape() != part.image_shape() {
+                                return Err(Error::io(
+                                    dir,
+                                    format!(
+                                        "the splits have different image sizes: {:?} and {:?}",
+                                        a.image_shape(),
+                                        part.image_shape()
+                                    ),
+                                ));
+                            }
+                            a.images.extend(part.images);
+                            a.labels.extend(part.labels);
+                            a
+                        }
+                    });
+                }
+                all.ok_or_else(|| Error::io(dir, "no MNIST files in this folder"))
+            }
+        }
+    }
+
+    fn load_split(dir: &Path, prefix: &str) -> Result<Mnist> {
         let ipath = find(dir, &format!("{prefix}-images-idx3-ubyte"))?;
         let lpath = find(dir, &format!("{prefix}-labels-idx1-ubyte"))?;
         let images = read_idx(&ipath)?;

@@ -1,4 +1,5 @@
-//! Image transforms on single-channel u8/f32 images.
+//! The first-generation helper kept for existing callers; new code uses the transforms in
+//! [`crate::transforms::vision`].
 //!
 //! ```
 //! use spore_data::vision::resize_bilinear_u8;
@@ -6,30 +7,11 @@
 //! assert_eq!(resize_bilinear_u8(&[7; 4], 2, 2, 3, 3), vec![7; 9]);
 //! ```
 
-/// Bilinear resize with OpenCV's coordinate mapping (half-pixel centres, edge clamping)
-/// and rounding to the nearest u8. (Bit-exact parity with OpenCV's fixed-point
-/// arithmetic is tracked by the dataset issue.)
+use crate::transforms::resize::linear_u8;
+
+/// Bilinear resize of a single-channel u8 image, bit-exact with OpenCV's `INTER_LINEAR`
+/// (see [`crate::transforms::resize`]). Returns an empty vector when `src` does not hold
+/// `h * w` pixels or a size is 0.
 pub fn resize_bilinear_u8(src: &[u8], h: usize, w: usize, oh: usize, ow: usize) -> Vec<u8> {
-    let axis = |out: usize, inp: usize| -> Vec<(usize, usize, f32)> {
-        let scale = inp as f32 / out as f32;
-        (0..out)
-            .map(|o| {
-                let x = ((o as f32 + 0.5) * scale - 0.5).max(0.0);
-                let i0 = (x.floor() as usize).min(inp - 1);
-                let i1 = (i0 + 1).min(inp - 1);
-                (i0, i1, x - i0 as f32)
-            })
-            .collect()
-    };
-    let (ys, xs) = (axis(oh, h), axis(ow, w));
-    let mut out = Vec::with_capacity(oh * ow);
-    for &(y0, y1, fy) in &ys {
-        for &(x0, x1, fx) in &xs {
-            let p = |y: usize, x: usize| src[y * w + x] as f32;
-            let top = p(y0, x0) * (1.0 - fx) + p(y0, x1) * fx;
-            let bottom = p(y1, x0) * (1.0 - fx) + p(y1, x1) * fx;
-            out.push((top * (1.0 - fy) + bottom * fy).round().clamp(0.0, 255.0) as u8);
-        }
-    }
-    out
+    linear_u8(src, h, w, 1, oh, ow).unwrap_or_default()
 }
