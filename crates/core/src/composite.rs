@@ -32,6 +32,16 @@ impl Tensor {
     /// key per call, and per run inside a compiled graph).
     #[track_caller]
     pub fn dropout(&self, p: f64, training: bool) -> Result<Tensor> {
+        // No key is drawn when nothing is dropped: evaluation must not shift the seeded
+        // sequence of keys, nor put a random input into an eval graph.
+        if !training || p == 0.0 {
+            if !(0.0..1.0).contains(&p) {
+                return Err(Error::invalid_here(format!(
+                    "dropout: p must be in [0, 1), got {p}"
+                )));
+            }
+            return Ok(self.clone());
+        }
         self.dropout_with_key(p, training, &crate::trace::random_key())
     }
 

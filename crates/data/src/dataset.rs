@@ -251,7 +251,12 @@ impl Dataset {
     /// `capacity` rows ready (None: [`crate::config::get_prefetch_size`]), for a training
     /// loop on another thread.
     pub fn prefetch(&self, num_epochs: usize, capacity: Option<usize>) -> Result<PrefetchQueue> {
-        PrefetchQueue::start(self.clone(), num_epochs, capacity)
+        PrefetchQueue::start(self.clone(), 0, num_epochs, capacity)
+    }
+
+    /// [`Dataset::prefetch`] for epochs `first..num_epochs` (resuming training).
+    pub fn prefetch_from(&self, first: usize, num_epochs: usize, capacity: Option<usize>) -> Result<PrefetchQueue> {
+        PrefetchQueue::start(self.clone(), first, num_epochs, capacity)
     }
 
     /// The shapes of the first row's columns (runs the pipeline up to that row).

@@ -46,6 +46,14 @@ impl TupleIterator {
         }
     }
 
+    /// Starts at epoch `first` (0-based) instead of 0, so that a resumed training run sees
+    /// the same shuffles as an uninterrupted one; `num_epochs` still counts from 0.
+    pub fn starting_at_epoch(mut self, first: usize) -> TupleIterator {
+        self.epoch = first;
+        self.done = first >= self.num_epochs;
+        self
+    }
+
     /// The epoch the next row belongs to (0-based).
     pub fn epoch(&self) -> usize {
         self.epoch

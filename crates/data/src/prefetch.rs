@@ -50,6 +50,7 @@ pub struct PrefetchQueue {
 impl PrefetchQueue {
     pub(crate) fn start(
         ds: Dataset,
+        first_epoch: usize,
         num_epochs: usize,
         capacity: Option<usize>,
     ) -> Result<PrefetchQueue> {
@@ -61,7 +62,7 @@ impl PrefetchQueue {
         }
         let (tx, rx) = bounded(capacity);
         let columns = ds.get_col_names();
-        let mut it = ds.create_tuple_iterator(num_epochs);
+        let mut it = ds.create_tuple_iterator(num_epochs).starting_at_epoch(first_epoch);
         thread::Builder::new()
             .name("spore-prefetch".into())
             .spawn(move || {
@@ -89,8 +90,8 @@ impl PrefetchQueue {
             columns,
             capacity,
             num_epochs,
-            epoch: 0,
-            done: num_epochs == 0,
+            epoch: first_epoch,
+            done: first_epoch >= num_epochs,
         })
     }
 

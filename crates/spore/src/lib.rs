@@ -7,14 +7,28 @@
 //! assert_eq!(ops::relu(&x).unwrap().to_vec::<f32>().unwrap(), vec![1.0, 0.0]);
 //! ```
 
+pub mod datasets;
+
 pub use spore_compile as compile;
 pub use spore_core as core;
 pub use spore_core::{Error, Result, autodiff, ops, rng};
 pub use spore_data as data;
 pub use spore_kernels as kernels;
+pub use spore_nn as nn;
+pub use spore_train as train;
 
 /// The names a typical program uses.
 pub mod prelude {
+    pub use spore_compile::jit;
+    pub use spore_core::context::{ContextUpdate, Mode, get_context, set_context};
     pub use spore_core::ops::{self, Conv2dOptions, PadMode, Pool2dOptions};
-    pub use spore_core::{DType, Error, Result, Tensor, grad, no_grad, value_and_grad};
+    pub use spore_core::{DType, Error, Parameter, Result, Tensor, grad, no_grad, value_and_grad};
+    pub use spore_data::prelude::*;
+    pub use spore_nn::prelude::*;
+    pub use spore_train::callback::{
+        Callback, CheckpointConfig, EarlyStopping, History, LossMonitor, ModelCheckpoint,
+        ProgressBar, TimeMonitor,
+    };
+    pub use spore_train::metrics::{Accuracy, Metric};
+    pub use spore_train::{Model, TrainConfig};
 }

@@ -1,0 +1,301 @@
+//! [`Cell`]: MindSpore's network building block. A cell owns parameters and child cells,
+//! and its [`Cell::construct`] says how inputs become outputs. The same `construct` runs op
+//! by op (PyNative), or is traced and compiled once per input signature (Graph mode, or a
+//! cell marked with [`CellExt::set_jit`], MindSpore's `@jit` on `construct`).
+//!
+//! Calling goes through [`CellCall::call`] on an `Arc` of the cell:
+//! - inside a trace (a parent being compiled), `construct` runs inline under the child's
+//!   scope name, so IR nodes read `Default/conv1/Conv2D-op3`;
+//! - otherwise, in Graph mode or with `set_jit(true)`, through the cell's own cached
+//!   [`Jit`], one per training flag (train and eval graphs differ), except where a
+//!   gradient may flow through a graph that draws random numbers or updates state, which
+//!   a compiled call cannot differentiate (then eagerly; see `compiled.rs`);
+//! - otherwise eagerly.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use spore_core::{DType, Result, Tensor};
+//! use spore_nn::prelude::*;
+//!
+//! struct Net { base: CellBase, fc: Arc<Dense>, relu: Arc<ReLU> }
+//! impl Cell for Net {
+//!     fn construct(&self, x: &[Tensor]) -> Result<Vec<Tensor>> {
+//!         Ok(vec![self.relu.call1(&self.fc.call1(&x[0])?)?])
+//!     }
+//!     fn cells(&self) -> Vec<(String, Arc<dyn Cell>)> {
+//!         vec![child("fc", &self.fc), child("relu", &self.relu)]
+//!     }
+//!     fn base(&self) -> &CellBase { &self.base }
+//!     fn class_name(&self) -> &'static str { "Net" }
+//! }
+//! let net = Arc::new(Net { base: CellBase::new(), fc: Dense::new(4, 2).unwrap(), relu: ReLU::new() });
+//! let names: Vec<String> = net.parameters_and_names().into_iter().map(|(n, _)| n).collect();
+//! assert_eq!(names, ["fc.weight", "fc.bias"]);
+//! let y = net.call1(&Tensor::ones(&[3, 4], DType::F32)).unwrap();
+//! assert_eq!(y.shape(), &[3, 2]);
+//! ```
+
+use std::cell::Cell as StdCell;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use spore_compile::Jit;
+use spore_core::context::{Mode, get_context};
+use spore_core::{Error, Parameter, Result, Tensor, TensorType, trace};
+
+use crate::compiled::{Purity, compile, prefer_eager};
+
+/// A network component: parameters, children and a `construct` computation.
+pub trait Cell: Send + Sync + 'static {
+    /// The computation (MindSpore's `construct`): inputs to outputs.
+    fn construct(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>>;
+    /// Child cells with their attribute names, in registration order.
+    fn cells(&self) -> Vec<(String, Arc<dyn Cell>)> {
+        vec![]
+    }
+    /// The cell's own parameters with their local names (`weight`, `bias`).
+    fn params(&self) -> Vec<(String, Parameter)> {
+        vec![]
+    }
+    /// The per-cell state every cell embeds (training flag, compiled graphs, scope name).
+    fn base(&self) -> &CellBase;
+    /// The class name (`Conv2d`, `LeNet5`): names compiled graphs and error messages.
+    fn class_name(&self) -> &'static str;
+    /// MindSpore's `auto_prefix`: whether the children's parameter names get the child's
+    /// attribute name as a prefix. Wrappers (`WithLossCell`, `TrainOneStepCell`) answer
+    /// false so that a wrapped network keeps the names `conv1.weight`.
+    fn auto_prefix(&self) -> bool {
+        true
+    }
+}
+
+/// State shared by every cell: the training flag, the jit marker, the scope name given by
+/// the parent, and the compiled `construct` per training flag.
+pub struct CellBase {
+    training: AtomicBool,
+    jit: AtomicBool,
+    named: AtomicBool,
+    scope: RwLock<Option<String>>,
+    compiled: [OnceLock<Jit>; 2],
+    /// What each (training flag, input signature) graph does besides computing outputs.
+    pub(crate) purity: Mutex<HashMap<(bool, Vec<TensorType>), Purity>>,
+}
+
+impl Default for CellBase {
+    fn default() -> Self {
+        CellBase::new()
+    }
+}
+
+impl CellBase {
+    /// A cell in evaluation mode (MindSpore's default: `training` is False until
+    /// `set_train`), not jit-decorated.
+    pub fn new() -> CellBase {
+        CellBase {
+            training: AtomicBool::new(false),
+            jit: AtomicBool::new(false),
+            named: AtomicBool::new(false),
+            scope: RwLock::new(None),
+            compiled: [OnceLock::new(), OnceLock::new()],
+            purity: Mutex::new(HashMap::new()),
+        }
+    }
+    pub fn training(&self) -> bool {
+        self.training.load(Ordering::Relaxed)
+    }
+    pub fn is_jit(&self) -> bool {
+        self.jit.load(Ordering::Relaxed)
+    }
+    /// The attribute name the parent registered this cell under, if any.
+    pub fn scope_name(&self) -> Option<String> {
+        self.scope.read().ok().and_then(|s| s.clone())
+    }
+    fn set_scope_name(&self, name: &str) {
+        if let Ok(mut s) = self.scope.write() {
+            *s = Some(name.to_string());
+        }
+    }
+    /// The compiled `construct` for the given training flag, if it was compiled.
+    pub fn compiled(&self, training: bool) -> Option<&Jit> {
+        self.compiled[training as usize].get()
+    }
+}
+
+/// `(name, child)` for [`Cell::cells`]: erases the child's type.
+pub fn child<C: Cell>(name: &str, cell: &Arc<C>) -> (String, Arc<dyn Cell>) {
+    (name.to_string(), cell.clone() as Arc<dyn Cell>)
+}
+
+/// `(name, parameter)` for [`Cell::params`].
+pub fn param(name: &str, p: &Parameter) -> (String, Parameter) {
+    (name.to_string(), p.clone())
+}
+
+/// Tree-wide operations, available on every cell (`net.set_train(true)`).
+pub trait CellExt {
+    /// Every parameter of the tree with its dotted name relative to this cell
+    /// (`conv1.weight`), own parameters first, then children in registration order; each
+    /// parameter once. Parameters whose current name is a suffix of the new one are renamed
+    /// (a parent prefixes its children's names, as MindSpore does on registration).
+    fn parameters_and_names(&self) -> Vec<(String, Parameter)>;
+    /// The parameters that require gradients, in `parameters_and_names` order.
+    fn trainable_params(&self) -> Vec<Parameter>;
+    /// The parameters that do not (BatchNorm's moving statistics, ...).
+    fn untrainable_params(&self) -> Vec<Parameter>;
+    /// This cell and every descendant with dotted names (`""` for this cell).
+    fn cells_and_names(&self) -> Vec<(String, Arc<dyn Cell>)>;
+    /// Switches this cell and all descendants to training (`true`) or evaluation mode.
+    fn set_train(&self, training: bool);
+    /// Marks `construct` as jit-compiled (MindSpore's `@jit` on `construct`).
+    fn set_jit(&self, on: bool);
+    fn is_training(&self) -> bool;
+}
+
+impl<C: Cell + ?Sized> CellExt for C {
+    fn parameters_and_names(&self) -> Vec<(String, Parameter)> {
+        let mut out = Vec::new();
+        walk_params(self, "", &mut out, &mut HashSet::new());
+        out
+    }
+    fn trainable_params(&self) -> Vec<Parameter> {
+        self.parameters_and_names()
+            .into_iter()
+            .map(|(_, p)| p)
+            .filter(|p| p.requires_grad())
+            .collect()
+    }
+    fn untrainable_params(&self) -> Vec<Parameter> {
+        self.parameters_and_names()
+            .into_iter()
+            .map(|(_, p)| p)
+            .filter(|p| !p.requires_grad())
+            .collect()
+    }
+    fn cells_and_names(&self) -> Vec<(String, Arc<dyn Cell>)> {
+        let mut out = Vec::new();
+        for (n, c) in self.cells() {
+            walk_cells(c, n, &mut out);
+        }
+        out
+    }
+    fn set_train(&self, training: bool) {
+        self.base().training.store(training, Ordering::Relaxed);
+        for (_, c) in self.cells() {
+            c.set_train(training);
+        }
+    }
+    fn set_jit(&self, on: bool) {
+        self.base().jit.store(on, Ordering::Relaxed);
+    }
+    fn is_training(&self) -> bool {
+        self.base().training()
+    }
+}
+
+fn walk_cells(c: Arc<dyn Cell>, name: String, out: &mut Vec<(String, Arc<dyn Cell>)>) {
+    let children = c.cells();
+    out.push((name.clone(), c));
+    for (n, child) in children {
+        walk_cells(child, format!("{name}.{n}"), out);
+    }
+}
+
+fn walk_params<C: Cell + ?Sized>(
+    c: &C,
+    prefix: &str,
+    out: &mut Vec<(String, Parameter)>,
+    seen: &mut HashSet<u64>,
+) {
+    for (n, p) in c.params() {
+        if !seen.insert(p.id()) {
+            continue;
+        }
+        let full = format!("{prefix}{n}");
+        let current = p.name();
+        // Only lengthen names: walking a sub-cell must not strip the prefix a parent gave.
+        if full != current && (current.is_empty() || full.ends_with(&format!(".{current}"))) {
+            p.set_name(&full);
+        }
+        out.push((full, p));
+    }
+    for (n, child) in c.cells() {
+        child.base().set_scope_name(&n);
+        let next = if c.auto_prefix() {
+            format!("{prefix}{n}.")
+        } else {
+            prefix.to_string()
+        };
+        walk_params(&*child, &next, out, seen);
+    }
+}
+
+thread_local! {
+    /// How many cell calls are active on this thread: a call at depth 0 is a root call
+    /// (no scope of its own), deeper calls push their attribute name.
+    static DEPTH: StdCell<usize> = const { StdCell::new(0) };
+}
+
+fn within_call<R>(scope: Option<String>, f: impl FnOnce() -> R) -> R {
+    struct Leave;
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+        }
+    }
+    DEPTH.with(|d| d.set(d.get() + 1));
+    let _leave = Leave;
+    match scope {
+        Some(s) => trace::with_scope(&s, f),
+        None => f(),
+    }
+}
+
+/// Calling a cell (MindSpore's `cell(x)`), on an `Arc` of it.
+pub trait CellCall {
+    /// Runs the cell: inline when tracing, compiled in Graph mode or when jit-decorated,
+    /// else eagerly.
+    fn call(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>>;
+    /// One input, one output.
+    fn call1(&self, x: &Tensor) -> Result<Tensor>;
+}
+
+impl<C: Cell + ?Sized> CellCall for Arc<C> {
+    fn call(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let base = self.base();
+        let nested = DEPTH.with(|d| d.get()) > 0;
+        if !nested && !base.named.swap(true, Ordering::Relaxed) {
+            // Names parameters and children before the first compile, so that graphs and
+            // errors show `conv1.weight` and `Default/conv1/...`.
+            self.parameters_and_names();
+        }
+        let scope = if nested { base.scope_name() } else { None };
+        within_call(scope, || {
+            if trace::is_tracing() {
+                return self.construct(inputs);
+            }
+            if base.is_jit() || get_context().mode == Mode::Graph {
+                let training = base.training();
+                if prefer_eager(self, training, inputs)? {
+                    return self.construct(inputs);
+                }
+                let compiled =
+                    base.compiled[training as usize].get_or_init(|| compile(self, training));
+                return compiled.call(inputs);
+            }
+            self.construct(inputs)
+        })
+    }
+
+    fn call1(&self, x: &Tensor) -> Result<Tensor> {
+        let mut out = self.call(std::slice::from_ref(x))?;
+        if out.len() != 1 {
+            return Err(Error::invalid(format!(
+                "{}: call1 expects one output, construct returned {}",
+                self.class_name(),
+                out.len()
+            )));
+        }
+        Ok(out.remove(0))
+    }
+}

@@ -1,0 +1,193 @@
+//! MindSpore's training wrappers. [`WithLossCell`] joins a backbone and a loss;
+//! [`TrainOneStepCell`] runs one training step per call: forward, backward
+//! (`value_and_grad` over the optimizer's parameters) and the optimizer update, returning
+//! the loss. In Graph mode (or with `set_jit(true)`) the whole step is one compiled graph.
+//!
+//! Both keep the wrapped network's parameter names (MindSpore's `auto_prefix=False`), and
+//! a `TrainOneStepCell`'s parameters include the optimizer state, so checkpointing it
+//! saves everything needed to resume.
+//!
+//! ```
+//! use spore_core::{DType, Tensor};
+//! use spore_nn::prelude::*;
+//! let net = Dense::new(4, 3).unwrap();
+//! let loss = SoftmaxCrossEntropyWithLogits::new(true, Reduction::Mean);
+//! let opt = Momentum::new(net.trainable_params(), 0.1, 0.9).unwrap();
+//! let train = TrainOneStepCell::new(WithLossCell::new(net, loss), opt);
+//! let names: Vec<String> = train.parameters_and_names().into_iter().map(|(n, _)| n).collect();
+//! assert_eq!(names, ["weight", "bias", "learning_rate", "global_step", "moments.weight", "moments.bias"]);
+//! let x = Tensor::ones(&[2, 4], DType::F32);
+//! let y = Tensor::from_vec(vec![0i32, 2], &[2]).unwrap();
+//! assert!(train.step(&x, &y).unwrap().item().unwrap() > 0.0);
+//! ```
+
+use std::sync::Arc;
+
+use spore_core::{Error, Parameter, Result, Tensor, no_grad, value_and_grad};
+
+use crate::cell::{Cell, CellBase, CellCall, CellExt};
+use crate::optim::Optimizer;
+
+/// `loss_fn(backbone(data), label)`.
+pub struct WithLossCell {
+    base: CellBase,
+    backbone: Arc<dyn Cell>,
+    loss_fn: Arc<dyn Cell>,
+}
+
+impl WithLossCell {
+    pub fn new<B: Cell, L: Cell>(backbone: Arc<B>, loss_fn: Arc<L>) -> Arc<WithLossCell> {
+        WithLossCell::new_dyn(backbone, loss_fn)
+    }
+    pub fn new_dyn(backbone: Arc<dyn Cell>, loss_fn: Arc<dyn Cell>) -> Arc<WithLossCell> {
+        Arc::new(WithLossCell {
+            base: CellBase::new(),
+            backbone,
+            loss_fn,
+        })
+    }
+    pub fn backbone(&self) -> &Arc<dyn Cell> {
+        &self.backbone
+    }
+}
+
+impl Cell for WithLossCell {
+    fn construct(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let [data, label] = inputs else {
+            return Err(Error::invalid(format!(
+                "WithLossCell: expected 2 inputs (data, label), got {}",
+                inputs.len()
+            )));
+        };
+        let out = self.backbone.call1(data)?;
+        self.loss_fn.call(&[out, label.clone()])
+    }
+    fn cells(&self) -> Vec<(String, Arc<dyn Cell>)> {
+        vec![
+            ("_backbone".into(), self.backbone.clone()),
+            ("_loss_fn".into(), self.loss_fn.clone()),
+        ]
+    }
+    fn base(&self) -> &CellBase {
+        &self.base
+    }
+    fn class_name(&self) -> &'static str {
+        "WithLossCell"
+    }
+    fn auto_prefix(&self) -> bool {
+        false
+    }
+}
+
+/// Holds an optimizer's state as the parameters of a cell, so that the state appears in
+/// `parameters_and_names` (and checkpoints) after the network's parameters.
+struct OptimizerState {
+    base: CellBase,
+    optimizer: Arc<dyn Optimizer>,
+}
+
+impl Cell for OptimizerState {
+    fn construct(&self, _inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        Err(Error::invalid(format!(
+            "{}: an optimizer is applied by TrainOneStepCell, not called",
+            self.optimizer.class_name()
+        )))
+    }
+    fn params(&self) -> Vec<(String, Parameter)> {
+        self.optimizer.state()
+    }
+    fn base(&self) -> &CellBase {
+        &self.base
+    }
+    fn class_name(&self) -> &'static str {
+        self.optimizer.class_name()
+    }
+}
+
+/// One training step per call: `call(&[data, label])` returns `[loss]`.
+pub struct TrainOneStepCell {
+    base: CellBase,
+    network: Arc<dyn Cell>,
+    optimizer: Arc<dyn Optimizer>,
+    state: Arc<OptimizerState>,
+}
+
+impl TrainOneStepCell {
+    /// Wraps a network that returns the loss (usually a [`WithLossCell`]) and switches it
+    /// to training mode.
+    pub fn new<N: Cell, O: Optimizer>(network: Arc<N>, optimizer: Arc<O>) -> Arc<TrainOneStepCell> {
+        TrainOneStepCell::new_dyn(network, optimizer)
+    }
+
+    pub fn new_dyn(network: Arc<dyn Cell>, optimizer: Arc<dyn Optimizer>) -> Arc<TrainOneStepCell> {
+        let cell = Arc::new(TrainOneStepCell {
+            base: CellBase::new(),
+            network,
+            state: Arc::new(OptimizerState {
+                base: CellBase::new(),
+                optimizer: optimizer.clone(),
+            }),
+            optimizer,
+        });
+        cell.set_train(true);
+        cell
+    }
+
+    pub fn network(&self) -> &Arc<dyn Cell> {
+        &self.network
+    }
+    pub fn optimizer(&self) -> &Arc<dyn Optimizer> {
+        &self.optimizer
+    }
+
+    /// One step on `(data, label)`; returns the loss.
+    pub fn step(self: &Arc<Self>, data: &Tensor, label: &Tensor) -> Result<Tensor> {
+        let mut out = self.call(&[data.clone(), label.clone()])?;
+        Ok(out.remove(0))
+    }
+}
+
+impl Cell for TrainOneStepCell {
+    fn construct(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        // The same handles go to value_and_grad as weights and are read again by the layers
+        // inside the call (Parameter::value returns the same tensor until it is assigned).
+        let weights: Vec<Tensor> = self.optimizer.params().iter().map(|p| p.value()).collect();
+        let network = self.network.clone();
+        let loss = move |x: &[Tensor]| -> Result<Tensor> {
+            let mut out = network.call(x)?;
+            if out.is_empty() {
+                return Err(Error::invalid(
+                    "TrainOneStepCell: the network returned no outputs; it must return the loss",
+                ));
+            }
+            Ok(out.remove(0))
+        };
+        let out = value_and_grad(loss, None, &weights, false)(inputs)?;
+        if !weights.is_empty() && !out.value.requires_grad() {
+            // Without this check every gradient would silently be zero.
+            return Err(Error::invalid(
+                "TrainOneStepCell: the loss does not depend on the optimizer's parameters, so every gradient would be zero. \
+                 A jit-compiled cell whose graph updates state (BatchNorm in training) is not differentiable from PyNative mode; \
+                 compile the whole step instead (Graph mode or set_jit on the TrainOneStepCell)",
+            ));
+        }
+        // The update needs no autodiff record (eagerly that would only cost time).
+        no_grad(|| self.optimizer.apply(&out.weight_grads))?;
+        Ok(vec![out.value])
+    }
+    fn cells(&self) -> Vec<(String, Arc<dyn Cell>)> {
+        vec![
+            ("network".into(), self.network.clone()),
+            ("optimizer".into(), self.state.clone() as Arc<dyn Cell>),
+        ]
+    }
+    fn base(&self) -> &CellBase {
+        &self.base
+    }
+    fn class_name(&self) -> &'static str {
+        "TrainOneStepCell"
+    }
+    fn auto_prefix(&self) -> bool {
+        false
+    }
+}

@@ -1,0 +1,54 @@
+//! Ready-made pipelines, written as seed 001 writes them.
+//!
+//! ```no_run
+//! let train = spore::datasets::create_dataset("data/mnist/train", 32, 1, 1, true).unwrap();
+//! assert_eq!(train.get_dataset_size().unwrap(), 250);
+//! ```
+
+use std::path::Path;
+
+use spore_core::{DType, Error, Result};
+use spore_data::prelude::*;
+
+/// The bundled MNIST digits: `train/` (8,000) and `test/` (1,000), gzipped IDX.
+pub fn bundled_mnist() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/mnist")
+}
+
+/// Seed 001's `create_dataset`: labels cast to Int32, images resized to 32x32 (bilinear),
+/// rescaled by 1/255, normalised with MNIST's mean 0.1307 and std 0.3081, HWC to CHW,
+/// shuffled with a 10,000 buffer, batched with `drop_remainder`, repeated `repeat_size`
+/// times. Batches: `[batch, 1, 32, 32]` Float32 and `[batch]` Int32.
+pub fn create_dataset(
+    data_path: impl AsRef<Path>,
+    batch_size: usize,
+    repeat_size: usize,
+    num_parallel_workers: usize,
+    shuffle: bool,
+) -> Result<Dataset> {
+    let path = data_path.as_ref();
+    if !path.is_dir() {
+        return Err(Error::io(
+            path,
+            "MNIST folder does not exist (it should hold the IDX files, raw or .gz)",
+        ));
+    }
+    let w = num_parallel_workers.max(1);
+    let ds = MnistDataset::new(path).shuffle(shuffle).build()?;
+    let ds = ds
+        .map(["label"], vec![TypeCast::new(DType::I32).into()], w)?
+        .map(
+            ["image"],
+            vec![Resize::new(32, 32).interpolation(Inter::Linear).into()],
+            w,
+        )?
+        .map(["image"], vec![Rescale::new(1.0 / 255.0, 0.0).into()], w)?
+        .map(
+            ["image"],
+            vec![Rescale::new(1.0 / 0.3081, -0.1307 / 0.3081).into()],
+            w,
+        )?
+        .map(["image"], vec![HWC2CHW.into()], w)?;
+    let ds = if shuffle { ds.shuffle(10_000)? } else { ds };
+    ds.batch(batch_size, true)?.repeat(repeat_size)
+}
