@@ -255,7 +255,12 @@ impl Dataset {
     }
 
     /// [`Dataset::prefetch`] for epochs `first..num_epochs` (resuming training).
-    pub fn prefetch_from(&self, first: usize, num_epochs: usize, capacity: Option<usize>) -> Result<PrefetchQueue> {
+    pub fn prefetch_from(
+        &self,
+        first: usize,
+        num_epochs: usize,
+        capacity: Option<usize>,
+    ) -> Result<PrefetchQueue> {
         PrefetchQueue::start(self.clone(), first, num_epochs, capacity)
     }
 

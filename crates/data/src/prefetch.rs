@@ -62,7 +62,9 @@ impl PrefetchQueue {
         }
         let (tx, rx) = bounded(capacity);
         let columns = ds.get_col_names();
-        let mut it = ds.create_tuple_iterator(num_epochs).starting_at_epoch(first_epoch);
+        let mut it = ds
+            .create_tuple_iterator(num_epochs)
+            .starting_at_epoch(first_epoch);
         thread::Builder::new()
             .name("spore-prefetch".into())
             .spawn(move || {
