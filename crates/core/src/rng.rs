@@ -71,8 +71,9 @@ impl Tensor {
         float_tensor(random::normal(key_for(seed), n), shape, dtype, "randn")
     }
 
-    /// Normal samples with standard deviation `sigma`, truncated to two standard deviations
-    /// (MindSpore's `TruncatedNormal(sigma)`).
+    /// Normal samples with standard deviation `sigma` and mean 0, kept within the absolute
+    /// bounds [-2, 2]: MindSpore 2.x's `TruncatedNormal(sigma)` (and PyTorch's
+    /// `trunc_normal_` defaults). For small `sigma` the bounds never bite.
     #[track_caller]
     pub fn truncated_normal(
         shape: &[usize],
@@ -80,10 +81,33 @@ impl Tensor {
         dtype: DType,
         seed: Option<u64>,
     ) -> Result<Tensor> {
+        Tensor::truncated_normal_in(shape, 0.0, sigma, -2.0, 2.0, dtype, seed)
+    }
+
+    /// Normal samples of `mean` and `sigma` kept within the absolute bounds `[lo, hi]`.
+    #[track_caller]
+    pub fn truncated_normal_in(
+        shape: &[usize],
+        mean: f64,
+        sigma: f64,
+        lo: f64,
+        hi: f64,
+        dtype: DType,
+        seed: Option<u64>,
+    ) -> Result<Tensor> {
+        // The bounds in units of sigma; an empty or unreachable interval would resample forever.
+        let (zl, zh) = ((lo - mean) / sigma, (hi - mean) / sigma);
+        // Written so that NaN arguments fail the check too.
+        let valid = sigma > 0.0 && sigma.is_finite() && lo < hi && zh >= -6.0 && zl <= 6.0;
+        if !valid {
+            return Err(Error::invalid_here(format!(
+                "truncated_normal: need sigma > 0 and bounds [{lo}, {hi}] within 6 sigma of mean {mean}, got sigma {sigma}"
+            )));
+        }
         let n = shape.iter().product();
-        let v = random::truncated_normal(key_for(seed), n)
+        let v = random::truncated_normal_in(key_for(seed), n, zl, zh)
             .into_iter()
-            .map(|z| z * sigma)
+            .map(|z| mean + z * sigma)
             .collect();
         float_tensor(v, shape, dtype, "truncated_normal")
     }

@@ -93,11 +93,17 @@ pub fn normal(key: u64, n: usize) -> Vec<f64> {
 /// `n` standard normal samples truncated to [-2, 2] by resampling (each element retries on
 /// its own counter sequence, so the result is still thread-count independent).
 pub fn truncated_normal(key: u64, n: usize) -> Vec<f64> {
+    truncated_normal_in(key, n, -2.0, 2.0)
+}
+
+/// `n` standard normal samples restricted to `[lo, hi]` by resampling. The caller keeps
+/// the interval reachable (it must overlap [-6, 6], or resampling would not end).
+pub fn truncated_normal_in(key: u64, n: usize, lo: f64, hi: f64) -> Vec<f64> {
     par_fill(n, |i| {
         let mut attempt = 0u32;
         loop {
             let z = normal_from(block(key, i as u64, 2, attempt));
-            if z.abs() <= 2.0 {
+            if (lo..=hi).contains(&z) {
                 return z;
             }
             attempt += 1;

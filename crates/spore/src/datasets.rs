@@ -17,8 +17,9 @@ pub fn bundled_mnist() -> std::path::PathBuf {
 
 /// Seed 001's `create_dataset`: labels cast to Int32, images resized to 32x32 (bilinear),
 /// rescaled by 1/255, normalised with MNIST's mean 0.1307 and std 0.3081, HWC to CHW,
-/// shuffled with a 10,000 buffer, batched with `drop_remainder`, repeated `repeat_size`
-/// times. Batches: `[batch, 1, 32, 32]` Float32 and `[batch]` Int32.
+/// shuffled with a 10,000 buffer, batched, repeated `repeat_size` times. Batches:
+/// `[batch, 1, 32, 32]` Float32 and `[batch]` Int32. Training data (`shuffle`) drops the
+/// last partial batch as the seed does; evaluation data keeps it, so every sample counts.
 pub fn create_dataset(
     data_path: impl AsRef<Path>,
     batch_size: usize,
@@ -50,5 +51,5 @@ pub fn create_dataset(
         )?
         .map(["image"], vec![HWC2CHW.into()], w)?;
     let ds = if shuffle { ds.shuffle(10_000)? } else { ds };
-    ds.batch(batch_size, true)?.repeat(repeat_size)
+    ds.batch(batch_size, shuffle)?.repeat(repeat_size)
 }

@@ -7,6 +7,7 @@
 //! assert_eq!(ops::relu(&x).unwrap().to_vec::<f32>().unwrap(), vec![1.0, 0.0]);
 //! ```
 
+pub mod cli;
 pub mod datasets;
 
 pub use spore_compile as compile;

@@ -93,6 +93,8 @@ pub struct Model {
     metrics: Vec<Box<dyn Metric>>,
     /// Counters of the latest `train` call.
     pub stats: TrainStats,
+    /// Samples seen by the latest `eval` call.
+    pub eval_samples: usize,
 }
 
 /// Capacity of the sink queue (batches ready ahead of the training loop).
@@ -119,6 +121,7 @@ impl Model {
             train_net: None,
             metrics: vec![],
             stats: TrainStats::default(),
+            eval_samples: 0,
         }
     }
 
@@ -387,6 +390,7 @@ impl Model {
         for m in &mut self.metrics {
             m.clear();
         }
+        self.eval_samples = 0;
         for row in dataset.create_tuple_iterator(1) {
             let row = row?;
             if row.len() < 2 {
@@ -394,6 +398,7 @@ impl Model {
                     "Model::eval: each dataset row must hold (data, label)",
                 ));
             }
+            self.eval_samples += row[1].shape().first().copied().unwrap_or(1);
             let logits = spore_core::no_grad(|| self.network.call(&row[..1]))?.remove(0);
             let loss = match &self.loss_fn {
                 Some(l) => Some(

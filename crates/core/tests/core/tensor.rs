@@ -92,7 +92,7 @@ fn seeded_randomness_is_reproducible_and_thread_count_independent() {
         mean.abs() < 0.1 && (var - 1.0).abs() < 0.15,
         "mean {mean} var {var}"
     );
-    let t = Tensor::truncated_normal(&[5000], 0.02, DType::F64, Some(1))
+    let t = Tensor::truncated_normal_in(&[5000], 0.0, 0.02, -0.04, 0.04, DType::F64, Some(1))
         .unwrap()
         .to_vec::<f64>()
         .unwrap();

@@ -1,0 +1,62 @@
+//! What the `spore` command does, as library functions (so it can be tested): train,
+//! evaluate and predict with the model zoo.
+//!
+//! ```no_run
+//! use spore::cli::{train, TrainArgs, ZooModel};
+//! let args = TrainArgs { model: ZooModel::LeNet, ..TrainArgs::default() };
+//! println!("{}", train(&args).unwrap());
+//! ```
+
+mod data;
+mod run;
+
+pub use run::{EvalArgs, PredictArgs, TrainArgs, eval, predict, train};
+
+use std::sync::Arc;
+
+use spore_core::{Error, Result};
+use spore_nn::cell::Cell;
+use spore_nn::zoo::{LeNet5, Mlp, ResNet};
+
+/// The networks the command line knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZooModel {
+    /// LeNet5 (seed 001) on MNIST resized to 32x32.
+    LeNet,
+    /// Seed 004's 784-512-512-10 network on MNIST 28x28.
+    Mlp,
+    /// ResNet-18 (CIFAR-10 form) on CIFAR-10.
+    ResNet18,
+}
+
+impl ZooModel {
+    pub const NAMES: &'static str = "lenet, mlp, resnet18";
+
+    pub fn parse(name: &str) -> Result<ZooModel> {
+        match name.to_ascii_lowercase().as_str() {
+            "lenet" | "lenet5" => Ok(ZooModel::LeNet),
+            "mlp" | "network" => Ok(ZooModel::Mlp),
+            "resnet18" | "resnet" | "resnet-18" => Ok(ZooModel::ResNet18),
+            _ => Err(Error::invalid(format!(
+                "unknown model {name:?}; choose one of {}",
+                ZooModel::NAMES
+            ))),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ZooModel::LeNet => "lenet",
+            ZooModel::Mlp => "mlp",
+            ZooModel::ResNet18 => "resnet18",
+        }
+    }
+
+    pub fn build(self) -> Result<Arc<dyn Cell>> {
+        Ok(match self {
+            ZooModel::LeNet => LeNet5::new(10)?,
+            ZooModel::Mlp => Mlp::new()?,
+            ZooModel::ResNet18 => ResNet::resnet18(10)?,
+        })
+    }
+}

@@ -1,0 +1,5 @@
+//! The facade's integration tests: the main job's accuracy bar in both modes, and the
+//! `spore` command line.
+
+mod accuracy;
+mod cli;
