@@ -164,6 +164,56 @@ fn bench(name: &str, forward: Forward, shapes: &[&[usize]], x_shape: &[usize]) {
     println!("{name:<14} infer  PyNative {infer_eager:8.3} ms   Graph {infer_graph:8.3} ms");
 }
 
+/// Graph-mode LeNet step with the profiler recording vs not: its overhead.
+fn profiler_overhead() {
+    let shapes: [&[usize]; 8] = [
+        &[6, 1, 5, 5],
+        &[16, 6, 5, 5],
+        &[120, 400],
+        &[120],
+        &[84, 120],
+        &[84],
+        &[10, 84],
+        &[10],
+    ];
+    let x = Tensor::randn(&[32, 1, 32, 32], DType::F32, Some(9)).unwrap();
+    let y = Tensor::from_vec((0..32).map(|i| i % 10).collect::<Vec<i32>>(), &[32]).unwrap();
+    let net = Arc::new(Net::new(lenet, &shapes));
+    let n2 = net.clone();
+    let step = jit("lenet_profiled", move |a: &[Tensor]| {
+        Ok(vec![n2.step(&a[0], &a[1])?])
+    });
+    let (mut off, mut on) = (vec![], vec![]);
+    let profiler = spore_core::debug::profiler::Profiler::new(
+        std::env::temp_dir().join("spore-bench-profile"),
+    );
+    // Alternate so that both see the same machine conditions.
+    for _ in 0..3 {
+        off.push(median_ms(
+            || {
+                step.call(&[x.clone(), y.clone()]).unwrap();
+            },
+            1.0,
+        ));
+        profiler.start();
+        on.push(median_ms(
+            || {
+                step.call(&[x.clone(), y.clone()]).unwrap();
+            },
+            1.0,
+        ));
+        profiler.stop();
+    }
+    off.sort_by(|a, b| a.total_cmp(b));
+    on.sort_by(|a, b| a.total_cmp(b));
+    println!(
+        "lenet b32 Graph step: profiler off {:.3} ms, on {:.3} ms ({:+.1}%)",
+        off[1],
+        on[1],
+        100.0 * (on[1] / off[1] - 1.0)
+    );
+}
+
 fn main() {
     rayon::ThreadPoolBuilder::new()
         .num_threads(2)
@@ -190,4 +240,5 @@ fn main() {
         &[&[512, 784], &[512], &[512, 512], &[512], &[10, 512], &[10]],
         &[64, 1, 28, 28],
     );
+    profiler_overhead();
 }

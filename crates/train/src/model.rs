@@ -87,6 +87,9 @@ pub struct TrainStats {
 
 pub struct Model {
     network: Arc<dyn Cell>,
+    /// The network `eval` and `predict` run, when it differs from the trained one
+    /// (MindSpore's `eval_network`).
+    eval_network: Option<Arc<dyn Cell>>,
     loss_fn: Option<Arc<dyn Cell>>,
     optimizer: Option<Arc<dyn Optimizer>>,
     train_net: Option<Arc<TrainOneStepCell>>,
@@ -116,6 +119,7 @@ impl Model {
     ) -> Model {
         Model {
             network,
+            eval_network: None,
             loss_fn,
             optimizer,
             train_net: None,
@@ -133,6 +137,19 @@ impl Model {
 
     pub fn network(&self) -> &Arc<dyn Cell> {
         &self.network
+    }
+
+    /// Evaluates and predicts with `net` instead of the trained network (it should share
+    /// the trained parameters, e.g. the backbone with a different head).
+    pub fn eval_network(mut self, net: Arc<dyn Cell>) -> Self {
+        self.eval_network = Some(net);
+        self
+    }
+
+    fn evaluated(&self) -> Arc<dyn Cell> {
+        self.eval_network
+            .clone()
+            .unwrap_or_else(|| self.network.clone())
     }
 
     /// The training cell (network + loss + optimizer), built on first use.
@@ -379,14 +396,19 @@ impl Model {
                 "Model::eval needs metrics: create the model with .metrics(vec![Box::new(Accuracy::new())])",
             ));
         }
-        let was_training = self.network.is_training();
-        self.network.set_train(false);
-        let result = self.eval_inner(dataset);
-        self.network.set_train(was_training);
+        let net = self.evaluated();
+        let was_training = net.is_training();
+        net.set_train(false);
+        let result = self.eval_inner(&net, dataset);
+        net.set_train(was_training);
         result
     }
 
-    fn eval_inner(&mut self, dataset: &Dataset) -> Result<BTreeMap<String, f64>> {
+    fn eval_inner(
+        &mut self,
+        net: &Arc<dyn Cell>,
+        dataset: &Dataset,
+    ) -> Result<BTreeMap<String, f64>> {
         for m in &mut self.metrics {
             m.clear();
         }
@@ -399,7 +421,7 @@ impl Model {
                 ));
             }
             self.eval_samples += row[1].shape().first().copied().unwrap_or(1);
-            let logits = spore_core::no_grad(|| self.network.call(&row[..1]))?.remove(0);
+            let logits = spore_core::no_grad(|| net.call(&row[..1]))?.remove(0);
             let loss = match &self.loss_fn {
                 Some(l) => Some(
                     spore_core::no_grad(|| l.call(&[logits.clone(), row[1].clone()]))?
@@ -417,10 +439,11 @@ impl Model {
 
     /// The network's output for `inputs`, in evaluation mode.
     pub fn predict(&self, inputs: &[Tensor]) -> Result<Tensor> {
-        let was_training = self.network.is_training();
-        self.network.set_train(false);
-        let out = spore_core::no_grad(|| self.network.call(inputs));
-        self.network.set_train(was_training);
+        let net = self.evaluated();
+        let was_training = net.is_training();
+        net.set_train(false);
+        let out = spore_core::no_grad(|| net.call(inputs));
+        net.set_train(was_training);
         out?.into_iter()
             .next()
             .ok_or_else(|| Error::invalid("Model::predict: the network returned no output"))

@@ -262,3 +262,42 @@ fn bad_arguments_are_errors() {
             .contains("empty")
     );
 }
+
+/// Always predicts class 0.
+struct ClassZero(spore_nn::cell::CellBase);
+
+impl spore_nn::cell::Cell for ClassZero {
+    fn construct(&self, inputs: &[spore_core::Tensor]) -> Result<Vec<spore_core::Tensor>> {
+        let n = inputs[0].shape()[0];
+        let row = [1.0f32, 0.0, 0.0];
+        Ok(vec![spore_core::Tensor::from_vec(row.repeat(n), &[n, 3])?])
+    }
+    fn base(&self) -> &spore_nn::cell::CellBase {
+        &self.0
+    }
+    fn class_name(&self) -> &'static str {
+        "ClassZero"
+    }
+}
+
+#[test]
+fn eval_and_predict_use_the_eval_network_when_given() {
+    let _guard = super::serial();
+    let net = Recorder::new();
+    let mut m = model(&net)
+        .metrics(vec![Box::new(spore_train::metrics::Accuracy::new())])
+        .eval_network(Arc::new(ClassZero(spore_nn::cell::CellBase::new())));
+    // Labels of rows 0..10 are i % 3: four of them are class 0.
+    let acc = m.eval(&numbered(10, false)).unwrap()["accuracy"];
+    assert!((acc - 0.4).abs() < 1e-12, "{acc}");
+    assert_eq!(m.eval_samples, 10);
+    let p = m.predict(&[super::ones(&[2, 4])]).unwrap();
+    assert_eq!(
+        p.to_vec::<f32>().unwrap(),
+        vec![1.0, 0.0, 0.0, 1.0, 0.0, 0.0]
+    );
+    assert!(
+        net.seen.lock().unwrap().is_empty(),
+        "the trained network was not run"
+    );
+}
