@@ -14,21 +14,8 @@ mod passes;
 mod save_graphs;
 mod training_step;
 
-/// The deterministic input generator the shared table expects.
-pub struct Lcg(pub u64);
-
-impl Lcg {
-    pub fn next_f64(&mut self) -> f64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 11) as f64 / (1u64 << 53) as f64
-    }
-    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * self.next_f64()
-    }
-}
+/// The deterministic input generator, shared with the op table.
+pub use table::Lcg;
 
 /// Asserts two tensors hold the same shape and values within `tol`.
 pub fn assert_close(a: &spore_core::Tensor, b: &spore_core::Tensor, tol: f64, what: &str) {

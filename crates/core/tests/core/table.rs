@@ -7,6 +7,22 @@ use spore_core::{DType, Result, Tensor};
 
 use super::reference::{self as r, Nd};
 
+/// A small deterministic generator for test inputs (independent of Spore's own RNG).
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    pub fn next_f64(&mut self) -> f64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+    pub fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * self.next_f64()
+    }
+}
+
 /// How an input is generated.
 #[derive(Clone, Copy, Debug)]
 pub enum In {
@@ -157,7 +173,7 @@ fn uniform_ref(key: u64, n: usize) -> Vec<f64> {
 /// Generates a row's inputs as f64 values (rounded to f32 so both precisions see the same
 /// numbers) and builds tensors with floats in `float`.
 pub fn make_inputs(row: &Row, seed: u64, float: DType) -> (Vec<Nd>, Vec<Tensor>) {
-    let mut rng = super::Lcg(seed);
+    let mut rng = Lcg(seed);
     let mut nds = vec![];
     let mut ts = vec![];
     for spec in &row.inputs {
