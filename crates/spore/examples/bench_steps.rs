@@ -83,8 +83,14 @@ fn bench(name: &str, build: fn() -> Arc<dyn Cell>, x_shape: &[usize]) {
         1.0,
     );
     set_context(ContextUpdate::new().mode(Mode::PyNative)).unwrap();
+    // Trace + passes + plan of the training step (the cell compiled in training mode).
+    let compile_ms = graph
+        .base()
+        .compiled(true)
+        .map(|j| j.last_compile_ms())
+        .unwrap_or(f64::NAN);
     println!(
-        "{name:<10} train  PyNative {pynative:7.3} ms   Graph {steady:7.3} ms   first Graph step (incl. compile) {first:6.1} ms"
+        "{name:<10} train  PyNative {pynative:7.3} ms   Graph {steady:7.3} ms   compile {compile_ms:5.1} ms   first Graph step {first:6.1} ms"
     );
     println!("{name:<10} infer  PyNative {infer_eager:7.3} ms   Graph {infer_graph:7.3} ms");
 }
