@@ -9,6 +9,7 @@ mod table;
 
 mod compiled_table;
 mod control_flow;
+mod custom_op;
 mod jit_cache;
 mod passes;
 mod save_graphs;
