@@ -441,7 +441,11 @@ pub fn compare(
         lb: &Layout,
         s: &[usize],
     ) -> Vec<bool> {
-        map_binary(a, la, b, lb, s, |x, y| f.test(x, y))
+        // One monomorphised loop per comparison (no `match` per element).
+        macro_rules! arms {
+            ($($v:ident),*) => { match f { $(CompareFn::$v => map_binary(a, la, b, lb, s, |x: T, y: T| CompareFn::$v.test(x, y)),)* } };
+        }
+        arms!(Equal, NotEqual, Less, LessEqual, Greater, GreaterEqual)
     }
     Ok(Buffer::Bool(match (a, b) {
         (Buffer::F32(a), Buffer::F32(b)) => go(f, a, la, b, lb, shape),
@@ -479,7 +483,43 @@ pub fn select(
         lb: &Layout,
         shape: &[usize],
     ) -> Vec<T> {
-        let mut out = vec![T::zero(); shape.iter().product()];
+        let n: usize = shape.iter().product();
+        let mut out = vec![T::zero(); n];
+        // Fast path: every operand contiguous over the whole shape or a single broadcast
+        // value (relu's gradient selects between a tensor and a scalar zero).
+        let flat = |l: &Layout| -> Option<(usize, bool)> {
+            if l.is_contiguous() {
+                Some((l.offset, true))
+            } else if l.strides.iter().all(|&s| s == 0) {
+                Some((l.offset, false))
+            } else {
+                None
+            }
+        };
+        if let (Some((oc, vc)), Some((oa, va)), Some((ob, vb))) = (flat(lc), flat(la), flat(lb)) {
+            // Stride 1 or 0 per operand: index arithmetic instead of a branch per element.
+            let (sc, sa, sb) = (vc as usize, va as usize, vb as usize);
+            let fill = |start: usize, dst: &mut [T]| {
+                for (k, o) in dst.iter_mut().enumerate() {
+                    let i = start + k;
+                    *o = if c[oc + i * sc] {
+                        a[oa + i * sa]
+                    } else {
+                        b[ob + i * sb]
+                    };
+                }
+            };
+            if n >= crate::layout::PARALLEL_THRESHOLD {
+                use rayon::prelude::*;
+                let chunk = n.div_ceil(rayon::current_num_threads().max(1) * 4);
+                out.par_chunks_mut(chunk)
+                    .enumerate()
+                    .for_each(|(j, dst)| fill(j * chunk, dst));
+            } else {
+                fill(0, &mut out);
+            }
+            return out;
+        }
         fill_rows(
             &mut out,
             shape,
