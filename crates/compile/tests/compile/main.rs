@@ -6,6 +6,9 @@ mod reference;
 #[allow(dead_code)] // the compile tests use the runners, not the references
 #[path = "../../../core/tests/core/table.rs"]
 mod table;
+#[allow(dead_code)] // the compile tests use the runners, not the references
+#[path = "../../../core/tests/core/table_structural.rs"]
+mod table_structural;
 
 mod compiled_table;
 mod control_flow;
