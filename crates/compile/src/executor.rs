@@ -36,6 +36,9 @@ pub struct Executable {
     pub graph_id: usize,
     /// Whether this graph's IR and execution order were written for the current dumper.
     dump_registered: Option<usize>,
+    /// The type each parameter was compiled with (`None` for one only assigned), checked
+    /// before every run.
+    param_types: Vec<Option<spore_core::TensorType>>,
 }
 
 static NEXT_GRAPH_ID: AtomicUsize = AtomicUsize::new(1);
@@ -64,6 +67,12 @@ impl Executable {
             subgraphs.insert(i, (compile(pair.0)?, compile(pair.1)?));
         }
         let plan = MemoryPlan::new(&graph);
+        let mut param_types = vec![None; graph.params.len()];
+        for n in &graph.nodes {
+            if let NodeKind::Parameter(k) = n.kind {
+                param_types[k] = Some(n.ty().clone());
+            }
+        }
         let slots = vec![vec![]; graph.nodes.len()];
         let graph_id = NEXT_GRAPH_ID.fetch_add(1, Ordering::Relaxed);
         Ok(Executable {
@@ -73,21 +82,16 @@ impl Executable {
             subgraphs,
             graph_id,
             dump_registered: None,
+            param_types,
         })
     }
 
     /// Runs the graph and stores its parameter updates; returns its outputs.
     pub fn run(&mut self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         check_inputs(&self.graph, inputs)?;
-        for (i, p) in self.graph.params.iter().enumerate() {
-            let node_ty = self
-                .graph
-                .nodes
-                .iter()
-                .find(|n| matches!(n.kind, NodeKind::Parameter(k) if k == i))
-                .map(|n| n.ty().clone());
-            if let Some(t) = node_ty
-                && p.tensor_type() != t
+        for (p, compiled) in self.graph.params.iter().zip(&self.param_types) {
+            if let Some(t) = compiled
+                && p.tensor_type() != *t
             {
                 return Err(Error::invalid(format!(
                     "graph {}: parameter {} is now {} but was compiled as {t}",

@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use spore_compile::Jit;
-use spore_core::context::{Mode, get_context};
+use spore_core::context::Mode;
 use spore_core::{Error, Parameter, Result, Tensor, TensorType, trace};
 
 use crate::compiled::{Purity, compile, prefer_eager};
@@ -274,7 +274,7 @@ impl<C: Cell + ?Sized> CellCall for Arc<C> {
             if trace::is_tracing() {
                 return self.construct(inputs);
             }
-            if base.is_jit() || get_context().mode == Mode::Graph {
+            if base.is_jit() || spore_core::context::mode() == Mode::Graph {
                 let training = base.training();
                 if prefer_eager(self, training, inputs)? {
                     return self.construct(inputs);

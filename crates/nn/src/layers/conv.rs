@@ -123,20 +123,14 @@ impl Conv2dConfig {
             self.kernel_size[0],
             self.kernel_size[1],
         ];
-        let w_init = self.weight_init.unwrap_or_else(Initializer::default_weight);
-        let weight = Parameter::new(w_init.init(&shape, self.dtype)?, "weight");
-        let bias = if self.has_bias {
-            let b_init = match self.bias_init {
-                Some(i) => i,
-                None => Initializer::default_bias(&shape)?,
-            };
-            Some(Parameter::new(
-                b_init.init(&[self.out_channels], self.dtype)?,
-                "bias",
-            ))
-        } else {
-            None
-        };
+        let (weight, bias) = super::weight_and_bias(
+            &shape,
+            self.out_channels,
+            self.weight_init,
+            self.bias_init,
+            self.has_bias,
+            self.dtype,
+        )?;
         Ok(Arc::new(Conv2d {
             base: CellBase::new(),
             weight,

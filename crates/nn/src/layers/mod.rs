@@ -68,3 +68,31 @@ pub(crate) fn positive(class: &str, what: &[(&str, usize)]) -> Result<()> {
     }
     Ok(())
 }
+
+/// A layer's `weight` of `shape` and, with `has_bias`, its `bias` of `[out]`: from the
+/// given initializers, or MindSpore's defaults (HeUniform(sqrt 5) weight, Uniform bias
+/// bounded by `1 / sqrt(fan_in)`). Shared by Dense and Conv2d.
+pub(crate) fn weight_and_bias(
+    shape: &[usize],
+    out: usize,
+    weight_init: Option<crate::init::Initializer>,
+    bias_init: Option<crate::init::Initializer>,
+    has_bias: bool,
+    dtype: spore_core::DType,
+) -> Result<(spore_core::Parameter, Option<spore_core::Parameter>)> {
+    let w_init = weight_init.unwrap_or_else(crate::init::Initializer::default_weight);
+    let weight = spore_core::Parameter::new(w_init.init(shape, dtype)?, "weight");
+    let bias = if has_bias {
+        let b_init = match bias_init {
+            Some(i) => i,
+            None => crate::init::Initializer::default_bias(shape)?,
+        };
+        Some(spore_core::Parameter::new(
+            b_init.init(&[out], dtype)?,
+            "bias",
+        ))
+    } else {
+        None
+    };
+    Ok((weight, bias))
+}

@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -251,10 +251,6 @@ impl Writer {
             Some(e) => Err(e),
             None => Ok(()),
         }
-    }
-
-    pub fn dir_exists(p: &Path) -> bool {
-        p.is_dir()
     }
 }
 
