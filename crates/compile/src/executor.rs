@@ -20,6 +20,7 @@ use spore_core::debug::{self, OpSite, dump};
 use spore_core::ir::interpret::check_inputs;
 use spore_core::ir::{Graph, NodeKind};
 use spore_core::{Error, Result, Tensor};
+use spore_kernels::arena::{self, BufferPool, PoolStats};
 
 use crate::pass::{default_passes, run_passes};
 use crate::plan::MemoryPlan;
@@ -39,6 +40,8 @@ pub struct Executable {
     /// The type each parameter was compiled with (`None` for one only assigned), checked
     /// before every run.
     param_types: Vec<Option<spore_core::TensorType>>,
+    /// Buffers of dead values, reused by later ops and later runs (the arena).
+    pool: BufferPool,
 }
 
 static NEXT_GRAPH_ID: AtomicUsize = AtomicUsize::new(1);
@@ -83,6 +86,7 @@ impl Executable {
             graph_id,
             dump_registered: None,
             param_types,
+            pool: BufferPool::default(),
         })
     }
 
@@ -116,26 +120,63 @@ impl Executable {
             }
             None => 0,
         };
-        let result = no_grad(|| self.execute(inputs, &keys, iteration));
+        // The whole run executes on a worker of the kernel thread pool: parallel kernels
+        // then split work with a `join` on the local deque instead of handing every op
+        // from the caller's thread to the pool and sleeping until it is done (two context
+        // switches per op, a large share of a small network's step).
+        let result = if rayon::current_thread_index().is_some() {
+            self.run_pooled(inputs, &keys, iteration)
+        } else {
+            rayon::scope(|_| self.run_pooled(inputs, &keys, iteration))
+        };
         // Everything dumped during the run reaches the disk, whether the run failed or not.
         let flushed = dumper.map(|d| d.flush()).unwrap_or(Ok(()));
-        // Release everything still held, also after an error.
-        let outputs = result.map(|()| {
-            self.graph
-                .outputs
-                .iter()
-                .map(|&o| self.slots[o][0].clone())
-                .collect::<Vec<_>>()
-        });
-        if outputs.is_ok() {
-            for &(p, v) in &self.graph.updates {
-                self.graph.params[p].store(self.slots[v][0].clone());
-            }
-        }
-        self.slots.iter_mut().for_each(|s| s.clear());
-        let outputs = outputs?;
+        let outputs = result?;
         flushed?;
         Ok(outputs)
+    }
+
+    /// How the buffer pool has served this graph's kernels so far.
+    pub fn pool_stats(&self) -> PoolStats {
+        self.pool.stats()
+    }
+
+    /// Executes with this graph's buffer pool serving the kernels, stores the parameter
+    /// updates, and gives every buffer no longer referenced back to the pool.
+    fn run_pooled(
+        &mut self,
+        inputs: &[Tensor],
+        keys: &[Tensor],
+        iteration: u64,
+    ) -> Result<Vec<Tensor>> {
+        let mut pool = std::mem::take(&mut self.pool);
+        let result = arena::with_pool(&mut pool, || {
+            let result = no_grad(|| self.execute(inputs, keys, iteration));
+            let outputs = result.map(|()| {
+                self.graph
+                    .outputs
+                    .iter()
+                    .map(|&o| self.slots[o][0].clone())
+                    .collect::<Vec<_>>()
+            });
+            if outputs.is_ok() {
+                for &(p, v) in &self.graph.updates {
+                    // The replaced value's buffer is free unless the user kept a handle:
+                    // the next step's update writes into it (two buffers per parameter,
+                    // alternating, instead of a fresh allocation per step).
+                    self.graph.params[p]
+                        .store(self.slots[v][0].clone())
+                        .recycle();
+                }
+            }
+            // Release everything still held, also after an error.
+            for slot in &mut self.slots {
+                slot.drain(..).for_each(Tensor::recycle);
+            }
+            outputs
+        });
+        self.pool = pool;
+        result
     }
 
     fn execute(&mut self, inputs: &[Tensor], keys: &[Tensor], iteration: u64) -> Result<()> {
@@ -214,8 +255,10 @@ impl Executable {
                 NodeKind::GetItem { of, index } => vec![self.slots[*of][*index].clone()],
             };
             self.slots[i] = value;
+            // Liveness: a value dead after this node gives its buffer back to the pool,
+            // where the next op of the same size and dtype takes it.
             for &v in &self.plan.free_after[i] {
-                self.slots[v].clear();
+                self.slots[v].drain(..).for_each(Tensor::recycle);
             }
         }
         Ok(())

@@ -75,6 +75,14 @@ impl Jit {
         Some(exe.graph.clone())
     }
 
+    /// How the buffer pool of the executable compiled for these input types has served
+    /// its kernels, if one was compiled.
+    pub fn pool_stats_for(&self, types: &[TensorType]) -> Option<spore_kernels::arena::PoolStats> {
+        let cache = self.cache.lock().ok()?;
+        let exe = cache.get(types)?.lock().ok()?;
+        Some(exe.pool_stats())
+    }
+
     /// Runs the function: inline when already tracing (nested jit), else compiled.
     pub fn call(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         if trace::is_tracing() {

@@ -113,12 +113,13 @@ impl Parameter {
             .unwrap_or_else(|p| p.into_inner().clone())
     }
 
-    /// Stores a concrete value (executors write graph updates back with this).
-    pub fn store(&self, value: Tensor) {
+    /// Stores a concrete value and returns the one it replaces (executors write graph
+    /// updates back with this, and recycle the old buffer).
+    pub fn store(&self, value: Tensor) -> Tensor {
         let v = value.detach().with_requires_grad(self.0.requires_grad);
         match self.0.value.write() {
-            Ok(mut slot) => *slot = v,
-            Err(p) => *p.into_inner() = v,
+            Ok(mut slot) => std::mem::replace(&mut *slot, v),
+            Err(p) => std::mem::replace(&mut *p.into_inner(), v),
         }
     }
 }

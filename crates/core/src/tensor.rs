@@ -274,6 +274,21 @@ impl Tensor {
     }
     /// Storage of a tensor known to be concrete: kernels only ever see such tensors
     /// (`apply` evaluates only when every input is concrete).
+    /// Drops this handle; when it was the only owner of a concrete buffer, the buffer goes
+    /// to the current thread's buffer pool instead of the allocator (see
+    /// `spore_kernels::arena`; without a pool it is freed as usual).
+    pub fn recycle(self) {
+        let Ok(mut inner) = Arc::try_unwrap(self.0) else {
+            return;
+        };
+        let placeholder = Data::Symbolic { trace: 0, value: 0 };
+        if let Data::Concrete(s) = std::mem::replace(&mut inner.data, placeholder)
+            && let Ok(buffer) = Arc::try_unwrap(s.buffer)
+        {
+            spore_kernels::arena::recycle(buffer);
+        }
+    }
+
     pub(crate) fn buf(&self) -> &Storage {
         match &self.0.data {
             Data::Concrete(s) => s,

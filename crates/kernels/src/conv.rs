@@ -10,6 +10,7 @@
 
 use rayon::prelude::*;
 
+use crate::arena;
 use crate::elementwise::{BinaryFn, Num};
 use crate::matmul::{MatRef, gemm_into, parallelism_for};
 use gemm::Parallelism;
@@ -96,6 +97,12 @@ fn im2col<T: Num>(x: &[T], g: &ConvGeometry, group: usize, cols: &mut [T]) {
                     }
                     let src = &plane[iy as usize * g.w..][..g.w];
                     let x0 = (j * g.dilation[1]) as isize - g.pads[2] as isize;
+                    // Unit stride with the whole row inside the image (every valid conv):
+                    // a plain copy, which is most of im2col's work.
+                    if g.stride[1] == 1 && x0 >= 0 && x0 as usize + ow <= g.w {
+                        dst.copy_from_slice(&src[x0 as usize..][..ow]);
+                        continue;
+                    }
                     for (ox, d) in dst.iter_mut().enumerate() {
                         let ix = x0 + (ox * g.stride[1]) as isize;
                         *d = if ix >= 0 && ix < g.w as isize {
@@ -125,7 +132,14 @@ fn col2im<T: Num>(cols: &[T], g: &ConvGeometry, group: usize, dx: &mut [T]) {
                     }
                     let dst = &mut plane[iy as usize * g.w..][..g.w];
                     let x0 = (j * g.dilation[1]) as isize - g.pads[2] as isize;
-                    for (ox, &v) in row[oy * ow..][..ow].iter().enumerate() {
+                    let src = &row[oy * ow..][..ow];
+                    if g.stride[1] == 1 && x0 >= 0 && x0 as usize + ow <= g.w {
+                        for (d, &v) in dst[x0 as usize..][..ow].iter_mut().zip(src) {
+                            *d = d.binary(BinaryFn::Add, v);
+                        }
+                        continue;
+                    }
+                    for (ox, &v) in src.iter().enumerate() {
                         let ix = x0 + (ox * g.stride[1]) as isize;
                         if ix >= 0 && ix < g.w as isize {
                             let d = &mut dst[ix as usize];
@@ -147,62 +161,84 @@ fn inner_par(g: &ConvGeometry, work: usize) -> Parallelism {
     }
 }
 
+/// The batch split into one block of consecutive samples per thread: (blocks, per block).
+/// Scratch is taken once per block, on the calling thread, so that a graph's buffer pool
+/// (see [`crate::arena`]) serves it.
+fn batch_blocks(n: usize) -> (usize, usize) {
+    let blocks = rayon::current_num_threads().max(1).min(n.max(1));
+    let per = n.div_ceil(blocks).max(1);
+    (n.div_ceil(per).max(1), per)
+}
+
 /// Forward convolution: x [N, C, H, W] contiguous, w [O, C/g, KH, KW] contiguous ->
 /// y [N, O, OH, OW].
 pub fn conv2d<T: Num>(x: &[T], w: &[T], g: &ConvGeometry) -> Vec<T> {
     let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
-    let mut y = vec![T::zero(); g.n * g.o * ohw];
+    let mut y = arena::zeroed::<T>(g.n * g.o * ohw);
     if y.is_empty() {
         return y;
     }
     let par = inner_par(g, og * ohw * ckk);
-    y.par_chunks_mut(g.o * ohw).enumerate().for_each_init(
-        || vec![T::zero(); ckk * ohw],
-        |cols, (n, yn)| {
-            let xn = &x[n * g.c * g.h * g.w..][..g.c * g.h * g.w];
-            for group in 0..g.groups {
-                im2col(xn, g, group, cols);
-                let wg = MatRef {
-                    offset: group * og * ckk,
-                    row_stride: ckk as isize,
-                    col_stride: 1,
-                };
-                let cm = MatRef {
-                    offset: 0,
-                    row_stride: ohw as isize,
-                    col_stride: 1,
-                };
-                gemm_into(
-                    &mut yn[group * og * ohw..][..og * ohw],
-                    false,
-                    og,
-                    ohw,
-                    ckk,
-                    w,
-                    wg,
-                    cols,
-                    cm,
-                    par,
-                );
+    let (blocks, per) = batch_blocks(g.n);
+    // im2col writes every element of its block's columns. (With an empty window, ckk = 0,
+    // there are no column blocks, the zip is empty and y stays zero: the right sum.)
+    let mut scratch = arena::for_overwrite::<T>(blocks * ckk * ohw);
+    y.par_chunks_mut(per * g.o * ohw)
+        .zip(scratch.par_chunks_mut((ckk * ohw).max(1)))
+        .enumerate()
+        .for_each(|(b, (yb, cols))| {
+            for (k, yn) in yb.chunks_mut(g.o * ohw).enumerate() {
+                let n = b * per + k;
+                let xn = &x[n * g.c * g.h * g.w..][..g.c * g.h * g.w];
+                for group in 0..g.groups {
+                    im2col(xn, g, group, cols);
+                    let wg = MatRef {
+                        offset: group * og * ckk,
+                        row_stride: ckk as isize,
+                        col_stride: 1,
+                    };
+                    let cm = MatRef {
+                        offset: 0,
+                        row_stride: ohw as isize,
+                        col_stride: 1,
+                    };
+                    gemm_into(
+                        &mut yn[group * og * ohw..][..og * ohw],
+                        false,
+                        og,
+                        ohw,
+                        ckk,
+                        w,
+                        wg,
+                        cols,
+                        cm,
+                        par,
+                    );
+                }
             }
-        },
-    );
+        });
+    arena::recycle(T::into_buffer(scratch));
     y
 }
 
 /// Gradient with respect to the input: dy [N, O, OH, OW], w -> dx [N, C, H, W].
 pub fn conv2d_backward_input<T: Num>(dy: &[T], w: &[T], g: &ConvGeometry) -> Vec<T> {
     let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
-    let mut dx = vec![T::zero(); g.n * g.c * g.h * g.w];
+    let chw = g.c * g.h * g.w;
+    let mut dx = arena::zeroed::<T>(g.n * chw);
     if dx.is_empty() {
         return dx;
     }
     let par = inner_par(g, og * ohw * ckk);
-    dx.par_chunks_mut(g.c * g.h * g.w)
+    let (blocks, per) = batch_blocks(g.n);
+    // The GEMM overwrites the columns (no accumulation).
+    let mut scratch = arena::for_overwrite::<T>(blocks * ckk * ohw);
+    dx.par_chunks_mut(per * chw)
+        .zip(scratch.par_chunks_mut((ckk * ohw).max(1)))
         .enumerate()
-        .for_each_init(
-            || vec![T::zero(); ckk * ohw],
-            |cols, (n, dxn)| {
+        .for_each(|(b, (dxb, cols))| {
+            for (k, dxn) in dxb.chunks_mut(chw).enumerate() {
+                let n = b * per + k;
                 for group in 0..g.groups {
                     // cols (ckk x ohw) = W_g^T (ckk x og) * dY_g (og x ohw)
                     let wt = MatRef {
@@ -218,8 +254,9 @@ pub fn conv2d_backward_input<T: Num>(dy: &[T], w: &[T], g: &ConvGeometry) -> Vec
                     gemm_into(cols, false, ckk, ohw, og, w, wt, dy, dyg, par);
                     col2im(cols, g, group, dxn);
                 }
-            },
-        );
+            }
+        });
+    arena::recycle(T::into_buffer(scratch));
     dx
 }
 
@@ -227,23 +264,25 @@ pub fn conv2d_backward_input<T: Num>(dy: &[T], w: &[T], g: &ConvGeometry) -> Vec
 pub fn conv2d_backward_filter<T: Num>(dy: &[T], x: &[T], g: &ConvGeometry) -> Vec<T> {
     let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
     let dw_len = g.o * ckk;
-    if g.n == 0 || ohw == 0 {
-        return vec![T::zero(); dw_len];
+    if g.n == 0 || ohw == 0 || dw_len == 0 {
+        return arena::zeroed::<T>(dw_len);
     }
-    // Each thread accumulates a private dW over its share of the batch; partials are summed.
-    let threads = rayon::current_num_threads().max(1).min(g.n);
-    let per = g.n.div_ceil(threads);
+    // Each block of the batch accumulates a private dW; the partials are summed after.
+    let (blocks, per) = batch_blocks(g.n);
     let par = inner_par(g, og * ohw * ckk);
-    let partials: Vec<Vec<T>> = (0..threads)
-        .into_par_iter()
-        .map(|t| {
-            let mut dw = vec![T::zero(); dw_len];
-            let mut cols = vec![T::zero(); ckk * ohw];
+    // The first GEMM of each block overwrites its partial; im2col overwrites the columns.
+    let mut partials = arena::for_overwrite::<T>(blocks * dw_len);
+    let mut scratch = arena::for_overwrite::<T>(blocks * ckk * ohw);
+    partials
+        .par_chunks_mut(dw_len)
+        .zip(scratch.par_chunks_mut((ckk * ohw).max(1)))
+        .enumerate()
+        .for_each(|(b, (dw, cols))| {
             let mut first = true;
-            for n in t * per..((t + 1) * per).min(g.n) {
+            for n in b * per..((b + 1) * per).min(g.n) {
                 let xn = &x[n * g.c * g.h * g.w..][..g.c * g.h * g.w];
                 for group in 0..g.groups {
-                    im2col(xn, g, group, &mut cols);
+                    im2col(xn, g, group, cols);
                     // dW_g (og x ckk) += dY_g (og x ohw) * cols^T (ohw x ckk)
                     let dyg = MatRef {
                         offset: (n * g.o + group * og) * ohw,
@@ -263,21 +302,22 @@ pub fn conv2d_backward_filter<T: Num>(dy: &[T], x: &[T], g: &ConvGeometry) -> Ve
                         ohw,
                         dy,
                         dyg,
-                        &cols,
+                        cols,
                         ct,
                         par,
                     );
                 }
                 first = false;
             }
-            dw
-        })
-        .collect();
-    let mut dw = partials[0].clone();
-    for p in &partials[1..] {
+        });
+    let mut dw = arena::for_overwrite::<T>(dw_len);
+    dw.copy_from_slice(&partials[..dw_len]);
+    for p in partials.chunks(dw_len).skip(1) {
         for (d, &v) in dw.iter_mut().zip(p) {
             *d = d.binary(BinaryFn::Add, v);
         }
     }
+    arena::recycle(T::into_buffer(partials));
+    arena::recycle(T::into_buffer(scratch));
     dw
 }

@@ -97,6 +97,8 @@ pub trait Element: Copy + Send + Sync + PartialOrd + fmt::Debug + 'static {
     fn into_buffer(v: Vec<Self>) -> Buffer;
     /// Borrows the typed slice if `b` holds this type.
     fn slice_of(b: &Buffer) -> Option<&[Self]>;
+    /// Unwraps the typed vector if `b` holds this type.
+    fn vec_of(b: Buffer) -> Option<Vec<Self>>;
 }
 
 macro_rules! impl_element {
@@ -107,6 +109,12 @@ macro_rules! impl_element {
                 Buffer::$variant(v)
             }
             fn slice_of(b: &Buffer) -> Option<&[Self]> {
+                match b {
+                    Buffer::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn vec_of(b: Buffer) -> Option<Vec<Self>> {
                 match b {
                     Buffer::$variant(v) => Some(v),
                     _ => None,
@@ -143,6 +151,12 @@ impl Element for bool {
         Buffer::Bool(v)
     }
     fn slice_of(b: &Buffer) -> Option<&[Self]> {
+        match b {
+            Buffer::Bool(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn vec_of(b: Buffer) -> Option<Vec<Self>> {
         match b {
             Buffer::Bool(v) => Some(v),
             _ => None,

@@ -292,7 +292,7 @@ pub fn map_unary<T: Element, U: Element>(
     layout: &Layout,
     f: impl Fn(T) -> U + Sync,
 ) -> Vec<U> {
-    let mut out = vec![U::zero(); layout.numel()];
+    let mut out = crate::arena::for_overwrite::<U>(layout.numel());
     let (shape, strides): (Vec<usize>, Vec<isize>) = if layout.is_contiguous() {
         (vec![layout.numel()], vec![1])
     } else {
@@ -324,7 +324,7 @@ pub fn map_binary<T: Element, U: Element>(
     f: impl Fn(T, T) -> U + Sync,
 ) -> Vec<U> {
     let n: usize = shape.iter().product();
-    let mut out = vec![U::zero(); n];
+    let mut out = crate::arena::for_overwrite::<U>(n);
     // Two contiguous operands walk as one flat row: the common case, vectorised.
     let flat = la.is_contiguous() && lb.is_contiguous();
     let (shape, sa, sb): (Vec<usize>, Vec<isize>, Vec<isize>) = if flat {
@@ -484,7 +484,7 @@ pub fn select(
         shape: &[usize],
     ) -> Vec<T> {
         let n: usize = shape.iter().product();
-        let mut out = vec![T::zero(); n];
+        let mut out = crate::arena::for_overwrite::<T>(n);
         // Fast path: every operand contiguous over the whole shape or a single broadcast
         // value (relu's gradient selects between a tensor and a scalar zero).
         let flat = |l: &Layout| -> Option<(usize, bool)> {

@@ -74,7 +74,7 @@ pub fn scatter_add<T: Num>(
 
 /// One-hot rows of length `depth`; an out-of-range index gives a row of zeros.
 pub fn one_hot<T: Element>(indices: &[i64], depth: usize) -> Vec<T> {
-    let mut out = vec![T::zero(); indices.len() * depth];
+    let mut out = crate::arena::zeroed::<T>(indices.len() * depth);
     for (r, &i) in indices.iter().enumerate() {
         if i >= 0 && (i as usize) < depth {
             out[r * depth + i as usize] = T::one();

@@ -246,13 +246,15 @@ pub fn fill_rows<T: Send, const K: usize>(
 }
 
 /// Copies a strided view into a new contiguous vector.
-pub fn to_contiguous<T: Copy + Send + Sync>(src: &[T], layout: &Layout) -> Vec<T> {
+pub fn to_contiguous<T: crate::dtype::Element>(src: &[T], layout: &Layout) -> Vec<T> {
     let n = layout.numel();
+    let mut out = crate::arena::for_overwrite::<T>(n);
     if layout.is_contiguous() {
-        return src[layout.offset..layout.offset + n].to_vec();
+        out.copy_from_slice(&src[layout.offset..layout.offset + n]);
+        return out;
     }
-    let mut out = Vec::with_capacity(n);
-    // SAFETY-free path: push row by row (the walk is sequential here).
+    // Row by row, sequentially (rows arrive in output order).
+    let mut pos = 0;
     walk_rows(
         &layout.shape,
         [&layout.strides],
@@ -260,11 +262,15 @@ pub fn to_contiguous<T: Copy + Send + Sync>(src: &[T], layout: &Layout) -> Vec<T
         0..row_count(&layout.shape),
         |r| {
             let (s, st) = (r.starts[0], r.steps[0]);
+            let dst = &mut out[pos..pos + r.len];
             if st == 1 {
-                out.extend_from_slice(&src[s as usize..s as usize + r.len]);
+                dst.copy_from_slice(&src[s as usize..s as usize + r.len]);
             } else {
-                out.extend((0..r.len as isize).map(|i| src[(s + i * st) as usize]));
+                for (i, d) in dst.iter_mut().enumerate() {
+                    *d = src[(s + i as isize * st) as usize];
+                }
             }
+            pos += r.len;
         },
     );
     out

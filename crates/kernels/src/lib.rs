@@ -9,6 +9,7 @@
 //! assert_eq!(y, Buffer::F32(vec![0.0, 2.0]));
 //! ```
 
+pub mod arena;
 pub mod buffer;
 pub mod conv;
 pub mod dtype;

@@ -141,7 +141,7 @@ pub fn matmul(
         let r = la.rank();
         let (m, k, n) = (la.shape[r - 2], la.shape[r - 1], lb.shape[r - 1]);
         let nb: usize = batch.iter().product();
-        let mut out = vec![T::zero(); nb * m * n];
+        let mut out = crate::arena::zeroed::<T>(nb * m * n);
         // Offsets of each batch item in a and b.
         let mut offsets = Vec::with_capacity(nb);
         let bshape: Vec<usize> = batch.iter().copied().chain([1]).collect();

@@ -9,6 +9,7 @@
 use rayon::prelude::*;
 
 use crate::elementwise::{BinaryFn, Num};
+use crate::layout::PARALLEL_THRESHOLD;
 
 /// Sizes of a pooling window over [N, C, H, W]; pads are top, bottom, left, right.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -64,29 +65,63 @@ impl PoolGeometry {
 }
 
 /// Position (within the plane) of the first maximum of the window, in row-major order.
+/// A NaN never replaces an earlier value (`>` is false for it), as before.
+#[inline]
 fn argmax_in<T: Num>(plane: &[T], g: &PoolGeometry, oy: usize, ox: usize) -> Option<usize> {
     let (ys, xs) = g.window(oy, ox);
-    let mut best: Option<usize> = None;
+    if ys.is_empty() || xs.is_empty() {
+        return None;
+    }
+    let mut best = ys.start * g.w + xs.start;
+    let mut best_v = plane[best];
     for y in ys {
+        let row = &plane[y * g.w..][..g.w];
         for x in xs.clone() {
-            let i = y * g.w + x;
-            match best {
-                Some(b) if plane[i].partial_cmp(&plane[b]) != Some(std::cmp::Ordering::Greater) => {
-                }
-                _ => best = Some(i),
+            if row[x] > best_v {
+                best_v = row[x];
+                best = y * g.w + x;
             }
         }
     }
-    best
+    Some(best)
+}
+
+/// Runs `f(plane_index, out_plane)` over the `plane_len`-sized planes of `out`, spread
+/// over the thread pool in a few large blocks when the work (`work_per_plane` elements
+/// each) is big enough to pay for the fork, else on the calling thread.
+fn for_each_plane<T: Send>(
+    out: &mut [T],
+    plane_len: usize,
+    work_per_plane: usize,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
+    let planes = out.len() / plane_len.max(1);
+    if planes == 0 {
+        return;
+    }
+    if planes * work_per_plane < PARALLEL_THRESHOLD || planes < 2 {
+        for (p, o) in out.chunks_mut(plane_len).enumerate() {
+            f(p, o);
+        }
+        return;
+    }
+    let per_block = planes.div_ceil(rayon::current_num_threads().max(1) * 2);
+    out.par_chunks_mut(per_block * plane_len)
+        .enumerate()
+        .for_each(|(b, block)| {
+            for (k, o) in block.chunks_mut(plane_len).enumerate() {
+                f(b * per_block + k, o);
+            }
+        });
 }
 
 pub fn max_pool2d<T: Num>(x: &[T], g: &PoolGeometry) -> Vec<T> {
     let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
-    let mut y = vec![T::zero(); g.planes() * ohw];
+    let mut y = crate::arena::zeroed::<T>(g.planes() * ohw);
     if ohw == 0 {
         return y;
     }
-    y.par_chunks_mut(ohw).enumerate().for_each(|(p, yp)| {
+    for_each_plane(&mut y, ohw, hw, |p, yp| {
         let plane = &x[p * hw..][..hw];
         for oy in 0..g.oh {
             for ox in 0..g.ow {
@@ -104,11 +139,11 @@ pub fn max_pool2d<T: Num>(x: &[T], g: &PoolGeometry) -> Vec<T> {
 /// Sends each output gradient to the first maximum of its window.
 pub fn max_pool2d_backward<T: Num>(x: &[T], dy: &[T], g: &PoolGeometry) -> Vec<T> {
     let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
-    let mut dx = vec![T::zero(); g.planes() * hw];
+    let mut dx = crate::arena::zeroed::<T>(g.planes() * hw);
     if hw == 0 {
         return dx;
     }
-    dx.par_chunks_mut(hw).enumerate().for_each(|(p, dxp)| {
+    for_each_plane(&mut dx, hw, hw, |p, dxp| {
         let plane = &x[p * hw..][..hw];
         for oy in 0..g.oh {
             for ox in 0..g.ow {
@@ -133,11 +168,11 @@ fn divisor(g: &PoolGeometry, oy: usize, ox: usize, count_include_pad: bool) -> u
 
 pub fn avg_pool2d<T: Num>(x: &[T], g: &PoolGeometry, count_include_pad: bool) -> Vec<T> {
     let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
-    let mut y = vec![T::zero(); g.planes() * ohw];
+    let mut y = crate::arena::zeroed::<T>(g.planes() * ohw);
     if ohw == 0 {
         return y;
     }
-    y.par_chunks_mut(ohw).enumerate().for_each(|(p, yp)| {
+    for_each_plane(&mut y, ohw, hw, |p, yp| {
         let plane = &x[p * hw..][..hw];
         for oy in 0..g.oh {
             for ox in 0..g.ow {
@@ -157,11 +192,11 @@ pub fn avg_pool2d<T: Num>(x: &[T], g: &PoolGeometry, count_include_pad: bool) ->
 
 pub fn avg_pool2d_backward<T: Num>(dy: &[T], g: &PoolGeometry, count_include_pad: bool) -> Vec<T> {
     let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
-    let mut dx = vec![T::zero(); g.planes() * hw];
+    let mut dx = crate::arena::zeroed::<T>(g.planes() * hw);
     if hw == 0 {
         return dx;
     }
-    dx.par_chunks_mut(hw).enumerate().for_each(|(p, dxp)| {
+    for_each_plane(&mut dx, hw, hw, |p, dxp| {
         for oy in 0..g.oh {
             for ox in 0..g.ow {
                 let share = dy[p * ohw + oy * g.ow + ox].to_f64()

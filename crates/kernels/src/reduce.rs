@@ -87,7 +87,7 @@ pub fn reduce(
                 _ => Err(format!("{f:?} over an empty axis has no identity")),
             };
         }
-        let mut out = vec![T::zero(); out_n];
+        let mut out = crate::arena::zeroed::<T>(out_n);
         if data.len() >= PARALLEL_THRESHOLD && out_n > 1 {
             out.par_iter_mut()
                 .zip(data.par_chunks(row))
@@ -97,6 +97,7 @@ pub fn reduce(
                 *o = reduce_row(f, r);
             }
         }
+        crate::arena::recycle(T::into_buffer(data));
         Ok(out)
     }
     Ok(match src {

@@ -105,6 +105,22 @@ fn compare(forward: Forward, shapes: &[&[usize]], x_shape: &[usize], steps: usiz
     for (a, b) in pe.iter().zip(&pg) {
         super::assert_close(&b.stored(), &a.stored(), 1e-4, "final parameters");
     }
+    // Steady state allocates no buffers: every kernel output, scratch area and parameter
+    // update after the first step came from the graph's pool (the comparisons above show
+    // that recycled buffers gave the right numbers).
+    let types: Vec<_> = [&batches[0].0, &batches[0].1]
+        .iter()
+        .map(|t| t.tensor_type().clone())
+        .collect();
+    let after_all = step.pool_stats_for(&types).expect("compiled");
+    let (x, y) = &batches[0];
+    step.call(&[x.clone(), y.clone()]).unwrap();
+    let after_one_more = step.pool_stats_for(&types).unwrap();
+    assert_eq!(
+        after_one_more.misses, after_all.misses,
+        "a steady-state step allocated: {after_all:?} -> {after_one_more:?}"
+    );
+    assert!(after_one_more.hits > after_all.hits);
 }
 
 #[test]

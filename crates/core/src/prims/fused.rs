@@ -125,60 +125,62 @@ impl FusedProgram {
                 (values, s.layout.broadcast_to(shape))
             })
             .collect();
-        let mut out = vec![T::zero(); n];
-        let chunks = out.len().div_ceil(CHUNK);
+        let mut out = spore_kernels::arena::for_overwrite::<T>(n);
         let n_regs = self.num_inputs + self.instrs.len();
-        let new_regs = || -> Vec<Vec<T>> { vec![vec![T::zero(); CHUNK]; n_regs] };
-        // Registers are allocated once per worker, not per chunk.
-        let body = |regs: &mut Vec<Vec<T>>, (c, dst): (usize, &mut [T])| {
-            let start = c * CHUNK;
-            let len = dst.len();
-            for (r, (vals, layout)) in loaded.iter().enumerate() {
-                gather_range(vals, layout, start, &mut regs[r][..len]);
-            }
-            for (k, ins) in self.instrs.iter().enumerate() {
-                let dst_reg = self.num_inputs + k;
-                let (before, after) = regs.split_at_mut(dst_reg);
-                let d = &mut after[0][..len];
-                match *ins {
-                    FusedInstr::Unary(f, a) => unary_slice(f, &before[a][..len], d),
-                    FusedInstr::Binary(f, a, b) => {
-                        binary_slice(f, &before[a][..len], &before[b][..len], d)
-                    }
-                    FusedInstr::Compare(f, a, b) => {
-                        for i in 0..len {
-                            d[i] = if f.test(before[a][i], before[b][i]) {
-                                T::one()
-                            } else {
-                                T::zero()
-                            };
+        // Registers: one set per block of chunks, taken on this thread before forking so a
+        // graph's buffer pool serves them (see `spore_kernels::arena`).
+        let chunks = n.div_ceil(CHUNK);
+        let blocks = if chunks > 8 {
+            rayon::current_num_threads().clamp(1, chunks)
+        } else {
+            1
+        };
+        let per_block = chunks.div_ceil(blocks).max(1) * CHUNK;
+        let mut regs = spore_kernels::arena::for_overwrite::<T>(blocks * n_regs * CHUNK);
+        let run_block = |(b, (dst, regs)): (usize, (&mut [T], &mut [T]))| {
+            let mut regs: Vec<&mut [T]> = regs.chunks_mut(CHUNK).collect();
+            for (c, dst) in dst.chunks_mut(CHUNK).enumerate() {
+                let start = b * per_block + c * CHUNK;
+                let len = dst.len();
+                for (r, (vals, layout)) in loaded.iter().enumerate() {
+                    gather_range(vals, layout, start, &mut regs[r][..len]);
+                }
+                for (k, ins) in self.instrs.iter().enumerate() {
+                    let dst_reg = self.num_inputs + k;
+                    let (before, after) = regs.split_at_mut(dst_reg);
+                    let d = &mut after[0][..len];
+                    match *ins {
+                        FusedInstr::Unary(f, a) => unary_slice(f, &before[a][..len], d),
+                        FusedInstr::Binary(f, a, b) => {
+                            binary_slice(f, &before[a][..len], &before[b][..len], d)
                         }
-                    }
-                    FusedInstr::Select(cnd, a, b) => {
-                        for i in 0..len {
-                            d[i] = if before[cnd][i] != T::zero() {
-                                before[a][i]
-                            } else {
-                                before[b][i]
-                            };
+                        FusedInstr::Compare(f, a, b) => {
+                            compare_slice(f, &before[a][..len], &before[b][..len], d)
                         }
+                        FusedInstr::Select(cnd, a, b) => select_slice(
+                            &before[cnd][..len],
+                            &before[a][..len],
+                            &before[b][..len],
+                            d,
+                        ),
                     }
                 }
+                dst.copy_from_slice(&regs[n_regs - 1][..len]);
             }
-            dst.copy_from_slice(&regs[self.num_inputs + self.instrs.len() - 1][..len]);
         };
-        if chunks > 8 {
-            out.par_chunks_mut(CHUNK)
+        if blocks > 1 {
+            out.par_chunks_mut(per_block)
+                .zip(regs.par_chunks_mut(n_regs * CHUNK))
                 .enumerate()
-                .for_each_init(new_regs, body);
-        } else {
-            let mut regs = new_regs();
-            out.chunks_mut(CHUNK)
-                .enumerate()
-                .for_each(|c| body(&mut regs, c));
+                .for_each(run_block);
+        } else if n > 0 {
+            run_block((0, (&mut out[..], &mut regs[..])));
         }
+        spore_kernels::arena::recycle(T::into_buffer(regs));
         if self.out_dtype == DType::Bool {
-            Buffer::Bool(out.into_iter().map(|v| v != T::zero()).collect())
+            let flags = spore_kernels::arena::collect_exact(n, out.iter().map(|&v| v != T::zero()));
+            spore_kernels::arena::recycle(T::into_buffer(out));
+            Buffer::Bool(flags)
         } else {
             T::into_buffer(out)
         }
@@ -191,6 +193,31 @@ impl FusedProgram {
     }
 }
 
+/// `d[i] = f(a[i], b[i]) ? 1 : 0`, monomorphised per comparison so each loop vectorises
+/// (a runtime `match` inside the loop would keep it scalar).
+fn compare_slice<T: Num>(f: CompareFn, a: &[T], b: &[T], d: &mut [T]) {
+    fn each<T: Num>(a: &[T], b: &[T], d: &mut [T], test: impl Fn(T, T) -> bool) {
+        for ((d, &x), &y) in d.iter_mut().zip(a).zip(b) {
+            *d = if test(x, y) { T::one() } else { T::zero() };
+        }
+    }
+    match f {
+        CompareFn::Equal => each(a, b, d, |x, y| x == y),
+        CompareFn::NotEqual => each(a, b, d, |x, y| x != y),
+        CompareFn::Less => each(a, b, d, |x, y| x < y),
+        CompareFn::LessEqual => each(a, b, d, |x, y| x <= y),
+        CompareFn::Greater => each(a, b, d, |x, y| x > y),
+        CompareFn::GreaterEqual => each(a, b, d, |x, y| x >= y),
+    }
+}
+
+/// `d[i] = cond[i] != 0 ? a[i] : b[i]`, written as a branch-free zip so it vectorises.
+fn select_slice<T: Num>(cond: &[T], a: &[T], b: &[T], d: &mut [T]) {
+    for (((d, &c), &x), &y) in d.iter_mut().zip(cond).zip(a).zip(b) {
+        *d = if c != T::zero() { x } else { y };
+    }
+}
+
 /// Writes elements `start..start + dst.len()` (row-major over the layout's shape) of a
 /// strided view into `dst`.
 fn gather_range<T: Copy>(vals: &[T], layout: &Layout, start: usize, dst: &mut [T]) {
@@ -200,7 +227,7 @@ fn gather_range<T: Copy>(vals: &[T], layout: &Layout, start: usize, dst: &mut [T
         return;
     }
     if layout.strides.iter().all(|&s| s == 0) {
-        dst.iter_mut().for_each(|d| *d = vals[layout.offset]);
+        dst.fill(vals[layout.offset]);
         return;
     }
     // Unravel `start`, then step an odometer.

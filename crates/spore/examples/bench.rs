@@ -1,0 +1,392 @@
+//! Spore's benchmark harness (issue 8): the peers' workloads, in PyNative and in Graph
+//! mode, timed with the anchors' protocol, reported as a table and as JSON Lines.
+//!
+//! ```text
+//! cargo run --release --example bench -- [--json PATH] [--only lenet5_train_b32,gemm_2048] [--quick]
+//! ```
+//!
+//! Workloads: LeNet5 training step (batch 32, 1x32x32, Momentum 0.9, sparse softmax
+//! cross-entropy), the seed 004 MLP training step and inference (batch 64), ResNet-18
+//! (CIFAR form) training step (batch 32), fp32 GEMM 2048^3, and seed 001's data pipeline.
+//!
+//! Protocol (the same as `bench/peers/py/common.py`): the first call is timed alone
+//! (`first_ms`: trace + compile + first run in Graph mode); then synced warm-up steps;
+//! then 5 repeats, each running back-to-back steps for at least 1.2 s; the figure is the
+//! median over repeats of the per-step time.
+//!
+//! Why one process per measurement: peak memory (`VmHWM`) and the allocator counters
+//! must belong to one workload, and thread pools or jit caches must not leak between
+//! workloads, as the peers' driver does. The parent re-runs this binary with `--child`.
+//! A counting global allocator measures the heap allocated per steady-state step;
+//! `SPORE_TRACE_ALLOC=1` prints where each large allocation of one such step comes from,
+//! and `SPORE_BENCH_SAVE_GRAPHS=DIR` writes the compiled graphs of a Graph-mode run.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
+
+use spore::prelude::*;
+
+/// The system allocator, counting what is allocated (calls and bytes) and the peak of
+/// live heap bytes.
+struct CountingAlloc;
+
+static ALLOC_CALLS: AtomicU64 = AtomicU64::new(0);
+static ALLOC_BYTES: AtomicU64 = AtomicU64::new(0);
+static LIVE_BYTES: AtomicU64 = AtomicU64::new(0);
+static PEAK_LIVE_BYTES: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is forwarded unchanged to `System`; the counters are side effects.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count_alloc(layout.size());
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count_alloc(layout.size());
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE_BYTES.fetch_sub(layout.size() as u64, Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE_BYTES.fetch_sub(layout.size() as u64, Relaxed);
+        count_alloc(new_size);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+/// `SPORE_TRACE_ALLOC=1`: print where each allocation of 1 KiB or more comes from during
+/// one steady-state step (Spore frames only), to find what still allocates.
+static TRACE_ON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+thread_local! {
+    /// Set while a backtrace is being captured (capturing allocates too).
+    static IN_TRACE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn count_alloc(size: usize) {
+    if size >= 1024 && TRACE_ON.load(Relaxed) && !IN_TRACE.with(|c| c.replace(true)) {
+        let bt = std::backtrace::Backtrace::force_capture().to_string();
+        let frames: Vec<&str> = bt
+            .lines()
+            .filter(|l| l.contains("spore") && !l.contains(" at "))
+            .take(8)
+            .map(str::trim)
+            .collect();
+        eprintln!("ALLOC {size} B: {}", frames.join(" <- "));
+        IN_TRACE.with(|c| c.set(false));
+    }
+    ALLOC_CALLS.fetch_add(1, Relaxed);
+    ALLOC_BYTES.fetch_add(size as u64, Relaxed);
+    let live = LIVE_BYTES.fetch_add(size as u64, Relaxed) + size as u64;
+    PEAK_LIVE_BYTES.fetch_max(live, Relaxed);
+}
+
+#[global_allocator]
+static GLOBAL: CountingAlloc = CountingAlloc;
+
+/// Every workload, in the order the table lists them, with the modes it runs in.
+const BENCHES: &[(&str, &[&str])] = &[
+    ("lenet5_train_b32", &["pynative", "graph"]),
+    ("mlp_train_b64", &["pynative", "graph"]),
+    ("mlp_infer_b64", &["pynative", "graph"]),
+    ("resnet18_train_b32", &["pynative", "graph"]),
+    ("gemm_2048", &["n/a"]),
+    ("pipeline_mnist", &["n/a"]),
+];
+
+/// Timing settings; `--quick` shortens everything for smoke tests.
+#[derive(Clone, Copy)]
+struct Protocol {
+    warmup: usize,
+    repeats: usize,
+    repeat_s: f64,
+}
+
+/// What one child process measured.
+struct Measurement {
+    first_ms: f64,
+    repeats_ms: Vec<f64>,
+    steady_allocs_per_step: f64,
+    steady_alloc_bytes_per_step: f64,
+    /// Work per step for rates: FLOP (GEMM) or samples (pipeline).
+    work_per_step: f64,
+}
+
+impl Measurement {
+    fn median_ms(&self) -> f64 {
+        let mut v = self.repeats_ms.clone();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    }
+}
+
+/// Times `step` with the anchors' protocol and counts steady-state allocations.
+fn measure(p: Protocol, mut step: impl FnMut() -> Result<()>) -> Result<Measurement> {
+    let t = Instant::now();
+    step()?;
+    let first_ms = t.elapsed().as_secs_f64() * 1e3;
+    let mut fastest = f64::INFINITY;
+    for _ in 0..p.warmup.max(1) {
+        let t = Instant::now();
+        step()?;
+        fastest = fastest.min(t.elapsed().as_secs_f64());
+    }
+    let n = ((p.repeat_s / fastest.max(1e-7)).ceil() as usize).clamp(1, 1_000_000);
+    let (calls0, bytes0) = (ALLOC_CALLS.load(Relaxed), ALLOC_BYTES.load(Relaxed));
+    let mut repeats_ms = Vec::with_capacity(p.repeats);
+    for _ in 0..p.repeats {
+        let t = Instant::now();
+        for _ in 0..n {
+            step()?;
+        }
+        repeats_ms.push(t.elapsed().as_secs_f64() * 1e3 / n as f64);
+    }
+    if std::env::var_os("SPORE_TRACE_ALLOC").is_some_and(|v| v == "1") {
+        TRACE_ON.store(true, Relaxed);
+        step()?;
+        TRACE_ON.store(false, Relaxed);
+    }
+    let steps = (n * p.repeats) as f64;
+    Ok(Measurement {
+        first_ms,
+        repeats_ms,
+        steady_allocs_per_step: (ALLOC_CALLS.load(Relaxed) - calls0) as f64 / steps,
+        steady_alloc_bytes_per_step: (ALLOC_BYTES.load(Relaxed) - bytes0) as f64 / steps,
+        work_per_step: 0.0,
+    })
+}
+
+/// One fixed synthetic batch: N(0, 1) inputs and labels `i % 10`, reused every step.
+fn batch(x_shape: &[usize]) -> Result<(Tensor, Tensor)> {
+    let x = Tensor::randn(x_shape, DType::F32, Some(0))?;
+    let labels: Vec<i32> = (0..x_shape[0] as i32).map(|i| (i * 7 + 3) % 10).collect();
+    Ok((x, Tensor::from_vec(labels, &[x_shape[0]])?))
+}
+
+/// The peers' step: sparse softmax cross-entropy (mean) and Momentum(0.01, 0.9).
+fn train_step(net: Arc<dyn Cell>, x_shape: &[usize], p: Protocol) -> Result<Measurement> {
+    let (x, y) = batch(x_shape)?;
+    let loss = SoftmaxCrossEntropyWithLogits::new(true, Reduction::Mean);
+    let opt = Momentum::new(net.trainable_params(), 0.01, 0.9)?;
+    let step = TrainOneStepCell::new_dyn(WithLossCell::new_dyn(net, loss), opt);
+    measure(p, || step.step(&x, &y).map(drop))
+}
+
+fn run_child(bench: &str, mode: &str, p: Protocol) -> Result<Measurement> {
+    let mut ctx = ContextUpdate::new().mode(match mode {
+        "graph" => Mode::Graph,
+        _ => Mode::PyNative,
+    });
+    // `SPORE_BENCH_SAVE_GRAPHS=DIR` writes the compiled graphs, to see what a step runs.
+    if let Some(dir) = std::env::var_os("SPORE_BENCH_SAVE_GRAPHS") {
+        ctx = ctx.save_graphs(1).save_graphs_path(dir);
+    }
+    set_context(ctx)?;
+    match bench {
+        "lenet5_train_b32" => train_step(LeNet5::new(10)?, &[32, 1, 32, 32], p),
+        "mlp_train_b64" => train_step(Mlp::new()?, &[64, 1, 28, 28], p),
+        "resnet18_train_b32" => train_step(
+            ResNet::resnet18(10)?,
+            &[32, 3, 32, 32],
+            Protocol { warmup: 2, ..p },
+        ),
+        "mlp_infer_b64" => {
+            let net = Mlp::new()?;
+            net.set_train(false);
+            let (x, _) = batch(&[64, 1, 28, 28])?;
+            measure(p, || no_grad(|| net.call1(&x)).map(drop))
+        }
+        "gemm_2048" => {
+            let n = 2048;
+            let a = Tensor::randn(&[n, n], DType::F32, Some(1))?;
+            let b = Tensor::randn(&[n, n], DType::F32, Some(2))?;
+            let mut m = measure(p, || a.matmul(&b).map(drop))?;
+            m.work_per_step = 2.0 * (n as f64).powi(3);
+            Ok(m)
+        }
+        "pipeline_mnist" => {
+            // One step = one epoch of seed 001's training pipeline over the 8,000 digits.
+            let ds = spore::datasets::create_dataset(
+                spore::datasets::bundled_mnist().join("train"),
+                32,
+                1,
+                1,
+                true,
+            )?;
+            let mut samples = 0.0;
+            let mut m = measure(Protocol { warmup: 1, ..p }, || {
+                samples = 0.0;
+                for row in ds.create_tuple_iterator(1) {
+                    samples += row?[0].shape()[0] as f64;
+                }
+                Ok(())
+            })?;
+            m.work_per_step = samples;
+            Ok(m)
+        }
+        other => Err(Error::invalid(format!(
+            "unknown benchmark `{other}`; expected one of {}",
+            BENCHES.iter().map(|b| b.0).collect::<Vec<_>>().join(", ")
+        ))),
+    }
+}
+
+/// Peak resident memory of this process in MiB (`VmHWM`), as the peers report it.
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+/// A JSON number, or `null` for NaN/inf (JSON has no NaN).
+fn num(v: f64) -> serde_json::Value {
+    serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, serde_json::Value::Number)
+}
+
+fn child_record(bench: &str, mode: &str, m: &Measurement) -> serde_json::Value {
+    let median = m.median_ms();
+    let per_s = 1e3 / median;
+    let is = |b: &str| bench == b;
+    serde_json::json!({
+        "lib": "spore",
+        "mode": mode,
+        "bench": bench,
+        "first_ms": num(m.first_ms),
+        "median_ms": num(median),
+        "steps_per_s": num(per_s),
+        "gflops": num(if is("gemm_2048") { m.work_per_step * per_s / 1e9 } else { 0.0 }),
+        "samples_per_s": num(if is("pipeline_mnist") { m.work_per_step * per_s } else { 0.0 }),
+        "peak_mem_mb": num(peak_rss_mb()),
+        "peak_rss_mb": num(peak_rss_mb()),
+        "peak_heap_mb": num(PEAK_LIVE_BYTES.load(Relaxed) as f64 / (1 << 20) as f64),
+        "steady_allocs": num(m.steady_allocs_per_step),
+        "steady_alloc_bytes": num(m.steady_alloc_bytes_per_step),
+        "repeats_ms": m.repeats_ms.iter().map(|&v| num(v)).collect::<Vec<_>>(),
+        "threads": rayon::current_num_threads(),
+    })
+}
+
+fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
+/// Runs every selected (bench, mode) in its own child process; prints the table and
+/// writes JSON Lines.
+fn run_parent(args: &[String]) -> Result<()> {
+    let only: Option<Vec<String>> =
+        arg(args, "--only").map(|s| s.split(',').map(|b| b.trim().to_string()).collect());
+    if let Some(only) = &only {
+        for name in only {
+            if !BENCHES.iter().any(|b| b.0 == name) {
+                return Err(Error::invalid(format!(
+                    "--only: unknown benchmark `{name}`; expected one of {}",
+                    BENCHES.iter().map(|b| b.0).collect::<Vec<_>>().join(", ")
+                )));
+            }
+        }
+    }
+    let quick = args.iter().any(|a| a == "--quick");
+    let exe = std::env::current_exe().map_err(|e| Error::invalid(format!("current_exe: {e}")))?;
+    let mut lines = Vec::new();
+    println!(
+        "{:<20} {:<9} {:>11} {:>11} {:>12} {:>10} {:>14}",
+        "bench", "mode", "median ms", "first ms", "rate", "peak MiB", "alloc/step"
+    );
+    for (bench, modes) in BENCHES {
+        if only.as_ref().is_some_and(|o| !o.iter().any(|b| b == bench)) {
+            continue;
+        }
+        for mode in *modes {
+            let mut cmd = Command::new(&exe);
+            cmd.args(["--child", &format!("{bench}:{mode}")]);
+            if quick {
+                cmd.arg("--quick");
+            }
+            let out = cmd
+                .output()
+                .map_err(|e| Error::invalid(format!("could not run {}: {e}", exe.display())))?;
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let Some(json) = stdout.lines().find_map(|l| l.strip_prefix("RESULT ")) else {
+                let err = String::from_utf8_lossy(&out.stderr);
+                println!("{bench:<20} {mode:<9} failed: {}", err.trim());
+                continue;
+            };
+            let rec: serde_json::Value = serde_json::from_str(json)
+                .map_err(|e| Error::invalid(format!("bad RESULT line from child: {e}")))?;
+            let f = |k: &str| rec[k].as_f64().unwrap_or(f64::NAN);
+            let rate = if f("gflops") > 0.0 {
+                format!("{:.1} GFLOP/s", f("gflops"))
+            } else if f("samples_per_s") > 0.0 {
+                format!("{:.0} smp/s", f("samples_per_s"))
+            } else {
+                format!("{:.1} st/s", f("steps_per_s"))
+            };
+            println!(
+                "{bench:<20} {mode:<9} {:>11.3} {:>11.1} {rate:>12} {:>10.1} {:>8.0} B/{:.0}",
+                f("median_ms"),
+                f("first_ms"),
+                f("peak_mem_mb"),
+                f("steady_alloc_bytes"),
+                f("steady_allocs"),
+            );
+            lines.push(json.to_string());
+        }
+    }
+    if let Some(path) = arg(args, "--json") {
+        let path = std::path::PathBuf::from(path);
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e.to_string()))?;
+        }
+        std::fs::write(&path, lines.join("\n") + "\n")
+            .map_err(|e| Error::io(&path, e.to_string()))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let threads: usize = arg(&args, "--threads")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(2);
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global()
+        .ok();
+    let Some(which) = arg(&args, "--child") else {
+        return run_parent(&args);
+    };
+    let (bench, mode) = which.split_once(':').unwrap_or((which.as_str(), "n/a"));
+    let p = if args.iter().any(|a| a == "--quick") {
+        Protocol {
+            warmup: 2,
+            repeats: 3,
+            repeat_s: 0.3,
+        }
+    } else {
+        Protocol {
+            warmup: 5,
+            repeats: 5,
+            repeat_s: 1.2,
+        }
+    };
+    let m = run_child(bench, mode, p)?;
+    println!("RESULT {}", child_record(bench, mode, &m));
+    Ok(())
+}
