@@ -100,7 +100,7 @@ fn im2col<T: Num>(x: &[T], g: &ConvGeometry, group: usize, cols: &mut [T]) {
                     // Unit stride with the whole row inside the image (every valid conv):
                     // a plain copy, which is most of im2col's work.
                     if g.stride[1] == 1 && x0 >= 0 && x0 as usize + ow <= g.w {
-                        dst.copy_from_slice(&src[x0 as usize..][..ow]);
+                        copy_short(dst, &src[x0 as usize..][..ow]);
                         continue;
                     }
                     for (ox, d) in dst.iter_mut().enumerate() {
@@ -114,6 +114,33 @@ fn im2col<T: Num>(x: &[T], g: &ConvGeometry, group: usize, cols: &mut [T]) {
                 }
             }
         }
+    }
+}
+
+/// `dst.copy_from_slice(src)` for the short rows of small images: fixed 8-element blocks
+/// (the last one overlapping) compile to inline vector moves, where a `memmove` call per
+/// row of 10-30 elements costs more than the copy (it was most of LeNet's im2col time).
+#[inline]
+fn copy_short<T: Copy>(dst: &mut [T], src: &[T]) {
+    let n = dst.len();
+    if !(8..=64).contains(&n) {
+        dst.copy_from_slice(src);
+        return;
+    }
+    let mut i = 0;
+    while i + 8 <= n {
+        copy8(&mut dst[i..i + 8], &src[i..i + 8]);
+        i += 8;
+    }
+    if i < n {
+        copy8(&mut dst[n - 8..], &src[n - 8..]);
+    }
+}
+
+#[inline(always)]
+fn copy8<T: Copy>(dst: &mut [T], src: &[T]) {
+    if let (Ok(d), Ok(s)) = (<&mut [T; 8]>::try_from(dst), <&[T; 8]>::try_from(src)) {
+        *d = *s;
     }
 }
 

@@ -86,6 +86,38 @@ fn argmax_in<T: Num>(plane: &[T], g: &PoolGeometry, oy: usize, ox: usize) -> Opt
     Some(best)
 }
 
+/// [`argmax_in`] for a geometry without padding, where every window lies inside the
+/// image: direct indexing, and the common 2x2 window unrolled (LeNet's pools).
+#[inline]
+fn argmax_unpadded<T: Num>(plane: &[T], g: &PoolGeometry, oy: usize, ox: usize) -> usize {
+    let (y0, x0) = (oy * g.stride[0], ox * g.stride[1]);
+    let first = y0 * g.w + x0;
+    if g.kernel == [2, 2] {
+        let (r0, r1) = (&plane[first..][..2], &plane[first + g.w..][..2]);
+        let (mut best, mut v) = (first, r0[0]);
+        if r0[1] > v {
+            (best, v) = (first + 1, r0[1]);
+        }
+        if r1[0] > v {
+            (best, v) = (first + g.w, r1[0]);
+        }
+        if r1[1] > v {
+            best = first + g.w + 1;
+        }
+        return best;
+    }
+    let (mut best, mut v) = (first, plane[first]);
+    for ky in 0..g.kernel[0] {
+        let start = (y0 + ky) * g.w + x0;
+        for (kx, &e) in plane[start..][..g.kernel[1]].iter().enumerate() {
+            if e > v {
+                (best, v) = (start + kx, e);
+            }
+        }
+    }
+    best
+}
+
 /// Runs `f(plane_index, out_plane)` over the `plane_len`-sized planes of `out`, spread
 /// over the thread pool in a few large blocks when the work (`work_per_plane` elements
 /// each) is big enough to pay for the fork, else on the calling thread.
@@ -123,6 +155,14 @@ pub fn max_pool2d<T: Num>(x: &[T], g: &PoolGeometry) -> Vec<T> {
     }
     for_each_plane(&mut y, ohw, hw, |p, yp| {
         let plane = &x[p * hw..][..hw];
+        if g.pads == [0; 4] {
+            for (oy, row) in yp.chunks_mut(g.ow).enumerate() {
+                for (ox, o) in row.iter_mut().enumerate() {
+                    *o = plane[argmax_unpadded(plane, g, oy, ox)];
+                }
+            }
+            return;
+        }
         for oy in 0..g.oh {
             for ox in 0..g.ow {
                 // A window entirely in padding sees only -inf (MindSpore's padding value).
@@ -145,6 +185,16 @@ pub fn max_pool2d_backward<T: Num>(x: &[T], dy: &[T], g: &PoolGeometry) -> Vec<T
     }
     for_each_plane(&mut dx, hw, hw, |p, dxp| {
         let plane = &x[p * hw..][..hw];
+        let dyp = &dy[p * ohw..][..ohw];
+        if g.pads == [0; 4] {
+            for (oy, row) in dyp.chunks(g.ow).enumerate() {
+                for (ox, &d) in row.iter().enumerate() {
+                    let i = argmax_unpadded(plane, g, oy, ox);
+                    dxp[i] = dxp[i].binary(BinaryFn::Add, d);
+                }
+            }
+            return;
+        }
         for oy in 0..g.oh {
             for ox in 0..g.ow {
                 if let Some(i) = argmax_in(plane, g, oy, ox) {

@@ -276,6 +276,13 @@ pub fn structural_rows() -> Vec<Row> {
             |x| max_pool_ref(&x[0], [2, 2], [2, 2], [0; 4]),
         ),
         row(
+            // Overlapping 3x3 windows, stride 1, no padding: the general unpadded path.
+            "MaxPool",
+            vec![In::F(&[2, 2, 5, 6], -1.0, 1.0)],
+            |x| x[0].max_pool2d(&Pool2dOptions::new(3, 1)),
+            |x| max_pool_ref(&x[0], [3, 3], [1, 1], [0; 4]),
+        ),
+        row(
             "MaxPool",
             vec![In::F(&[1, 2, 5, 4], -1.0, 1.0)],
             |x| x[0].max_pool2d(&Pool2dOptions::new(3, 2).pad_mode(PadMode::Same)),
