@@ -12,6 +12,7 @@ use rayon::prelude::*;
 
 use crate::arena;
 use crate::elementwise::{BinaryFn, Num};
+use crate::im2col::{col2im, im2col};
 use crate::matmul::{MatRef, gemm_into, parallelism_for};
 use gemm::Parallelism;
 
@@ -65,117 +66,18 @@ impl ConvGeometry {
         }
     }
 
-    fn cg(&self) -> usize {
+    pub(crate) fn cg(&self) -> usize {
         self.c / self.groups
     }
-    fn og(&self) -> usize {
+    pub(crate) fn og(&self) -> usize {
         self.o / self.groups
     }
     /// Rows of the im2col matrix of one group.
-    fn ckk(&self) -> usize {
+    pub(crate) fn ckk(&self) -> usize {
         self.cg() * self.kh * self.kw
     }
-    fn ohw(&self) -> usize {
+    pub(crate) fn ohw(&self) -> usize {
         self.oh * self.ow
-    }
-}
-
-/// Writes the im2col matrix (ckk x ohw) of group `g` of one image `x` ([C, H, W]).
-fn im2col<T: Num>(x: &[T], g: &ConvGeometry, group: usize, cols: &mut [T]) {
-    let (ohw, ow) = (g.ohw(), g.ow);
-    for cl in 0..g.cg() {
-        let plane = &x[(group * g.cg() + cl) * g.h * g.w..][..g.h * g.w];
-        for i in 0..g.kh {
-            for j in 0..g.kw {
-                let row = &mut cols[((cl * g.kh + i) * g.kw + j) * ohw..][..ohw];
-                for oy in 0..g.oh {
-                    let iy = (oy * g.stride[0] + i * g.dilation[0]) as isize - g.pads[0] as isize;
-                    let dst = &mut row[oy * ow..][..ow];
-                    if iy < 0 || iy >= g.h as isize {
-                        dst.iter_mut().for_each(|v| *v = T::zero());
-                        continue;
-                    }
-                    let src = &plane[iy as usize * g.w..][..g.w];
-                    let x0 = (j * g.dilation[1]) as isize - g.pads[2] as isize;
-                    // Unit stride with the whole row inside the image (every valid conv):
-                    // a plain copy, which is most of im2col's work.
-                    if g.stride[1] == 1 && x0 >= 0 && x0 as usize + ow <= g.w {
-                        copy_short(dst, &src[x0 as usize..][..ow]);
-                        continue;
-                    }
-                    for (ox, d) in dst.iter_mut().enumerate() {
-                        let ix = x0 + (ox * g.stride[1]) as isize;
-                        *d = if ix >= 0 && ix < g.w as isize {
-                            src[ix as usize]
-                        } else {
-                            T::zero()
-                        };
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// `dst.copy_from_slice(src)` for the short rows of small images: fixed 8-element blocks
-/// (the last one overlapping) compile to inline vector moves, where a `memmove` call per
-/// row of 10-30 elements costs more than the copy (it was most of LeNet's im2col time).
-#[inline]
-fn copy_short<T: Copy>(dst: &mut [T], src: &[T]) {
-    let n = dst.len();
-    if !(8..=64).contains(&n) {
-        dst.copy_from_slice(src);
-        return;
-    }
-    let mut i = 0;
-    while i + 8 <= n {
-        copy8(&mut dst[i..i + 8], &src[i..i + 8]);
-        i += 8;
-    }
-    if i < n {
-        copy8(&mut dst[n - 8..], &src[n - 8..]);
-    }
-}
-
-#[inline(always)]
-fn copy8<T: Copy>(dst: &mut [T], src: &[T]) {
-    if let (Ok(d), Ok(s)) = (<&mut [T; 8]>::try_from(dst), <&[T; 8]>::try_from(src)) {
-        *d = *s;
-    }
-}
-
-/// Adds the im2col-shaped gradient `cols` of group `g` back into image gradient `dx`.
-fn col2im<T: Num>(cols: &[T], g: &ConvGeometry, group: usize, dx: &mut [T]) {
-    let (ohw, ow) = (g.ohw(), g.ow);
-    for cl in 0..g.cg() {
-        let plane = &mut dx[(group * g.cg() + cl) * g.h * g.w..][..g.h * g.w];
-        for i in 0..g.kh {
-            for j in 0..g.kw {
-                let row = &cols[((cl * g.kh + i) * g.kw + j) * ohw..][..ohw];
-                for oy in 0..g.oh {
-                    let iy = (oy * g.stride[0] + i * g.dilation[0]) as isize - g.pads[0] as isize;
-                    if iy < 0 || iy >= g.h as isize {
-                        continue;
-                    }
-                    let dst = &mut plane[iy as usize * g.w..][..g.w];
-                    let x0 = (j * g.dilation[1]) as isize - g.pads[2] as isize;
-                    let src = &row[oy * ow..][..ow];
-                    if g.stride[1] == 1 && x0 >= 0 && x0 as usize + ow <= g.w {
-                        for (d, &v) in dst[x0 as usize..][..ow].iter_mut().zip(src) {
-                            *d = d.binary(BinaryFn::Add, v);
-                        }
-                        continue;
-                    }
-                    for (ox, &v) in src.iter().enumerate() {
-                        let ix = x0 + (ox * g.stride[1]) as isize;
-                        if ix >= 0 && ix < g.w as isize {
-                            let d = &mut dst[ix as usize];
-                            *d = d.binary(BinaryFn::Add, v);
-                        }
-                    }
-                }
-            }
-        }
     }
 }
 
@@ -197,28 +99,62 @@ fn batch_blocks(n: usize) -> (usize, usize) {
     (n.div_ceil(per).max(1), per)
 }
 
+/// Columns one GEMM should have at least: the images of a block are lowered side by side
+/// until the product has about this many. Why: deep layers have 4x4 or 8x8 outputs, and a
+/// GEMM with 16 or 64 columns runs far below the machine's rate; batching costs copying
+/// the output (or output gradient) between the sample-major layout and the GEMM's.
+const GEMM_COLUMNS: usize = 256;
+
+/// Images per GEMM for a block of `per` images.
+fn images_per_gemm(g: &ConvGeometry, per: usize) -> usize {
+    (GEMM_COLUMNS / g.ohw().max(1)).clamp(1, per.max(1))
+}
+
+/// Copies `dy` of images `s0..s0 + k`, group `group`, into `tmp` as one [og, k * ohw]
+/// matrix (image `s` at column `s * ohw`).
+fn gather_dy<T: Num>(dy: &[T], g: &ConvGeometry, s0: usize, k: usize, group: usize, tmp: &mut [T]) {
+    let (ohw, og) = (g.ohw(), g.og());
+    let ld = k * ohw;
+    for s in 0..k {
+        for o in 0..og {
+            tmp[o * ld + s * ohw..][..ohw]
+                .copy_from_slice(&dy[((s0 + s) * g.o + group * og + o) * ohw..][..ohw]);
+        }
+    }
+}
+
 /// Forward convolution: x [N, C, H, W] contiguous, w [O, C/g, KH, KW] contiguous ->
 /// y [N, O, OH, OW].
 pub fn conv2d<T: Num>(x: &[T], w: &[T], g: &ConvGeometry) -> Vec<T> {
     let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
-    let mut y = arena::zeroed::<T>(g.n * g.o * ohw);
+    let (chw, out_len) = (g.c * g.h * g.w, g.o * ohw);
+    let mut y = arena::zeroed::<T>(g.n * out_len);
     if y.is_empty() {
         return y;
     }
     let par = inner_par(g, og * ohw * ckk);
     let (blocks, per) = batch_blocks(g.n);
-    // im2col writes every element of its block's columns. (With an empty window, ckk = 0,
-    // there are no column blocks, the zip is empty and y stays zero: the right sum.)
-    let mut scratch = arena::for_overwrite::<T>(blocks * ckk * ohw);
-    y.par_chunks_mut(per * g.o * ohw)
-        .zip(scratch.par_chunks_mut((ckk * ohw).max(1)))
+    let nb = images_per_gemm(g, per);
+    // Per block: the columns of nb images, then (nb > 1) the GEMM's product before it is
+    // copied to the images. Both are overwritten before being read. (With an empty window,
+    // ckk = 0 and nb = 1, there is no scratch, the zip is empty and y stays zero: the
+    // right sum.)
+    let cols_len = ckk * nb * ohw;
+    let scratch_len = cols_len + if nb > 1 { og * nb * ohw } else { 0 };
+    let mut scratch = arena::for_overwrite::<T>(blocks * scratch_len);
+    y.par_chunks_mut(per * out_len)
+        .zip(scratch.par_chunks_mut(scratch_len.max(1)))
         .enumerate()
-        .for_each(|(b, (yb, cols))| {
-            for (k, yn) in yb.chunks_mut(g.o * ohw).enumerate() {
-                let n = b * per + k;
-                let xn = &x[n * g.c * g.h * g.w..][..g.c * g.h * g.w];
+        .for_each(|(b, (yb, scratch))| {
+            let (cols, tmp) = scratch.split_at_mut(cols_len);
+            for (c, ys) in yb.chunks_mut(nb * out_len).enumerate() {
+                let (s0, k) = (b * per + c * nb, ys.len() / out_len);
+                let ld = k * ohw;
                 for group in 0..g.groups {
-                    im2col(xn, g, group, cols);
+                    for s in 0..k {
+                        let xs = &x[(s0 + s) * chw..][..chw];
+                        im2col(xs, g, group, &mut cols[s * ohw..], ld);
+                    }
                     let wg = MatRef {
                         offset: group * og * ckk,
                         row_stride: ckk as isize,
@@ -226,14 +162,19 @@ pub fn conv2d<T: Num>(x: &[T], w: &[T], g: &ConvGeometry) -> Vec<T> {
                     };
                     let cm = MatRef {
                         offset: 0,
-                        row_stride: ohw as isize,
+                        row_stride: ld as isize,
                         col_stride: 1,
                     };
+                    if k == 1 {
+                        let yg = &mut ys[group * og * ohw..][..og * ohw];
+                        gemm_into(yg, false, og, ohw, ckk, w, wg, cols, cm, par);
+                        continue;
+                    }
                     gemm_into(
-                        &mut yn[group * og * ohw..][..og * ohw],
+                        &mut tmp[..og * ld],
                         false,
                         og,
-                        ohw,
+                        ld,
                         ckk,
                         w,
                         wg,
@@ -241,6 +182,12 @@ pub fn conv2d<T: Num>(x: &[T], w: &[T], g: &ConvGeometry) -> Vec<T> {
                         cm,
                         par,
                     );
+                    for s in 0..k {
+                        for o in 0..og {
+                            ys[s * out_len + (group * og + o) * ohw..][..ohw]
+                                .copy_from_slice(&tmp[o * ld + s * ohw..][..ohw]);
+                        }
+                    }
                 }
             }
         });
@@ -258,28 +205,56 @@ pub fn conv2d_backward_input<T: Num>(dy: &[T], w: &[T], g: &ConvGeometry) -> Vec
     }
     let par = inner_par(g, og * ohw * ckk);
     let (blocks, per) = batch_blocks(g.n);
-    // The GEMM overwrites the columns (no accumulation).
-    let mut scratch = arena::for_overwrite::<T>(blocks * ckk * ohw);
+    let nb = images_per_gemm(g, per);
+    // Columns (written by the GEMM) and the gathered output gradient (nb > 1).
+    let cols_len = ckk * nb * ohw;
+    let scratch_len = cols_len + if nb > 1 { og * nb * ohw } else { 0 };
+    let mut scratch = arena::for_overwrite::<T>(blocks * scratch_len);
     dx.par_chunks_mut(per * chw)
-        .zip(scratch.par_chunks_mut((ckk * ohw).max(1)))
+        .zip(scratch.par_chunks_mut(scratch_len.max(1)))
         .enumerate()
-        .for_each(|(b, (dxb, cols))| {
-            for (k, dxn) in dxb.chunks_mut(chw).enumerate() {
-                let n = b * per + k;
+        .for_each(|(b, (dxb, scratch))| {
+            let (cols, tmp) = scratch.split_at_mut(cols_len);
+            for (c, dxs) in dxb.chunks_mut(nb * chw).enumerate() {
+                let (s0, k) = (b * per + c * nb, dxs.len() / chw);
+                let ld = k * ohw;
                 for group in 0..g.groups {
-                    // cols (ckk x ohw) = W_g^T (ckk x og) * dY_g (og x ohw)
+                    // cols (ckk x k*ohw) = W_g^T (ckk x og) * dY_g (og x k*ohw)
                     let wt = MatRef {
                         offset: group * og * ckk,
                         row_stride: 1,
                         col_stride: ckk as isize,
                     };
-                    let dyg = MatRef {
-                        offset: (n * g.o + group * og) * ohw,
-                        row_stride: ohw as isize,
-                        col_stride: 1,
-                    };
-                    gemm_into(cols, false, ckk, ohw, og, w, wt, dy, dyg, par);
-                    col2im(cols, g, group, dxn);
+                    if k == 1 {
+                        let dyg = MatRef {
+                            offset: (s0 * g.o + group * og) * ohw,
+                            row_stride: ohw as isize,
+                            col_stride: 1,
+                        };
+                        gemm_into(cols, false, ckk, ohw, og, w, wt, dy, dyg, par);
+                    } else {
+                        gather_dy(dy, g, s0, k, group, tmp);
+                        let tm = MatRef {
+                            offset: 0,
+                            row_stride: ld as isize,
+                            col_stride: 1,
+                        };
+                        gemm_into(
+                            &mut cols[..ckk * ld],
+                            false,
+                            ckk,
+                            ld,
+                            og,
+                            w,
+                            wt,
+                            tmp,
+                            tm,
+                            par,
+                        );
+                    }
+                    for s in 0..k {
+                        col2im(&cols[s * ohw..], ld, g, group, &mut dxs[s * chw..][..chw]);
+                    }
                 }
             }
         });
@@ -290,51 +265,63 @@ pub fn conv2d_backward_input<T: Num>(dy: &[T], w: &[T], g: &ConvGeometry) -> Vec
 /// Gradient with respect to the weight: dy [N, O, OH, OW], x -> dw [O, C/g, KH, KW].
 pub fn conv2d_backward_filter<T: Num>(dy: &[T], x: &[T], g: &ConvGeometry) -> Vec<T> {
     let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
-    let dw_len = g.o * ckk;
+    let (chw, dw_len) = (g.c * g.h * g.w, g.o * ckk);
     if g.n == 0 || ohw == 0 || dw_len == 0 {
         return arena::zeroed::<T>(dw_len);
     }
     // Each block of the batch accumulates a private dW; the partials are summed after.
     let (blocks, per) = batch_blocks(g.n);
+    let nb = images_per_gemm(g, per);
     let par = inner_par(g, og * ohw * ckk);
-    // The first GEMM of each block overwrites its partial; im2col overwrites the columns.
+    // The first GEMM of each block overwrites its partial; im2col overwrites the columns,
+    // the gather the output-gradient copy.
+    let cols_len = ckk * nb * ohw;
+    let scratch_len = cols_len + if nb > 1 { og * nb * ohw } else { 0 };
     let mut partials = arena::for_overwrite::<T>(blocks * dw_len);
-    let mut scratch = arena::for_overwrite::<T>(blocks * ckk * ohw);
+    let mut scratch = arena::for_overwrite::<T>(blocks * scratch_len);
     partials
         .par_chunks_mut(dw_len)
-        .zip(scratch.par_chunks_mut((ckk * ohw).max(1)))
+        .zip(scratch.par_chunks_mut(scratch_len))
         .enumerate()
-        .for_each(|(b, (dw, cols))| {
+        .for_each(|(b, (dw, scratch))| {
+            let (cols, tmp) = scratch.split_at_mut(cols_len);
+            let end = ((b + 1) * per).min(g.n);
+            let mut s0 = b * per;
             let mut first = true;
-            for n in b * per..((b + 1) * per).min(g.n) {
-                let xn = &x[n * g.c * g.h * g.w..][..g.c * g.h * g.w];
+            while s0 < end {
+                let k = nb.min(end - s0);
+                let ld = k * ohw;
                 for group in 0..g.groups {
-                    im2col(xn, g, group, cols);
-                    // dW_g (og x ckk) += dY_g (og x ohw) * cols^T (ohw x ckk)
-                    let dyg = MatRef {
-                        offset: (n * g.o + group * og) * ohw,
-                        row_stride: ohw as isize,
-                        col_stride: 1,
-                    };
+                    for s in 0..k {
+                        let xs = &x[(s0 + s) * chw..][..chw];
+                        im2col(xs, g, group, &mut cols[s * ohw..], ld);
+                    }
+                    // dW_g (og x ckk) += dY_g (og x k*ohw) * cols^T (k*ohw x ckk)
                     let ct = MatRef {
                         offset: 0,
                         row_stride: 1,
-                        col_stride: ohw as isize,
+                        col_stride: ld as isize,
                     };
-                    gemm_into(
-                        &mut dw[group * og * ckk..][..og * ckk],
-                        !first,
-                        og,
-                        ckk,
-                        ohw,
-                        dy,
-                        dyg,
-                        cols,
-                        ct,
-                        par,
-                    );
+                    let dw_g = &mut dw[group * og * ckk..][..og * ckk];
+                    if k == 1 {
+                        let dyg = MatRef {
+                            offset: (s0 * g.o + group * og) * ohw,
+                            row_stride: ohw as isize,
+                            col_stride: 1,
+                        };
+                        gemm_into(dw_g, !first, og, ckk, ohw, dy, dyg, cols, ct, par);
+                    } else {
+                        gather_dy(dy, g, s0, k, group, tmp);
+                        let tm = MatRef {
+                            offset: 0,
+                            row_stride: ld as isize,
+                            col_stride: 1,
+                        };
+                        gemm_into(dw_g, !first, og, ckk, ld, tmp, tm, cols, ct, par);
+                    }
                 }
                 first = false;
+                s0 += k;
             }
         });
     let mut dw = arena::for_overwrite::<T>(dw_len);

@@ -14,6 +14,7 @@ pub mod buffer;
 pub mod conv;
 pub mod dtype;
 pub mod elementwise;
+mod im2col;
 pub mod index;
 pub mod layout;
 pub mod matmul;

@@ -3,6 +3,11 @@
 //! identity permutations, reshape of reshape). A rewrite is applied only when the result
 //! has exactly the type of the value that replaces it.
 //!
+//! One rewrite changes layout rather than removing work: `(Aᵀ B)ᵀ`, which autodiff
+//! produces for every `Dense` weight gradient (`x @ Wᵀ` forward), becomes `Bᵀ A`. Both are
+//! the same GEMM on strided operands, but the new result is contiguous, so the optimizer
+//! update that reads it walks memory in order instead of gathering a transposed view.
+//!
 //! ```
 //! use spore_compile::{pass::Pass, passes::{Dce, Simplify}};
 //! use spore_core::{trace::trace, DType, TensorType};
@@ -60,6 +65,54 @@ fn identity_of(g: &Graph, i: usize) -> Option<ValueId> {
     candidate.filter(|&v| same(v))
 }
 
+fn is_matrix_transpose(g: &Graph, v: ValueId) -> Option<ValueId> {
+    match &g.nodes[v].kind {
+        NodeKind::Op {
+            op: Op::Transpose(perm),
+            args,
+        } if perm.as_slice() == [1, 0] => Some(args[0]),
+        _ => None,
+    }
+}
+
+/// `Transpose(MatMul(Transpose(x), b))` at node `i`, the inner MatMul used only there,
+/// becomes `MatMul(Transpose(b), x)`: the MatMul node turns into `Transpose(b)` and node
+/// `i` into the MatMul (both keep their positions, so the order stays topological).
+fn transpose_of_matmul(g: &mut Graph, i: usize, uses: &[usize]) -> bool {
+    let Some(m) = is_matrix_transpose(g, i) else {
+        return false;
+    };
+    let (a, b) = match &g.nodes[m].kind {
+        NodeKind::Op {
+            op: Op::MatMul,
+            args,
+        } if args.len() == 2 => (args[0], args[1]),
+        _ => return false,
+    };
+    let Some(x) = is_matrix_transpose(g, a) else {
+        return false;
+    };
+    let b_ty = g.nodes[b].ty().clone();
+    if uses[m] != 1 || b_ty.rank() != 2 || g.nodes[x].ty().rank() != 2 {
+        return false;
+    }
+    let bt = spore_core::TensorType::new(&[b_ty.shape[1], b_ty.shape[0]], b_ty.dtype);
+    g.nodes[m].kind = NodeKind::Op {
+        op: Op::Transpose(vec![1, 0]),
+        args: vec![b],
+    };
+    g.nodes[m].types = vec![bt];
+    g.nodes[i].kind = NodeKind::Op {
+        op: Op::MatMul,
+        args: vec![m, x],
+    };
+    // Names follow the ops, so the IR still reads `MatMul-opN` for the product.
+    let (name_m, name_i) = (g.nodes[m].name.clone(), g.nodes[i].name.clone());
+    g.nodes[m].name = name_i;
+    g.nodes[i].name = name_m;
+    true
+}
+
 impl Pass for Simplify {
     fn name(&self) -> &'static str {
         "simplify"
@@ -67,7 +120,13 @@ impl Pass for Simplify {
 
     fn run(&self, g: &mut Graph) -> Result<bool> {
         let mut changed = false;
+        let mut uses = g.use_counts();
         for i in 0..g.nodes.len() {
+            if transpose_of_matmul(g, i, &uses) {
+                uses = g.use_counts(); // the rewrite moved uses around
+                changed = true;
+                continue;
+            }
             if let Some(v) = identity_of(g, i) {
                 g.replace_uses(i, v);
                 changed = true;

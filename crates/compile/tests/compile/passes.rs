@@ -118,6 +118,37 @@ fn simplify_preserves_results_and_removes_identities() {
 }
 
 #[test]
+fn simplify_makes_the_transposed_weight_gradient_contiguous() {
+    // (xᵀ dy)ᵀ, the weight gradient of `x @ Wᵀ`, becomes dyᵀ x.
+    let mut g = trace(
+        "dense_grad",
+        &[
+            TensorType::new(&[5, 3], DType::F32),
+            TensorType::new(&[5, 4], DType::F32),
+        ],
+        |x| Ok(vec![x[0].transpose()?.matmul(&x[1])?.transpose()?]),
+    )
+    .unwrap();
+    let before = g.interpret(&inputs_for_dense()).unwrap();
+    assert!(Simplify.run(&mut g).unwrap());
+    Dce.run(&mut g).unwrap();
+    g.verify().unwrap();
+    let after = g.interpret(&inputs_for_dense()).unwrap();
+    assert_close(&after.outputs[0], &before.outputs[0], 1e-6, "dense_grad");
+    let out = &g.nodes[g.outputs[0]];
+    assert!(matches!(out.op(), Some(Op::MatMul)), "{}", g.to_ir());
+    assert!(out.name.contains("MatMul"), "{}", g.to_ir());
+    assert_eq!(g.to_ir().matches("Transpose(").count(), 1, "{}", g.to_ir());
+}
+
+fn inputs_for_dense() -> Vec<Tensor> {
+    vec![
+        Tensor::randn(&[5, 3], DType::F32, Some(3)).unwrap(),
+        Tensor::randn(&[5, 4], DType::F32, Some(4)).unwrap(),
+    ]
+}
+
+#[test]
 fn fusion_preserves_results_and_fuses_chains() {
     let mut g = check_pass(&FuseElementwise);
     Dce.run(&mut g).unwrap();

@@ -69,9 +69,26 @@ pub(crate) fn vjp(inputs: &[Tensor], g: &Tensor) -> Result<Vec<Option<Tensor>>> 
             sum_to_shape(&g.matmul(&b.transpose()?)?, a.shape())
         })?,
         when(b.requires_grad(), || {
-            sum_to_shape(&a.transpose()?.matmul(g)?, b.shape())
+            if is_transposed_matrix(b) && a.rank() == 2 {
+                // b = Wᵀ of a contiguous W (a `Dense` weight): (gᵀ a)ᵀ equals aᵀ g and
+                // is laid out like b, so the gradient that reaches W is contiguous and the
+                // optimizer reads it in order. (Traced graphs get the same from the
+                // simplify pass.)
+                g.transpose()?.matmul(a)?.transpose()
+            } else {
+                sum_to_shape(&a.transpose()?.matmul(g)?, b.shape())
+            }
         })?,
     ])
+}
+
+/// True for a concrete rank-2 tensor that is the transposed view of a contiguous matrix.
+fn is_transposed_matrix(t: &Tensor) -> bool {
+    if t.is_symbolic() || t.rank() != 2 {
+        return false;
+    }
+    let l = t.layout();
+    l.strides.as_slice() == [1, t.shape()[0] as isize] && t.shape()[1] > 1
 }
 
 impl Tensor {

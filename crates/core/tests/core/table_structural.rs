@@ -180,6 +180,14 @@ pub fn structural_rows() -> Vec<Row> {
             |x| r::matmul(&x[0], &x[1]),
         ),
         row(
+            // x @ Wᵀ, as Dense computes it: the weight gradient takes the transposed-view
+            // branch of the MatMul rule.
+            "MatMul",
+            vec![In::F(&[3, 4], -1.0, 1.0), In::F(&[5, 4], -1.0, 1.0)],
+            |x| x[0].matmul(&x[1].transpose()?),
+            |x| r::matmul(&x[0], &r::permute(&x[1], &[1, 0])),
+        ),
+        row(
             "MatMul",
             vec![In::F(&[4, 3], -1.0, 1.0), In::F(&[2, 1, 4, 5], -1.0, 1.0)],
             |x| x[0].transpose()?.matmul(&x[1]),
@@ -226,6 +234,28 @@ pub fn structural_rows() -> Vec<Row> {
                     },
                 )
             },
+        ),
+        row(
+            // Seven small images: the kernels lower several images into one GEMM (and a
+            // shorter last group), with groups, strides, dilation and padding; the
+            // gradient check covers both backward kernels on the same path.
+            "Conv2D",
+            vec![
+                In::F(&[7, 4, 5, 6], -1.0, 1.0),
+                In::F(&[6, 2, 3, 2], -1.0, 1.0),
+            ],
+            |x| {
+                x[0].conv2d(
+                    &x[1],
+                    &Conv2dOptions {
+                        stride: [2, 1],
+                        dilation: [1, 2],
+                        pad_mode: PadMode::Pad([1, 0, 2, 1]),
+                        groups: 2,
+                    },
+                )
+            },
+            |x| conv_ref(&x[0], &x[1], &CONV),
         ),
         row(
             "Conv2DBackpropInput",

@@ -1,0 +1,110 @@
+//! Lowering a convolution to GEMMs: `im2col` copies the input windows of one image into
+//! the columns of a matrix, `col2im` adds such columns back into an image gradient.
+//!
+//! The column matrix of an image has `C/groups * KH * KW` rows and `OH * OW` columns; rows
+//! are `ld` elements apart, so the columns of several images can sit side by side in one
+//! matrix (image `s` starting at column `s * OH * OW`) and share one GEMM.
+
+use crate::conv::ConvGeometry;
+use crate::elementwise::{BinaryFn, Num};
+
+/// Writes the im2col matrix (ckk x ohw, rows `ld` apart) of group `group` of one image
+/// `x` ([C, H, W]).
+pub(crate) fn im2col<T: Num>(x: &[T], g: &ConvGeometry, group: usize, cols: &mut [T], ld: usize) {
+    let (ohw, ow) = (g.ohw(), g.ow);
+    for cl in 0..g.cg() {
+        let plane = &x[(group * g.cg() + cl) * g.h * g.w..][..g.h * g.w];
+        for i in 0..g.kh {
+            for j in 0..g.kw {
+                let row = &mut cols[((cl * g.kh + i) * g.kw + j) * ld..][..ohw];
+                for oy in 0..g.oh {
+                    let iy = (oy * g.stride[0] + i * g.dilation[0]) as isize - g.pads[0] as isize;
+                    let dst = &mut row[oy * ow..][..ow];
+                    if iy < 0 || iy >= g.h as isize {
+                        dst.iter_mut().for_each(|v| *v = T::zero());
+                        continue;
+                    }
+                    let src = &plane[iy as usize * g.w..][..g.w];
+                    let x0 = (j * g.dilation[1]) as isize - g.pads[2] as isize;
+                    // Unit stride with the whole row inside the image (every valid conv):
+                    // a plain copy, which is most of im2col's work.
+                    if g.stride[1] == 1 && x0 >= 0 && x0 as usize + ow <= g.w {
+                        copy_short(dst, &src[x0 as usize..][..ow]);
+                        continue;
+                    }
+                    for (ox, d) in dst.iter_mut().enumerate() {
+                        let ix = x0 + (ox * g.stride[1]) as isize;
+                        *d = if ix >= 0 && ix < g.w as isize {
+                            src[ix as usize]
+                        } else {
+                            T::zero()
+                        };
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `dst.copy_from_slice(src)` for the short rows of small images: fixed 8-element blocks
+/// (the last one overlapping) compile to inline vector moves, where a `memmove` call per
+/// row of 10-30 elements costs more than the copy (it was most of LeNet's im2col time).
+#[inline]
+fn copy_short<T: Copy>(dst: &mut [T], src: &[T]) {
+    let n = dst.len();
+    if !(8..=64).contains(&n) {
+        dst.copy_from_slice(src);
+        return;
+    }
+    let mut i = 0;
+    while i + 8 <= n {
+        copy8(&mut dst[i..i + 8], &src[i..i + 8]);
+        i += 8;
+    }
+    if i < n {
+        copy8(&mut dst[n - 8..], &src[n - 8..]);
+    }
+}
+
+#[inline(always)]
+fn copy8<T: Copy>(dst: &mut [T], src: &[T]) {
+    if let (Ok(d), Ok(s)) = (<&mut [T; 8]>::try_from(dst), <&[T; 8]>::try_from(src)) {
+        *d = *s;
+    }
+}
+
+/// Adds the im2col-shaped gradient `cols` (rows `ld` apart) of group `group` back into
+/// the image gradient `dx`.
+pub(crate) fn col2im<T: Num>(cols: &[T], ld: usize, g: &ConvGeometry, group: usize, dx: &mut [T]) {
+    let (ohw, ow) = (g.ohw(), g.ow);
+    for cl in 0..g.cg() {
+        let plane = &mut dx[(group * g.cg() + cl) * g.h * g.w..][..g.h * g.w];
+        for i in 0..g.kh {
+            for j in 0..g.kw {
+                let row = &cols[((cl * g.kh + i) * g.kw + j) * ld..][..ohw];
+                for oy in 0..g.oh {
+                    let iy = (oy * g.stride[0] + i * g.dilation[0]) as isize - g.pads[0] as isize;
+                    if iy < 0 || iy >= g.h as isize {
+                        continue;
+                    }
+                    let dst = &mut plane[iy as usize * g.w..][..g.w];
+                    let x0 = (j * g.dilation[1]) as isize - g.pads[2] as isize;
+                    let src = &row[oy * ow..][..ow];
+                    if g.stride[1] == 1 && x0 >= 0 && x0 as usize + ow <= g.w {
+                        for (d, &v) in dst[x0 as usize..][..ow].iter_mut().zip(src) {
+                            *d = d.binary(BinaryFn::Add, v);
+                        }
+                        continue;
+                    }
+                    for (ox, &v) in src.iter().enumerate() {
+                        let ix = x0 + (ox * g.stride[1]) as isize;
+                        if ix >= 0 && ix < g.w as isize {
+                            let d = &mut dst[ix as usize];
+                            *d = d.binary(BinaryFn::Add, v);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
