@@ -26,10 +26,18 @@ pub(crate) fn im2col<T: Num>(x: &[T], g: &ConvGeometry, group: usize, cols: &mut
                     }
                     let src = &plane[iy as usize * g.w..][..g.w];
                     let x0 = (j * g.dilation[1]) as isize - g.pads[2] as isize;
-                    // Unit stride with the whole row inside the image (every valid conv):
-                    // a plain copy, which is most of im2col's work.
-                    if g.stride[1] == 1 && x0 >= 0 && x0 as usize + ow <= g.w {
-                        copy_short(dst, &src[x0 as usize..][..ow]);
+                    // Unit stride: the part of the row inside the image is a plain copy
+                    // (all of it for a valid conv), the padding on either side zeros.
+                    if g.stride[1] == 1 {
+                        let (lo, hi) = inside(x0, ow, g.w);
+                        dst[..lo].fill(T::zero());
+                        if lo < hi {
+                            copy_short(
+                                &mut dst[lo..hi],
+                                &src[(x0 + lo as isize) as usize..][..hi - lo],
+                            );
+                        }
+                        dst[hi..].fill(T::zero());
                         continue;
                     }
                     for (ox, d) in dst.iter_mut().enumerate() {
@@ -44,6 +52,14 @@ pub(crate) fn im2col<T: Num>(x: &[T], g: &ConvGeometry, group: usize, cols: &mut
             }
         }
     }
+}
+
+/// The output columns `lo..hi` whose input column `x0 + ox` (unit stride) lies inside an
+/// image row of width `w`; `lo == hi` when none does.
+fn inside(x0: isize, ow: usize, w: usize) -> (usize, usize) {
+    let lo = (-x0).clamp(0, ow as isize) as usize;
+    let hi = (w as isize - x0).clamp(0, ow as isize) as usize;
+    (lo, hi.max(lo))
 }
 
 /// `dst.copy_from_slice(src)` for the short rows of small images: fixed 8-element blocks
@@ -90,9 +106,13 @@ pub(crate) fn col2im<T: Num>(cols: &[T], ld: usize, g: &ConvGeometry, group: usi
                     let dst = &mut plane[iy as usize * g.w..][..g.w];
                     let x0 = (j * g.dilation[1]) as isize - g.pads[2] as isize;
                     let src = &row[oy * ow..][..ow];
-                    if g.stride[1] == 1 && x0 >= 0 && x0 as usize + ow <= g.w {
-                        for (d, &v) in dst[x0 as usize..][..ow].iter_mut().zip(src) {
-                            *d = d.binary(BinaryFn::Add, v);
+                    if g.stride[1] == 1 {
+                        let (lo, hi) = inside(x0, ow, g.w);
+                        if lo < hi {
+                            let start = (x0 + lo as isize) as usize;
+                            for (d, &v) in dst[start..][..hi - lo].iter_mut().zip(&src[lo..hi]) {
+                                *d = d.binary(BinaryFn::Add, v);
+                            }
                         }
                         continue;
                     }

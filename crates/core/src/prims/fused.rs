@@ -122,7 +122,7 @@ impl FusedProgram {
                         s.buffer.to_f64_vec().into_iter().map(T::from_f64).collect(),
                     ),
                 };
-                (values, s.layout.broadcast_to(shape))
+                (values, coalesce(&s.layout.broadcast_to(shape)))
             })
             .collect();
         let mut out = spore_kernels::arena::for_overwrite::<T>(n);
@@ -218,6 +218,42 @@ fn select_slice<T: Num>(cond: &[T], a: &[T], b: &[T], d: &mut [T]) {
     }
 }
 
+/// The same view with adjacent axes merged wherever one stride walks both (a broadcast
+/// run of zeros, or a contiguous run) and size-1 axes dropped, so that rows are as long
+/// as possible: a per-channel scale over [N, C, H, W] becomes rows of H*W equal values.
+fn coalesce(layout: &Layout) -> Layout {
+    let mut shape: Vec<usize> = Vec::with_capacity(layout.shape.len());
+    let mut strides: Vec<isize> = Vec::with_capacity(layout.shape.len());
+    for (&n, &st) in layout.shape.iter().zip(&layout.strides) {
+        if n == 1 {
+            continue;
+        }
+        match (shape.last_mut(), strides.last()) {
+            (Some(prev_n), Some(&prev_st)) if prev_st == st * n as isize => {
+                *prev_n *= n;
+                *strides.last_mut().expect("same length as shape") = st;
+            }
+            _ => {
+                shape.push(n);
+                strides.push(st);
+            }
+        }
+    }
+    if shape.is_empty() || layout.shape.contains(&0) {
+        // A single element (or none): one axis, so the walk below has a row to read.
+        return Layout {
+            shape: vec![layout.numel()],
+            strides: vec![1],
+            offset: layout.offset,
+        };
+    }
+    Layout {
+        shape,
+        strides,
+        offset: layout.offset,
+    }
+}
+
 /// Writes elements `start..start + dst.len()` (row-major over the layout's shape) of a
 /// strided view into `dst`.
 fn gather_range<T: Copy>(vals: &[T], layout: &Layout, start: usize, dst: &mut [T]) {
@@ -230,29 +266,56 @@ fn gather_range<T: Copy>(vals: &[T], layout: &Layout, start: usize, dst: &mut [T
         dst.fill(vals[layout.offset]);
         return;
     }
-    // Unravel `start`, then step an odometer.
+    // Unravel `start`, then walk the rows of the last axis, stepping an odometer over
+    // the outer axes once per row. A row is a copy (stride 1), a fill (stride 0: a value
+    // broadcast along the row, like a per-channel scale) or a strided loop.
     let rank = layout.shape.len();
-    let mut idx = vec![0usize; rank];
+    let (inner, inner_stride) = (layout.shape[rank - 1], layout.strides[rank - 1]);
+    // Coalesced layouts rarely have more than a few axes: no allocation per chunk then.
+    let (mut small, mut large);
+    let idx: &mut [usize] = if rank <= 8 {
+        small = [0usize; 8];
+        &mut small[..rank]
+    } else {
+        large = vec![0usize; rank];
+        &mut large
+    };
     let mut rem = start;
     for ax in (0..rank).rev() {
         idx[ax] = rem % layout.shape[ax];
         rem /= layout.shape[ax];
     }
-    let mut off: isize = layout.offset as isize
-        + (0..rank)
+    let mut row_start: isize = layout.offset as isize
+        + (0..rank - 1)
             .map(|a| idx[a] as isize * layout.strides[a])
             .sum::<isize>();
-    for d in dst.iter_mut() {
-        *d = vals[off as usize];
-        let mut ax = rank;
+    let mut col = idx[rank - 1];
+    let mut done = 0;
+    while done < dst.len() {
+        let n = (inner - col).min(dst.len() - done);
+        let d = &mut dst[done..done + n];
+        let first = row_start + col as isize * inner_stride;
+        match inner_stride {
+            1 => d.copy_from_slice(&vals[first as usize..first as usize + n]),
+            0 => d.fill(vals[first as usize]),
+            st => {
+                for (k, v) in d.iter_mut().enumerate() {
+                    *v = vals[(first + k as isize * st) as usize];
+                }
+            }
+        }
+        done += n;
+        col = 0;
+        // Next row: step the odometer over the outer axes.
+        let mut ax = rank - 1;
         while ax > 0 {
             ax -= 1;
             idx[ax] += 1;
-            off += layout.strides[ax];
+            row_start += layout.strides[ax];
             if idx[ax] < layout.shape[ax] {
                 break;
             }
-            off -= layout.strides[ax] * layout.shape[ax] as isize;
+            row_start -= layout.strides[ax] * layout.shape[ax] as isize;
             idx[ax] = 0;
         }
     }
