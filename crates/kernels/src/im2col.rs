@@ -17,6 +17,14 @@ pub(crate) fn im2col<T: Num>(x: &[T], g: &ConvGeometry, group: usize, cols: &mut
         for i in 0..g.kh {
             for j in 0..g.kw {
                 let row = &mut cols[((cl * g.kh + i) * g.kw + j) * ld..][..ohw];
+                if is_plain(g) && ow > 0 {
+                    // Row oy of the window is image row oy + i from column j: nothing to
+                    // clip, so only the copies remain (LeNet's convolutions).
+                    for (oy, dst) in row.chunks_exact_mut(ow).enumerate() {
+                        copy_short(dst, &plane[(oy + i) * g.w + j..][..ow]);
+                    }
+                    continue;
+                }
                 for oy in 0..g.oh {
                     let iy = (oy * g.stride[0] + i * g.dilation[0]) as isize - g.pads[0] as isize;
                     let dst = &mut row[oy * ow..][..ow];
@@ -54,8 +62,15 @@ pub(crate) fn im2col<T: Num>(x: &[T], g: &ConvGeometry, group: usize, cols: &mut
     }
 }
 
+/// Unit strides and dilations, no padding: every window lies inside the image.
+#[inline]
+fn is_plain(g: &ConvGeometry) -> bool {
+    g.stride == [1, 1] && g.dilation == [1, 1] && g.pads == [0; 4]
+}
+
 /// The output columns `lo..hi` whose input column `x0 + ox` (unit stride) lies inside an
 /// image row of width `w`; `lo == hi` when none does.
+#[inline]
 fn inside(x0: isize, ow: usize, w: usize) -> (usize, usize) {
     let lo = (-x0).clamp(0, ow as isize) as usize;
     let hi = (w as isize - x0).clamp(0, ow as isize) as usize;
@@ -98,6 +113,15 @@ pub(crate) fn col2im<T: Num>(cols: &[T], ld: usize, g: &ConvGeometry, group: usi
         for i in 0..g.kh {
             for j in 0..g.kw {
                 let row = &cols[((cl * g.kh + i) * g.kw + j) * ld..][..ohw];
+                if is_plain(g) && ow > 0 {
+                    for (oy, src) in row.chunks_exact(ow).enumerate() {
+                        let dst = &mut plane[(oy + i) * g.w + j..][..ow];
+                        for (d, &v) in dst.iter_mut().zip(src) {
+                            *d = d.binary(BinaryFn::Add, v);
+                        }
+                    }
+                    continue;
+                }
                 for oy in 0..g.oh {
                     let iy = (oy * g.stride[0] + i * g.dilation[0]) as isize - g.pads[0] as isize;
                     if iy < 0 || iy >= g.h as isize {

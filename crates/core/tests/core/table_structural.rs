@@ -236,6 +236,27 @@ pub fn structural_rows() -> Vec<Row> {
             },
         ),
         row(
+            // Unit strides, no padding (LeNet's convolutions): the plain im2col path.
+            "Conv2D",
+            vec![
+                In::F(&[3, 2, 6, 7], -1.0, 1.0),
+                In::F(&[4, 2, 3, 2], -1.0, 1.0),
+            ],
+            |x| x[0].conv2d(&x[1], &Conv2dOptions::default()),
+            |x| {
+                conv_ref(
+                    &x[0],
+                    &x[1],
+                    &r::ConvSpec {
+                        stride: [1, 1],
+                        dilation: [1, 1],
+                        pads: [0; 4],
+                        groups: 1,
+                    },
+                )
+            },
+        ),
+        row(
             // Seven small images: the kernels lower several images into one GEMM (and a
             // shorter last group), with groups, strides, dilation and padding; the
             // gradient check covers both backward kernels on the same path.
