@@ -103,7 +103,7 @@ fn batch_blocks(n: usize) -> (usize, usize) {
 /// until the product has about this many. Why: deep layers have 4x4 or 8x8 outputs, and a
 /// GEMM with 16 or 64 columns runs far below the machine's rate; batching costs copying
 /// the output (or output gradient) between the sample-major layout and the GEMM's.
-const GEMM_COLUMNS: usize = 256;
+const GEMM_COLUMNS: usize = 1024;
 
 /// Images per GEMM for a block of `per` images.
 fn images_per_gemm(g: &ConvGeometry, per: usize) -> usize {

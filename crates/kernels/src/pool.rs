@@ -88,7 +88,7 @@ fn argmax_in<T: Num>(plane: &[T], g: &PoolGeometry, oy: usize, ox: usize) -> Opt
 
 /// [`argmax_in`] for a geometry without padding, where every window lies inside the
 /// image: direct indexing, and the common 2x2 window unrolled (LeNet's pools).
-#[inline]
+#[inline(always)]
 fn argmax_unpadded<T: Num>(plane: &[T], g: &PoolGeometry, oy: usize, ox: usize) -> usize {
     let (y0, x0) = (oy * g.stride[0], ox * g.stride[1]);
     let first = y0 * g.w + x0;
