@@ -37,6 +37,36 @@ fn rows_last<T: Element>(src: &[T], layout: &Layout, axes: &[usize]) -> (Vec<T>,
     (to_contiguous(src, &permuted), row)
 }
 
+/// Reduction over the leading axes of a contiguous tensor (a bias gradient: the sum over
+/// the batch), done by folding whole rows into the output instead of first copying the
+/// data into reduction order. `None` when the case does not apply.
+fn reduce_leading<T: Num>(f: ReduceFn, s: &[T], l: &Layout, axes: &[usize]) -> Option<Vec<T>> {
+    let mut sorted = axes.to_vec();
+    sorted.sort_unstable();
+    if !l.is_contiguous() || sorted.is_empty() || sorted.iter().enumerate().any(|(k, &a)| k != a) {
+        return None;
+    }
+    let rows: usize = sorted.iter().map(|&a| l.shape[a]).product();
+    let inner: usize = l.shape[sorted.len()..].iter().product();
+    if rows == 0 || inner == 0 {
+        return None;
+    }
+    let data = &s[l.offset..][..rows * inner];
+    let op = match f {
+        ReduceFn::Sum => BinaryFn::Add,
+        ReduceFn::Max => BinaryFn::Maximum,
+        ReduceFn::Min => BinaryFn::Minimum,
+    };
+    let mut out = crate::arena::for_overwrite::<T>(inner);
+    out.copy_from_slice(&data[..inner]);
+    for row in data.chunks_exact(inner).skip(1) {
+        for (o, &x) in out.iter_mut().zip(row) {
+            *o = o.binary(op, x);
+        }
+    }
+    Some(out)
+}
+
 fn reduce_row<T: Num>(f: ReduceFn, row: &[T]) -> T {
     match f {
         ReduceFn::Sum => {
@@ -76,6 +106,9 @@ pub fn reduce(
     axes: &[usize],
 ) -> Result<Buffer, String> {
     fn go<T: Num>(f: ReduceFn, s: &[T], l: &Layout, axes: &[usize]) -> Result<Vec<T>, String> {
+        if let Some(out) = reduce_leading(f, s, l, axes) {
+            return Ok(out);
+        }
         let (data, row) = rows_last(s, l, axes);
         let out_n: usize = (0..l.rank())
             .filter(|a| !axes.contains(a))

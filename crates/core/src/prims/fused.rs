@@ -137,35 +137,42 @@ impl FusedProgram {
         };
         let per_block = chunks.div_ceil(blocks).max(1) * CHUNK;
         let mut regs = spore_kernels::arena::for_overwrite::<T>(blocks * n_regs * CHUNK);
+        // Contiguous inputs are read in place; only strided or broadcast ones are gathered
+        // into their registers. The last instruction writes straight into the output.
+        let in_place: Vec<bool> = loaded.iter().map(|(_, l)| l.is_contiguous()).collect();
         let run_block = |(b, (dst, regs)): (usize, (&mut [T], &mut [T]))| {
             let mut regs: Vec<&mut [T]> = regs.chunks_mut(CHUNK).collect();
             for (c, dst) in dst.chunks_mut(CHUNK).enumerate() {
                 let start = b * per_block + c * CHUNK;
                 let len = dst.len();
                 for (r, (vals, layout)) in loaded.iter().enumerate() {
-                    gather_range(vals, layout, start, &mut regs[r][..len]);
-                }
-                for (k, ins) in self.instrs.iter().enumerate() {
-                    let dst_reg = self.num_inputs + k;
-                    let (before, after) = regs.split_at_mut(dst_reg);
-                    let d = &mut after[0][..len];
-                    match *ins {
-                        FusedInstr::Unary(f, a) => unary_slice(f, &before[a][..len], d),
-                        FusedInstr::Binary(f, a, b) => {
-                            binary_slice(f, &before[a][..len], &before[b][..len], d)
-                        }
-                        FusedInstr::Compare(f, a, b) => {
-                            compare_slice(f, &before[a][..len], &before[b][..len], d)
-                        }
-                        FusedInstr::Select(cnd, a, b) => select_slice(
-                            &before[cnd][..len],
-                            &before[a][..len],
-                            &before[b][..len],
-                            d,
-                        ),
+                    if !in_place[r] {
+                        gather_range(vals, layout, start, &mut regs[r][..len]);
                     }
                 }
-                dst.copy_from_slice(&regs[n_regs - 1][..len]);
+                let last = self.instrs.len() - 1;
+                for (k, ins) in self.instrs.iter().enumerate() {
+                    let (before, after) = regs.split_at_mut(self.num_inputs + k);
+                    let src = |r: usize| -> &[T] {
+                        if r < self.num_inputs && in_place[r] {
+                            let (vals, layout) = &loaded[r];
+                            &vals[layout.offset + start..][..len]
+                        } else {
+                            &before[r][..len]
+                        }
+                    };
+                    let d: &mut [T] = if k == last {
+                        &mut dst[..]
+                    } else {
+                        &mut after[0][..len]
+                    };
+                    match *ins {
+                        FusedInstr::Unary(f, a) => unary_slice(f, src(a), d),
+                        FusedInstr::Binary(f, a, b) => binary_slice(f, src(a), src(b), d),
+                        FusedInstr::Compare(f, a, b) => compare_slice(f, src(a), src(b), d),
+                        FusedInstr::Select(cnd, a, b) => select_slice(src(cnd), src(a), src(b), d),
+                    }
+                }
             }
         };
         if blocks > 1 {

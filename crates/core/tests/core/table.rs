@@ -262,6 +262,23 @@ pub fn rows() -> Vec<Row> {
             |x| r::reduce(&x[0], &[0, 2], false, |v| v.iter().sum()),
         ),
         row(
+            // Leading axes of a contiguous tensor (a bias gradient): rows folded in place.
+            "ReduceSum",
+            vec![In::F(&[5, 3, 4], -1.0, 1.0)],
+            |x| x[0].sum(&[0], false),
+            |x| r::reduce(&x[0], &[0], false, |v| v.iter().sum()),
+        ),
+        row(
+            "ReduceMax",
+            vec![In::F(&[2, 3, 4], -1.0, 1.0)],
+            |x| x[0].max(&[1, 0], true),
+            |x| {
+                r::reduce(&x[0], &[0, 1], true, |v| {
+                    v.iter().cloned().fold(f64::MIN, f64::max)
+                })
+            },
+        ),
+        row(
             "ReduceMax",
             vec![In::F(&[2, 3, 4], -1.0, 1.0)],
             |x| x[0].max(&[1], true),
