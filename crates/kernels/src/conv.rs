@@ -110,6 +110,62 @@ fn images_per_gemm(g: &ConvGeometry, per: usize) -> usize {
     (GEMM_COLUMNS / g.ohw().max(1)).clamp(1, per.max(1))
 }
 
+/// How one convolution kernel splits the batch: a block of `per` consecutive images per
+/// thread (`blocks` of them), `nb` images side by side per GEMM, and the scratch each block
+/// needs: the column matrix of `nb` images, plus (when `nb > 1`) a [og, nb * ohw] matrix
+/// that holds the GEMM's product or the gathered output gradient.
+struct Lowering {
+    blocks: usize,
+    per: usize,
+    nb: usize,
+    cols_len: usize,
+    scratch_len: usize,
+    par: Parallelism,
+}
+
+impl Lowering {
+    fn new(g: &ConvGeometry) -> Lowering {
+        let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
+        let (blocks, per) = batch_blocks(g.n);
+        let nb = images_per_gemm(g, per);
+        let cols_len = ckk * nb * ohw;
+        Lowering {
+            blocks,
+            per,
+            nb,
+            cols_len,
+            scratch_len: cols_len + if nb > 1 { og * nb * ohw } else { 0 },
+            par: inner_par(g, og * ohw * ckk),
+        }
+    }
+
+    /// Scratch for every block, from the pool; each user overwrites it before reading.
+    fn scratch<T: Num>(&self) -> Vec<T> {
+        arena::for_overwrite::<T>(self.blocks * self.scratch_len)
+    }
+}
+
+/// im2col of images `s0..s0 + k` side by side into `cols` ([ckk, k * ohw]).
+fn lower_images<T: Num>(
+    x: &[T],
+    g: &ConvGeometry,
+    group: usize,
+    s0: usize,
+    k: usize,
+    cols: &mut [T],
+) {
+    let (chw, ohw) = (g.c * g.h * g.w, g.ohw());
+    for s in 0..k {
+        im2col(
+            &x[(s0 + s) * chw..][..chw],
+            g,
+            group,
+            &mut cols[s * ohw..],
+            k * ohw,
+        );
+    }
+}
+
 /// Copies `dy` of images `s0..s0 + k`, group `group`, into `tmp` as one [og, k * ohw]
 /// matrix (image `s` at column `s * ohw`).
 fn gather_dy<T: Num>(dy: &[T], g: &ConvGeometry, s0: usize, k: usize, group: usize, tmp: &mut [T]) {
@@ -127,34 +183,26 @@ fn gather_dy<T: Num>(dy: &[T], g: &ConvGeometry, s0: usize, k: usize, group: usi
 /// y [N, O, OH, OW].
 pub fn conv2d<T: Num>(x: &[T], w: &[T], g: &ConvGeometry) -> Vec<T> {
     let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
-    let (chw, out_len) = (g.c * g.h * g.w, g.o * ohw);
+    let out_len = g.o * ohw;
     let mut y = arena::zeroed::<T>(g.n * out_len);
     if y.is_empty() {
         return y;
     }
-    let par = inner_par(g, og * ohw * ckk);
-    let (blocks, per) = batch_blocks(g.n);
-    let nb = images_per_gemm(g, per);
-    // Per block: the columns of nb images, then (nb > 1) the GEMM's product before it is
-    // copied to the images. Both are overwritten before being read. (With an empty window,
-    // ckk = 0 and nb = 1, there is no scratch, the zip is empty and y stays zero: the
-    // right sum.)
-    let cols_len = ckk * nb * ohw;
-    let scratch_len = cols_len + if nb > 1 { og * nb * ohw } else { 0 };
-    let mut scratch = arena::for_overwrite::<T>(blocks * scratch_len);
+    // (With an empty window, ckk = 0 and nb = 1, there is no scratch, the zip below is
+    // empty and y stays zero: the right sum.)
+    let l = Lowering::new(g);
+    let (per, nb, par) = (l.per, l.nb, l.par);
+    let mut scratch = l.scratch::<T>();
     y.par_chunks_mut(per * out_len)
-        .zip(scratch.par_chunks_mut(scratch_len.max(1)))
+        .zip(scratch.par_chunks_mut(l.scratch_len.max(1)))
         .enumerate()
         .for_each(|(b, (yb, scratch))| {
-            let (cols, tmp) = scratch.split_at_mut(cols_len);
+            let (cols, tmp) = scratch.split_at_mut(l.cols_len);
             for (c, ys) in yb.chunks_mut(nb * out_len).enumerate() {
                 let (s0, k) = (b * per + c * nb, ys.len() / out_len);
                 let ld = k * ohw;
                 for group in 0..g.groups {
-                    for s in 0..k {
-                        let xs = &x[(s0 + s) * chw..][..chw];
-                        im2col(xs, g, group, &mut cols[s * ohw..], ld);
-                    }
+                    lower_images(x, g, group, s0, k, cols);
                     let wg = MatRef {
                         offset: group * og * ckk,
                         row_stride: ckk as isize,
@@ -203,18 +251,14 @@ pub fn conv2d_backward_input<T: Num>(dy: &[T], w: &[T], g: &ConvGeometry) -> Vec
     if dx.is_empty() {
         return dx;
     }
-    let par = inner_par(g, og * ohw * ckk);
-    let (blocks, per) = batch_blocks(g.n);
-    let nb = images_per_gemm(g, per);
-    // Columns (written by the GEMM) and the gathered output gradient (nb > 1).
-    let cols_len = ckk * nb * ohw;
-    let scratch_len = cols_len + if nb > 1 { og * nb * ohw } else { 0 };
-    let mut scratch = arena::for_overwrite::<T>(blocks * scratch_len);
+    let l = Lowering::new(g);
+    let (per, nb, par) = (l.per, l.nb, l.par);
+    let mut scratch = l.scratch::<T>();
     dx.par_chunks_mut(per * chw)
-        .zip(scratch.par_chunks_mut(scratch_len.max(1)))
+        .zip(scratch.par_chunks_mut(l.scratch_len.max(1)))
         .enumerate()
         .for_each(|(b, (dxb, scratch))| {
-            let (cols, tmp) = scratch.split_at_mut(cols_len);
+            let (cols, tmp) = scratch.split_at_mut(l.cols_len);
             for (c, dxs) in dxb.chunks_mut(nb * chw).enumerate() {
                 let (s0, k) = (b * per + c * nb, dxs.len() / chw);
                 let ld = k * ohw;
@@ -265,26 +309,22 @@ pub fn conv2d_backward_input<T: Num>(dy: &[T], w: &[T], g: &ConvGeometry) -> Vec
 /// Gradient with respect to the weight: dy [N, O, OH, OW], x -> dw [O, C/g, KH, KW].
 pub fn conv2d_backward_filter<T: Num>(dy: &[T], x: &[T], g: &ConvGeometry) -> Vec<T> {
     let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
-    let (chw, dw_len) = (g.c * g.h * g.w, g.o * ckk);
+    let dw_len = g.o * ckk;
     if g.n == 0 || ohw == 0 || dw_len == 0 {
         return arena::zeroed::<T>(dw_len);
     }
     // Each block of the batch accumulates a private dW; the partials are summed after.
-    let (blocks, per) = batch_blocks(g.n);
-    let nb = images_per_gemm(g, per);
-    let par = inner_par(g, og * ohw * ckk);
-    // The first GEMM of each block overwrites its partial; im2col overwrites the columns,
-    // the gather the output-gradient copy.
-    let cols_len = ckk * nb * ohw;
-    let scratch_len = cols_len + if nb > 1 { og * nb * ohw } else { 0 };
-    let mut partials = arena::for_overwrite::<T>(blocks * dw_len);
-    let mut scratch = arena::for_overwrite::<T>(blocks * scratch_len);
+    // The first GEMM of each block overwrites its partial.
+    let l = Lowering::new(g);
+    let (per, nb, par) = (l.per, l.nb, l.par);
+    let mut partials = arena::for_overwrite::<T>(l.blocks * dw_len);
+    let mut scratch = l.scratch::<T>();
     partials
         .par_chunks_mut(dw_len)
-        .zip(scratch.par_chunks_mut(scratch_len))
+        .zip(scratch.par_chunks_mut(l.scratch_len))
         .enumerate()
         .for_each(|(b, (dw, scratch))| {
-            let (cols, tmp) = scratch.split_at_mut(cols_len);
+            let (cols, tmp) = scratch.split_at_mut(l.cols_len);
             let end = ((b + 1) * per).min(g.n);
             let mut s0 = b * per;
             let mut first = true;
@@ -292,10 +332,7 @@ pub fn conv2d_backward_filter<T: Num>(dy: &[T], x: &[T], g: &ConvGeometry) -> Ve
                 let k = nb.min(end - s0);
                 let ld = k * ohw;
                 for group in 0..g.groups {
-                    for s in 0..k {
-                        let xs = &x[(s0 + s) * chw..][..chw];
-                        im2col(xs, g, group, &mut cols[s * ohw..], ld);
-                    }
+                    lower_images(x, g, group, s0, k, cols);
                     // dW_g (og x ckk) += dY_g (og x k*ohw) * cols^T (k*ohw x ckk)
                     let ct = MatRef {
                         offset: 0,
