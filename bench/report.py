@@ -527,8 +527,14 @@ def header(args, recs):
     model, cpus, mem, isa = machine()
     commit = run(["git", "rev-parse", "--short=12", "HEAD"])
     commit = f"`{commit}`" if commit else "(commit unknown)"
-    if run(["git", "status", "--porcelain", "--untracked-files=no"]):
-        commit += " with uncommitted changes"
+    # BENCHMARKS.md itself does not count: this script rewrites it.
+    changed = [
+        name
+        for name in (run(["git", "diff", "--name-only", "HEAD"]) or "").splitlines()
+        if name.strip() and name.strip() != "BENCHMARKS.md"
+    ]
+    if changed:
+        commit += " with uncommitted changes to " + ", ".join(changed[:5]) + (" ..." if len(changed) > 5 else "")
     rustc = run(["rustc", "--version"]) or "rustc not found"
     pv = py_versions(args.venv_python)
     # the version a result reports beats the venv's metadata

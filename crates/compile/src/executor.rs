@@ -175,6 +175,7 @@ impl Executable {
             }
             outputs
         });
+        pool.end_run();
         self.pool = pool;
         result
     }

@@ -78,9 +78,10 @@ impl Jit {
     /// How the buffer pool of the executable compiled for these input types has served
     /// its kernels, if one was compiled.
     pub fn pool_stats_for(&self, types: &[TensorType]) -> Option<spore_kernels::arena::PoolStats> {
-        let cache = self.cache.lock().ok()?;
-        let exe = cache.get(types)?.lock().ok()?;
-        Some(exe.pool_stats())
+        // Release the cache before waiting for the executable (it may be running).
+        let exe = self.cache.lock().ok()?.get(types)?.clone();
+        let stats = exe.lock().ok()?.pool_stats();
+        Some(stats)
     }
 
     /// Runs the function: inline when already tracing (nested jit), else compiled.

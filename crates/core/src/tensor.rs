@@ -272,8 +272,6 @@ impl Tensor {
     pub fn is_symbolic(&self) -> bool {
         matches!(self.0.data, Data::Symbolic { .. })
     }
-    /// Storage of a tensor known to be concrete: kernels only ever see such tensors
-    /// (`apply` evaluates only when every input is concrete).
     /// Drops this handle; when it was the only owner of a concrete buffer, the buffer goes
     /// to the current thread's buffer pool instead of the allocator (see
     /// `spore_kernels::arena`; without a pool it is freed as usual).
@@ -289,6 +287,8 @@ impl Tensor {
         }
     }
 
+    /// Storage of a tensor known to be concrete: kernels only ever see such tensors
+    /// (`apply` evaluates only when every input is concrete).
     pub(crate) fn buf(&self) -> &Storage {
         match &self.0.data {
             Data::Concrete(s) => s,

@@ -15,7 +15,10 @@
 //! [`BufferPool`], installs it on its thread for the run ([`with_pool`]), and gives every
 //! value's buffer back to it after the value's last use (the liveness plan says when), so
 //! the next op of the same size and dtype reuses it: the pool is the arena, and liveness
-//! decides reuse. After the first run every buffer a step needs is in the pool.
+//! decides reuse. After the first run every buffer a step's kernels take from the pool is
+//! there ([`BufferPool::end_run`] keeps exactly what a run asked for); kernels that still
+//! allocate their own outputs (random draws, gathers, arg-reductions, custom ops) are
+//! listed in ARCHITECTURE.md.
 //!
 //! Why a per-thread slot and not an argument: kernels stay plain functions returning
 //! vectors, eager mode pays nothing, and a pool is only ever touched by the thread that
@@ -34,6 +37,8 @@ pub const MIN_RECYCLED_BYTES: usize = 1024;
 #[derive(Default, Debug)]
 pub struct BufferPool {
     free: HashMap<(DType, usize), Vec<Buffer>>,
+    /// Requests per (dtype, length) since the last [`BufferPool::end_run`].
+    demand: HashMap<(DType, usize), usize>,
     stats: PoolStats,
 }
 
@@ -63,6 +68,7 @@ impl BufferPool {
         if len * dtype.size_in_bytes() < MIN_RECYCLED_BYTES {
             return None;
         }
+        *self.demand.entry((dtype, len)).or_default() += 1;
         match self.free.get_mut(&(dtype, len)).and_then(Vec::pop) {
             Some(b) => {
                 self.stats.hits += 1;
@@ -78,6 +84,21 @@ impl BufferPool {
 
     pub fn stats(&self) -> PoolStats {
         self.stats
+    }
+
+    /// Ends one run of the owner's graph: keeps, per (dtype, length), at most as many free
+    /// buffers as the run asked for, and drops the rest. The next identical run then finds
+    /// every buffer it needs, and buffers that only ever arrive (made by a kernel that does
+    /// not take from the pool, or by a sub-graph) cannot pile up run after run.
+    pub fn end_run(&mut self) {
+        let demand = std::mem::take(&mut self.demand);
+        let mut held = 0;
+        self.free.retain(|key, list| {
+            list.truncate(demand.get(key).copied().unwrap_or(0));
+            held += list.len() * key.1 * key.0.size_in_bytes();
+            !list.is_empty()
+        });
+        self.stats.held_bytes = held;
     }
 }
 
@@ -106,7 +127,8 @@ pub fn with_pool<R>(pool: &mut BufferPool, f: impl FnOnce() -> R) -> R {
 
 /// Gives `b` to this thread's pool, if one is installed (else it is freed).
 pub fn recycle(b: Buffer) {
-    CURRENT.with(|c| {
+    // `try_with`: during thread teardown the slot may be gone; the buffer is then freed.
+    let _ = CURRENT.try_with(|c| {
         if let Some(pool) = c.borrow_mut().as_mut() {
             pool.give(b);
         }
@@ -115,7 +137,9 @@ pub fn recycle(b: Buffer) {
 
 fn take<T: Element>(len: usize) -> Option<Vec<T>> {
     CURRENT
-        .with(|c| c.borrow_mut().as_mut()?.take(T::DTYPE, len))
+        .try_with(|c| c.borrow_mut().as_mut()?.take(T::DTYPE, len))
+        .ok()
+        .flatten()
         .and_then(T::vec_of)
 }
 

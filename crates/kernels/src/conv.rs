@@ -185,11 +185,10 @@ pub fn conv2d<T: Num>(x: &[T], w: &[T], g: &ConvGeometry) -> Vec<T> {
     let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
     let out_len = g.o * ohw;
     let mut y = arena::zeroed::<T>(g.n * out_len);
-    if y.is_empty() {
+    // No input channels per group (ckk = 0): every output is an empty sum, zero.
+    if y.is_empty() || ckk == 0 {
         return y;
     }
-    // (With an empty window, ckk = 0 and nb = 1, there is no scratch, the zip below is
-    // empty and y stays zero: the right sum.)
     let l = Lowering::new(g);
     let (per, nb, par) = (l.per, l.nb, l.par);
     let mut scratch = l.scratch::<T>();

@@ -37,9 +37,15 @@ fn rows_last<T: Element>(src: &[T], layout: &Layout, axes: &[usize]) -> (Vec<T>,
     (to_contiguous(src, &permuted), row)
 }
 
-/// Reduction over the leading axes of a contiguous tensor (a bias gradient: the sum over
-/// the batch), done by folding whole rows into the output instead of first copying the
-/// data into reduction order. `None` when the case does not apply.
+/// Reduction over the leading axes of a contiguous tensor whose kept part is a wide row
+/// (a bias gradient: the sum over the batch), done by folding whole rows into the output
+/// instead of first copying the data into reduction order; the fold vectorises across the
+/// row. `None` when the case does not apply, including narrow rows and full reductions,
+/// which `reduce_row` sums with independent partial sums (faster, and more precise for
+/// long sums).
+/// Narrowest kept row [`reduce_leading`] takes.
+const MIN_FOLDED_ROW: usize = 64;
+
 fn reduce_leading<T: Num>(f: ReduceFn, s: &[T], l: &Layout, axes: &[usize]) -> Option<Vec<T>> {
     let mut sorted = axes.to_vec();
     sorted.sort_unstable();
@@ -48,7 +54,7 @@ fn reduce_leading<T: Num>(f: ReduceFn, s: &[T], l: &Layout, axes: &[usize]) -> O
     }
     let rows: usize = sorted.iter().map(|&a| l.shape[a]).product();
     let inner: usize = l.shape[sorted.len()..].iter().product();
-    if rows == 0 || inner == 0 {
+    if rows == 0 || inner < MIN_FOLDED_ROW {
         return None;
     }
     let data = &s[l.offset..][..rows * inner];

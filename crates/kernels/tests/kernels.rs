@@ -115,3 +115,15 @@ fn batched_convolution_and_gradients_match_naive_loops() {
         }
     }
 }
+
+#[test]
+fn convolution_without_input_channels_is_zero() {
+    // C = 0: every output is an empty sum. More images than threads, small outputs: the
+    // path that lowers several images into one GEMM.
+    let g = ConvGeometry::new([4, 0, 3, 3], [2, 0, 2, 2], [1, 1], [1, 1], [0; 4], 1);
+    let y = conv2d::<f32>(&[], &[], &g);
+    assert_eq!(y, vec![0.0; 4 * 2 * 2 * 2]);
+    let dw = conv2d_backward_filter::<f32>(&y, &[], &g);
+    assert!(dw.is_empty());
+    assert!(conv2d_backward_input::<f32>(&y, &[], &g).is_empty());
+}

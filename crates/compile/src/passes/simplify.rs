@@ -78,7 +78,7 @@ fn is_matrix_transpose(g: &Graph, v: ValueId) -> Option<ValueId> {
 /// `Transpose(MatMul(Transpose(x), b))` at node `i`, the inner MatMul used only there,
 /// becomes `MatMul(Transpose(b), x)`: the MatMul node turns into `Transpose(b)` and node
 /// `i` into the MatMul (both keep their positions, so the order stays topological).
-fn transpose_of_matmul(g: &mut Graph, i: usize, uses: &[usize]) -> bool {
+fn transpose_of_matmul(g: &mut Graph, i: usize) -> bool {
     let Some(m) = is_matrix_transpose(g, i) else {
         return false;
     };
@@ -93,7 +93,11 @@ fn transpose_of_matmul(g: &mut Graph, i: usize, uses: &[usize]) -> bool {
         return false;
     };
     let b_ty = g.nodes[b].ty().clone();
-    if uses[m] != 1 || b_ty.rank() != 2 || g.nodes[x].ty().rank() != 2 {
+    if b_ty.rank() != 2 || g.nodes[x].ty().rank() != 2 {
+        return false;
+    }
+    // Counted now, not once per pass: other rewrites move uses around (matches are rare).
+    if g.use_counts()[m] != 1 {
         return false;
     }
     let bt = spore_core::TensorType::new(&[b_ty.shape[1], b_ty.shape[0]], b_ty.dtype);
@@ -106,10 +110,14 @@ fn transpose_of_matmul(g: &mut Graph, i: usize, uses: &[usize]) -> bool {
         op: Op::MatMul,
         args: vec![m, x],
     };
-    // Names follow the ops, so the IR still reads `MatMul-opN` for the product.
+    // Names and source lines follow the ops, so the IR still reads `MatMul-opN` for the
+    // product, at the line that wrote the product.
     let (name_m, name_i) = (g.nodes[m].name.clone(), g.nodes[i].name.clone());
     g.nodes[m].name = name_i;
     g.nodes[i].name = name_m;
+    let (loc_m, loc_i) = (g.nodes[m].location.clone(), g.nodes[i].location.clone());
+    g.nodes[m].location = loc_i;
+    g.nodes[i].location = loc_m;
     true
 }
 
@@ -120,10 +128,8 @@ impl Pass for Simplify {
 
     fn run(&self, g: &mut Graph) -> Result<bool> {
         let mut changed = false;
-        let mut uses = g.use_counts();
         for i in 0..g.nodes.len() {
-            if transpose_of_matmul(g, i, &uses) {
-                uses = g.use_counts(); // the rewrite moved uses around
+            if transpose_of_matmul(g, i) {
                 changed = true;
                 continue;
             }

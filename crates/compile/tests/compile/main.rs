@@ -10,6 +10,7 @@ mod table;
 #[path = "../../../core/tests/core/table_structural.rs"]
 mod table_structural;
 
+mod buffer_pool;
 mod compiled_table;
 mod control_flow;
 mod custom_op;

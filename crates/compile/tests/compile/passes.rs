@@ -141,6 +141,28 @@ fn simplify_makes_the_transposed_weight_gradient_contiguous() {
     assert_eq!(g.to_ir().matches("Transpose(").count(), 1, "{}", g.to_ir());
 }
 
+#[test]
+fn simplify_leaves_a_product_alone_while_something_else_reads_it() {
+    // y = (xᵀ b) * 1 is an identity; y is also returned, so the product must survive as is
+    // when the identity is removed and Transpose(y) is looked at.
+    let ty = TensorType::new(&[3, 3], DType::F32);
+    let mut g = trace("shared_product", &[ty.clone(), ty], |x| {
+        let y = x[0].transpose()?.matmul(&x[1])?.mul_scalar(1.0)?;
+        Ok(vec![y.clone(), y.transpose()?])
+    })
+    .unwrap();
+    let inputs = vec![
+        Tensor::randn(&[3, 3], DType::F32, Some(5)).unwrap(),
+        Tensor::randn(&[3, 3], DType::F32, Some(6)).unwrap(),
+    ];
+    let before = g.interpret(&inputs).unwrap();
+    spore_compile::pass::run_passes(&mut g, &spore_compile::pass::default_passes(), None).unwrap();
+    let after = g.interpret(&inputs).unwrap();
+    for (a, b) in after.outputs.iter().zip(&before.outputs) {
+        assert_close(a, b, 1e-6, "shared_product");
+    }
+}
+
 fn inputs_for_dense() -> Vec<Tensor> {
     vec![
         Tensor::randn(&[5, 3], DType::F32, Some(3)).unwrap(),

@@ -121,6 +121,10 @@ fn compare(forward: Forward, shapes: &[&[usize]], x_shape: &[usize], steps: usiz
         "a steady-state step allocated: {after_all:?} -> {after_one_more:?}"
     );
     assert!(after_one_more.hits > after_all.hits);
+    assert_eq!(
+        after_one_more.held_bytes, after_all.held_bytes,
+        "the pool grew in steady state"
+    );
 }
 
 #[test]
