@@ -115,7 +115,7 @@ fn transpose_of_matmul(g: &mut Graph, i: usize) -> bool {
     let (name_m, name_i) = (g.nodes[m].name.clone(), g.nodes[i].name.clone());
     g.nodes[m].name = name_i;
     g.nodes[i].name = name_m;
-    let (loc_m, loc_i) = (g.nodes[m].location.clone(), g.nodes[i].location.clone());
+    let (loc_m, loc_i) = (g.nodes[m].location, g.nodes[i].location);
     g.nodes[m].location = loc_i;
     g.nodes[i].location = loc_m;
     true
