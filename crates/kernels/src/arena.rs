@@ -1,4 +1,4 @@
-//! Recycled kernel buffers: how a compiled graph runs without allocating in steady state.
+//! Recycled kernel buffers: how a compiled graph reuses its tensor buffers from run to run.
 //!
 //! ```
 //! use spore_kernels::arena::{self, BufferPool};
