@@ -21,6 +21,7 @@ pub mod matmul;
 pub mod pool;
 pub mod random;
 pub mod reduce;
+mod sgemm;
 
 pub use buffer::Buffer;
 pub use dtype::{DType, Element};

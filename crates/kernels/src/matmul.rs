@@ -1,5 +1,6 @@
-//! Batched matrix multiplication on the `gemm` crate, with arbitrary strides (transposed
-//! views multiply without a copy).
+//! Batched matrix multiplication with arbitrary strides (transposed views multiply without
+//! a copy): f32 on x86-64 with AVX2/FMA runs Spore's own GEMM (`sgemm`), f64 and other
+//! machines the `gemm` crate, integers a plain loop.
 //!
 //! ```
 //! use spore_kernels::{matmul, Buffer, Layout};
@@ -16,6 +17,7 @@ use rayon::prelude::*;
 use crate::buffer::Buffer;
 use crate::elementwise::{BinaryFn, Num};
 use crate::layout::{Layout, walk_rows};
+use crate::sgemm;
 
 /// Work (m*n*k) above which one product is split across threads.
 const GEMM_PARALLEL_WORK: usize = 1 << 18;
@@ -37,8 +39,8 @@ pub struct MatRef {
     pub col_stride: isize,
 }
 
-/// `c (m x n, row-major, stride n) (+)= a (m x k) * b (k x n)`. Floats go to `gemm`,
-/// integers to a plain triple loop.
+/// `c (m x n, row-major, stride n) (+)= a (m x k) * b (k x n)`. f32 goes to Spore's own
+/// GEMM where the CPU has AVX2 and FMA, other floats to `gemm`, integers to a plain loop.
 ///
 /// # Safety-free contract
 /// The caller guarantees that every index reached through the strides is inside `a` and `b`.
@@ -83,6 +85,16 @@ pub fn gemm_into<T: Num>(
         };
         reach(ma, m, k, a.len());
         reach(mb, k, n, b.len());
+        if let (Some(c), Some(a), Some(b)) = (as_f32_mut(c), as_f32(a), as_f32(b))
+            && sgemm::available()
+        {
+            let threads = match par {
+                Parallelism::Rayon(t) if t > 1 => t,
+                _ => 1,
+            };
+            sgemm::sgemm(c, accumulate, m, n, k, a, ma, b, mb, threads);
+            return;
+        }
         let (one, zero) = (T::one(), T::zero());
         // SAFETY: the asserts above keep every strided access inside `a`, `b` and `c`;
         // gemm's generic entry dispatches on the concrete type (f32 or f64 here).
@@ -126,6 +138,20 @@ pub fn gemm_into<T: Num>(
             c[i * n + j] = s;
         }
     }
+}
+
+/// `s` as `f32` values when `T` is `f32`.
+fn as_f32<T: Num>(s: &[T]) -> Option<&[f32]> {
+    // SAFETY: only `f32` implements `Element` with dtype F32, so `T` is `f32` here.
+    (T::DTYPE == crate::DType::F32)
+        .then(|| unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<f32>(), s.len()) })
+}
+
+/// `s` as mutable `f32` values when `T` is `f32`.
+fn as_f32_mut<T: Num>(s: &mut [T]) -> Option<&mut [f32]> {
+    // SAFETY: as in `as_f32`.
+    (T::DTYPE == crate::DType::F32)
+        .then(|| unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<f32>(), s.len()) })
 }
 
 /// `[..., m, k] x [..., k, n] -> [..., m, n]`; `la` and `lb` are already broadcast to the

@@ -127,3 +127,104 @@ fn convolution_without_input_channels_is_zero() {
     assert!(dw.is_empty());
     assert!(conv2d_backward_input::<f32>(&y, &[], &g).is_empty());
 }
+
+/// Spore's f32 GEMM (dot-product, thin and blocked strategies, packed and in-place
+/// operands, edge tiles, depth and column blocks, threads) against an f64 loop, for
+/// every combination of transposed operands and with accumulation.
+#[test]
+fn f32_gemm_strategies_match_naive_for_edge_shapes_and_strides() {
+    let shapes = [
+        (1, 1, 1),
+        (5, 17, 3),
+        (6, 16, 256),
+        (7, 33, 257),
+        (13, 50, 40),
+        (16, 25, 784),
+        (16, 5, 1100),
+        (19, 35, 300),
+        (20, 48, 37),
+        (150, 1100, 20),
+        (300, 40, 30),
+    ];
+    for (case, &(m, n, k)) in shapes.iter().enumerate() {
+        let a64 = values(m * k, 10 + case as u64);
+        let b64 = values(k * n, 20 + case as u64);
+        let c64 = values(m * n, 30 + case as u64);
+        let a: Vec<f32> = a64.iter().map(|&v| v as f32).collect();
+        let b: Vec<f32> = b64.iter().map(|&v| v as f32).collect();
+        for (ta, tb, accumulate, threads) in [
+            (false, false, false, 1),
+            (false, true, true, 2),
+            (true, false, false, 2),
+            (true, true, true, 1),
+            (false, true, false, 1),
+            (false, false, true, 2),
+        ] {
+            // Transposed operands are stored column-major; a row-major B is read from
+            // the end with a negative row stride, to cover reversed views too.
+            let ma = if ta {
+                MatRef {
+                    offset: 0,
+                    row_stride: 1,
+                    col_stride: m as isize,
+                }
+            } else {
+                MatRef {
+                    offset: 0,
+                    row_stride: k as isize,
+                    col_stride: 1,
+                }
+            };
+            let mb = if tb {
+                MatRef {
+                    offset: 0,
+                    row_stride: 1,
+                    col_stride: k as isize,
+                }
+            } else if accumulate {
+                MatRef {
+                    offset: (k - 1) * n,
+                    row_stride: -(n as isize),
+                    col_stride: 1,
+                }
+            } else {
+                MatRef {
+                    offset: 0,
+                    row_stride: n as isize,
+                    col_stride: 1,
+                }
+            };
+            let at = |i: usize, p: usize| {
+                a64[(ma.offset as isize + i as isize * ma.row_stride + p as isize * ma.col_stride)
+                    as usize]
+            };
+            let bt = |p: usize, j: usize| {
+                b64[(mb.offset as isize + p as isize * mb.row_stride + j as isize * mb.col_stride)
+                    as usize]
+            };
+            let mut c: Vec<f32> = c64.iter().map(|&v| v as f32).collect();
+            let par = if threads > 1 {
+                Parallelism::Rayon(threads)
+            } else {
+                Parallelism::None
+            };
+            gemm_into(&mut c, accumulate, m, n, k, &a, ma, &b, mb, par);
+            let tol = 1e-5 * (k as f64).sqrt() * 4.0;
+            for i in 0..m {
+                for j in 0..n {
+                    let base = if accumulate {
+                        c64[i * n + j] as f32 as f64
+                    } else {
+                        0.0
+                    };
+                    let want = base + (0..k).map(|p| at(i, p) * bt(p, j)).sum::<f64>();
+                    let got = c[i * n + j] as f64;
+                    assert!(
+                        (got - want).abs() <= tol * (1.0 + want.abs()),
+                        "{m}x{n}x{k} ta={ta} tb={tb} acc={accumulate} threads={threads} at ({i}, {j}): {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! Times the three convolution kernels on LeNet5's and ResNet-18's shapes (batch 32).
+//! Run: `cargo run --release -p spore-kernels --example conv_micro [-- NAME_FILTER]`
+use std::time::Instant;
+
+use spore_kernels::conv::{ConvGeometry, conv2d, conv2d_backward_filter, conv2d_backward_input};
+
+fn time(mut f: impl FnMut()) -> f64 {
+    for _ in 0..5 {
+        f();
+    }
+    let mut v: Vec<f64> = (0..60)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[0]
+}
+
+fn main() {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build_global()
+        .ok();
+    let cases = [
+        ("lenet conv1", [32, 1, 32, 32], [6, 1, 5, 5], 0),
+        ("lenet conv2", [32, 6, 14, 14], [16, 6, 5, 5], 0),
+        ("resnet l1 3x3", [32, 64, 32, 32], [64, 64, 3, 3], 1),
+        ("resnet l4 3x3", [32, 512, 4, 4], [512, 512, 3, 3], 1),
+    ];
+    let only = std::env::args().nth(1).unwrap_or_default();
+    for (name, xs, ws, p) in cases.into_iter().filter(|c| c.0.contains(&only)) {
+        let g = ConvGeometry::new(xs, ws, [1, 1], [1, 1], [p, p, p, p], 1);
+        let x: Vec<f32> = (0..xs.iter().product::<usize>())
+            .map(|i| (i % 7) as f32 * 0.1)
+            .collect();
+        let w: Vec<f32> = (0..ws.iter().product::<usize>())
+            .map(|i| (i % 5) as f32 * 0.1)
+            .collect();
+        let dy = conv2d(&x, &w, &g);
+        let flop = 2.0 * (g.n * g.o * g.oh * g.ow * g.c * g.kh * g.kw) as f64;
+        rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap().install(|| {
+            let f = time(|| drop(conv2d(&x, &w, &g)));
+            let bf = time(|| drop(conv2d_backward_filter(&dy, &x, &g)));
+            let bi = time(|| drop(conv2d_backward_input(&dy, &w, &g)));
+            println!(
+                "{name:15} fwd {f:8.3} ms ({:5.1} GF/s)  dW {bf:8.3} ms ({:5.1})  dX {bi:8.3} ms ({:5.1})",
+                flop / f / 1e6, flop / bf / 1e6, flop / bi / 1e6
+            );
+        });
+    }
+}

@@ -1,0 +1,56 @@
+//! Times `gemm_into` on the products Spore's benchmark networks run, in GFLOP/s.
+//! Run: `cargo run --release -p spore-kernels --example gemm_micro` (set `SPORE_GEMM=crate`
+//! to time the `gemm` crate instead of Spore's own f32 kernels).
+use std::time::Instant;
+
+use gemm::Parallelism;
+use spore_kernels::matmul::{MatRef, gemm_into};
+
+fn best_ms(mut f: impl FnMut()) -> f64 {
+    f();
+    (0..20)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .fold(f64::MAX, f64::min)
+}
+
+fn main() {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build_global()
+        .ok();
+    let only = std::env::args().nth(1).unwrap_or_default();
+    // name, m, n, k, A transposed (column-major), B transposed, threads
+    let cases = [
+        ("square 2048", 2048, 2048, 2048, false, false, 2),
+        ("resnet l4 fwd", 512, 1024, 4608, false, false, 1),
+        ("resnet l1 fwd", 64, 1024, 576, false, false, 1),
+        ("mlp x.Wt", 64, 512, 784, false, true, 2),
+        ("mlp dy.W", 64, 784, 512, false, false, 2),
+        ("mlp dyT.x", 512, 784, 64, true, false, 2),
+        ("lenet conv2 fwd", 16, 1000, 150, false, false, 1),
+        ("lenet conv1 fwd", 6, 784, 25, false, false, 1),
+    ];
+    for (name, m, n, k, ta, tb, threads) in cases.into_iter().filter(|c| c.0.contains(&only)) {
+        let a: Vec<f32> = (0..m * k).map(|i| (i % 13) as f32 * 0.1).collect();
+        let b: Vec<f32> = (0..k * n).map(|i| (i % 7) as f32 * 0.1).collect();
+        let mut c = vec![0.0f32; m * n];
+        let mat = |t: bool, rows: usize, cols: usize| MatRef {
+            offset: 0,
+            row_stride: if t { 1 } else { cols as isize },
+            col_stride: if t { rows as isize } else { 1 },
+        };
+        let (ma, mb) = (mat(ta, m, k), mat(tb, k, n));
+        let par = if threads > 1 {
+            Parallelism::Rayon(threads)
+        } else {
+            Parallelism::None
+        };
+        let ms = best_ms(|| gemm_into(&mut c, false, m, n, k, &a, ma, &b, mb, par));
+        let gf = 2.0 * (m * n * k) as f64 / ms / 1e6;
+        println!("{name:16} {m:5}x{n:5}x{k:5} threads {threads}: {ms:8.3} ms {gf:6.1} GFLOP/s");
+    }
+}

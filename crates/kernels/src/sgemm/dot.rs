@@ -1,0 +1,200 @@
+//! Products whose operands are both contiguous along the depth: A row-major and B
+//! column-major, as in `x · Wᵀ` (Dense) and `dy · colsᵀ` (a convolution's weight
+//! gradient). Each output is a dot product of two contiguous rows, computed in tiles of
+//! 3 rows x 4 columns with twelve 8-lane partial sums, and nothing is packed.
+//!
+//! Why not pack: for these shapes B is often used by only 6-64 rows of A, and gathering
+//! it into column panels cost more than the multiply-adds (LeNet's weight gradients).
+//! Seven loads feed twelve fused multiply-adds, so the loop is bound by arithmetic.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+use rayon::prelude::*;
+
+use super::{Dst, Product, split};
+use crate::matmul::MatRef;
+
+/// Rows of A per tile.
+const TR: usize = 3;
+/// Columns of B per tile.
+const TC: usize = 4;
+/// Depth per pass: three rows and four columns of this length (28 KiB) stay in L1.
+const KD: usize = 512;
+
+/// `C[m x n] (+)= A * B` for `ma.col_stride == 1` and `mb.row_stride == 1`.
+pub(super) fn run(p: &Product, threads: usize) {
+    let (m, n, k) = (p.m, p.n, p.k);
+    let job = Job {
+        dst: p.dst,
+        m,
+        n,
+        a: p.a,
+        ma: p.ma,
+        b: p.b,
+        mb: p.mb,
+    };
+    for p0 in (0..k).step_by(KD) {
+        let depth = p0..KD.min(k - p0) + p0;
+        let acc = p.accumulate || p0 > 0;
+        let (blocks_n, blocks_m) = (n.div_ceil(TC), m.div_ceil(TR));
+        if threads <= 1 || blocks_n * blocks_m < 2 {
+            job.tiles(0..blocks_n, 0..blocks_m, depth, acc);
+        } else if blocks_n >= threads {
+            (0..threads).into_par_iter().for_each(|t| {
+                job.tiles(split(blocks_n, threads, t), 0..blocks_m, depth.clone(), acc)
+            });
+        } else {
+            let parts = threads.min(blocks_m);
+            (0..parts).into_par_iter().for_each(|t| {
+                job.tiles(0..blocks_n, split(blocks_m, parts, t), depth.clone(), acc)
+            });
+        }
+    }
+}
+
+struct Job<'a> {
+    dst: Dst,
+    m: usize,
+    n: usize,
+    a: &'a [f32],
+    ma: MatRef,
+    b: &'a [f32],
+    mb: MatRef,
+}
+
+impl Job<'_> {
+    /// The tiles of column blocks `cols` x row blocks `rows` over depth `depth`.
+    fn tiles(&self, cols: Range<usize>, rows: Range<usize>, depth: Range<usize>, acc: bool) {
+        let kd = depth.len();
+        for jb in cols {
+            let j0 = jb * TC;
+            let width = TC.min(self.n - j0);
+            let b0 =
+                self.mb.offset as isize + j0 as isize * self.mb.col_stride + depth.start as isize;
+            for ib in rows.clone() {
+                let i0 = ib * TR;
+                let height = TR.min(self.m - i0);
+                let a0 = self.ma.offset as isize
+                    + i0 as isize * self.ma.row_stride
+                    + depth.start as isize;
+                // SAFETY: rows i0..i0+height of A and columns j0..j0+width of B, over
+                // `depth`, are inside the operands (the caller's bounds check), and the
+                // tile of C is inside `c` (row stride n); AVX2+FMA were detected.
+                unsafe {
+                    let (ap, bp) = (self.a.as_ptr().offset(a0), self.b.as_ptr().offset(b0));
+                    let c = self.dst.0.add(i0 * self.n + j0);
+                    let (lda, ldb) = (self.ma.row_stride, self.mb.col_stride);
+                    dispatch(height, width, kd, ap, lda, bp, ldb, c, self.n, acc);
+                }
+            }
+        }
+    }
+}
+
+/// Calls the tile kernel specialised for `height` x `width` (edges are smaller).
+///
+/// # Safety
+/// As [`tile`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn dispatch(
+    height: usize,
+    width: usize,
+    k: usize,
+    a: *const f32,
+    lda: isize,
+    b: *const f32,
+    ldb: isize,
+    c: *mut f32,
+    ldc: usize,
+    acc: bool,
+) {
+    macro_rules! go {
+        ($($r:literal, $c:literal);*) => {
+            match (height, width) {
+                $(($r, $c) => unsafe { tile::<$r, $c>(k, a, lda, b, ldb, c, ldc, acc) },)*
+                _ => unreachable!("tiles are at most {TR}x{TC}"),
+            }
+        };
+    }
+    go!(3, 4; 3, 3; 3, 2; 3, 1; 2, 4; 2, 3; 2, 2; 2, 1; 1, 4; 1, 3; 1, 2; 1, 1)
+}
+
+/// `C[R x C] (+)= A[R x k] * B[k x C]` with rows of A (`lda` apart) and columns of B
+/// (`ldb` apart) contiguous.
+///
+/// # Safety
+/// AVX2 and FMA are available; the R rows and C columns of length `k` are readable and
+/// C's R rows of C values (`ldc` apart) writable.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile<const R: usize, const C: usize>(
+    k: usize,
+    a: *const f32,
+    lda: isize,
+    b: *const f32,
+    ldb: isize,
+    c: *mut f32,
+    ldc: usize,
+    acc: bool,
+) {
+    // SAFETY (whole body): every access is inside the ranges the caller promised.
+    unsafe {
+        let mut sums = [[_mm256_setzero_ps(); C]; R];
+        let k8 = k / 8 * 8;
+        let mut p = 0;
+        while p < k8 {
+            let mut bv = [_mm256_setzero_ps(); C];
+            for (j, v) in bv.iter_mut().enumerate() {
+                *v = _mm256_loadu_ps(b.offset(j as isize * ldb).add(p));
+            }
+            for (i, row) in sums.iter_mut().enumerate() {
+                let av = _mm256_loadu_ps(a.offset(i as isize * lda).add(p));
+                for (s, &bj) in row.iter_mut().zip(&bv) {
+                    *s = _mm256_fmadd_ps(av, bj, *s);
+                }
+            }
+            p += 8;
+        }
+        for (i, row) in sums.iter().enumerate() {
+            let ai = a.offset(i as isize * lda);
+            for (j, &s) in row.iter().enumerate() {
+                let bj = b.offset(j as isize * ldb);
+                let mut total = hsum(s);
+                for q in k8..k {
+                    total += *ai.add(q) * *bj.add(q);
+                }
+                let out = c.add(i * ldc + j);
+                *out = if acc { *out + total } else { total };
+            }
+        }
+    }
+}
+
+/// Sum of the eight lanes of `v`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps::<1>(s, s)))
+}
+
+/// Never called: [`super::available`] is false off x86-64.
+#[cfg(not(target_arch = "x86_64"))]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile<const R: usize, const C: usize>(
+    _k: usize,
+    _a: *const f32,
+    _lda: isize,
+    _b: *const f32,
+    _ldb: isize,
+    _c: *mut f32,
+    _ldc: usize,
+    _acc: bool,
+) {
+    unreachable!("the AVX2 kernels exist only on x86-64")
+}

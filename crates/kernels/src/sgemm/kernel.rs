@@ -1,0 +1,183 @@
+//! The 6x16 microkernel: twelve 8-lane accumulators (six rows of C, two vectors each)
+//! updated by one broadcast of A and two loads of B per step of the depth.
+//!
+//! ```text
+//! for p in 0..kc:  b0, b1 = B[p, 0..8], B[p, 8..16]
+//!                  for r in 0..6:  acc[r] += A[r, p] * (b0, b1)
+//! ```
+//! Twelve accumulators, two B vectors and one broadcast use 15 of the 16 AVX registers.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use super::{MR, NR};
+
+/// `C[6 x 16] (+)= A_panel * B_panel`: `a` is packed depth-major (`MR` values per step),
+/// `b` holds `kc` rows of `NR` values, `ldb` elements apart; C rows are `ldc` apart.
+///
+/// # Safety
+/// The CPU supports AVX2 and FMA; `a` has `MR * kc` readable values, `b` `kc` rows of
+/// `NR`, and `c` six writable rows of sixteen.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn tile(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    ldb: isize,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+) {
+    // SAFETY (whole body): pointer arithmetic stays inside the ranges the caller promised.
+    unsafe {
+        // The tile of C is read and written once, after the loop: ask for its lines now
+        // so that large products (C far out of cache) do not stall on them at the end.
+        for r in 0..MR {
+            _mm_prefetch::<_MM_HINT_T0>(c.add(r * ldc).cast::<i8>());
+            _mm_prefetch::<_MM_HINT_T0>(c.add(r * ldc + NR - 1).cast::<i8>());
+        }
+        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+        let (mut a, mut b) = (a, b);
+        for _ in 0..kc {
+            let b0 = _mm256_loadu_ps(b);
+            let b1 = _mm256_loadu_ps(b.add(8));
+            for (r, row) in acc.iter_mut().enumerate() {
+                let av = _mm256_broadcast_ss(&*a.add(r));
+                row[0] = _mm256_fmadd_ps(av, b0, row[0]);
+                row[1] = _mm256_fmadd_ps(av, b1, row[1]);
+            }
+            a = a.add(MR);
+            b = b.offset(ldb);
+        }
+        for (r, row) in acc.iter().enumerate() {
+            let out = c.add(r * ldc);
+            let (mut lo, mut hi) = (row[0], row[1]);
+            if accumulate {
+                lo = _mm256_add_ps(lo, _mm256_loadu_ps(out));
+                hi = _mm256_add_ps(hi, _mm256_loadu_ps(out.add(8)));
+            }
+            _mm256_storeu_ps(out, lo);
+            _mm256_storeu_ps(out.add(8), hi);
+        }
+    }
+}
+
+/// Packs a full B panel of a transposed B (`mb.row_stride == 1`: each column contiguous
+/// along the depth) by 8x8 register transposes, eight times fewer loads than an element
+/// gather. Returns false (nothing written) where it does not apply.
+pub(super) fn transpose_pack(
+    dst: &mut [f32],
+    b: &[f32],
+    mb: crate::matmul::MatRef,
+    p0: usize,
+    kc: usize,
+    j0: usize,
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if mb.row_stride != 1 || mb.col_stride <= 0 || dst.len() < kc * NR {
+            return false;
+        }
+        let col = |q: usize| (mb.offset as isize + (j0 + q) as isize * mb.col_stride) as usize + p0;
+        // Every column q of the panel holds kc values from col(q).
+        if col(NR - 1) + kc > b.len() {
+            return false;
+        }
+        let k8 = kc / 8 * 8;
+        let cols: [usize; NR] = std::array::from_fn(col);
+        // SAFETY: AVX2 is available (callers run only when `available()`), column q spans
+        // b[col(q)..col(q) + kc] (checked above), dst holds kc rows of NR.
+        unsafe { transpose_blocks(dst, b, &cols, k8) };
+        for p in k8..kc {
+            for q in 0..NR {
+                dst[p * NR + q] = b[col(q) + p];
+            }
+        }
+        true
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (dst, b, mb, p0, kc, j0);
+        false
+    }
+}
+
+/// The first `k8` (a multiple of 8) depth steps of [`transpose_pack`]: column `q` of
+/// the panel starts at `b[cols[q]]`.
+///
+/// # Safety
+/// AVX2 is available; `b[cols[q]..cols[q] + k8]` and `dst[..k8 * NR]` are in bounds.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn transpose_blocks(dst: &mut [f32], b: &[f32], cols: &[usize; NR], k8: usize) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let (src, out) = (b.as_ptr(), dst.as_mut_ptr());
+        for half in 0..2 {
+            let mut p = 0;
+            while p < k8 {
+                let mut rows = [_mm256_setzero_ps(); 8];
+                for (q, r) in rows.iter_mut().enumerate() {
+                    *r = _mm256_loadu_ps(src.add(cols[half * 8 + q] + p));
+                }
+                for (pp, v) in transpose8(rows).iter().enumerate() {
+                    _mm256_storeu_ps(out.add((p + pp) * NR + half * 8), *v);
+                }
+                p += 8;
+            }
+        }
+    }
+}
+
+/// Transposes an 8x8 block held as eight row vectors.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+    let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+    let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+    let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+    let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+    let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+    let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+    let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+    [
+        _mm256_permute2f128_ps::<0x20>(s0, s4),
+        _mm256_permute2f128_ps::<0x20>(s1, s5),
+        _mm256_permute2f128_ps::<0x20>(s2, s6),
+        _mm256_permute2f128_ps::<0x20>(s3, s7),
+        _mm256_permute2f128_ps::<0x31>(s0, s4),
+        _mm256_permute2f128_ps::<0x31>(s1, s5),
+        _mm256_permute2f128_ps::<0x31>(s2, s6),
+        _mm256_permute2f128_ps::<0x31>(s3, s7),
+    ]
+}
+
+/// Never called: [`super::available`] is false off x86-64.
+#[cfg(not(target_arch = "x86_64"))]
+pub(super) unsafe fn tile(
+    _kc: usize,
+    _a: *const f32,
+    _b: *const f32,
+    _ldb: isize,
+    _c: *mut f32,
+    _ldc: usize,
+    _accumulate: bool,
+) {
+    unreachable!("the AVX2 microkernel exists only on x86-64")
+}
+
+const _: () = assert!(
+    NR == 16,
+    "the microkernel computes two 8-lane vectors per row"
+);

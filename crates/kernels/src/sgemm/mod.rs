@@ -1,0 +1,199 @@
+//! Spore's own single-precision GEMM for x86-64 with AVX2 and FMA: `C (+)= A * B` over
+//! strided operands, packing into a reused per-thread workspace, a 6x16 register-tile
+//! microkernel, and threads over column (or row) panels.
+//!
+//! ```
+//! use spore_kernels::matmul::{gemm_into, MatRef};
+//! use gemm::Parallelism;
+//! // [2x3] * [3x2]; gemm_into picks this GEMM for f32 on machines with AVX2 and FMA.
+//! let a = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+//! let row = |cols: isize| MatRef { offset: 0, row_stride: cols, col_stride: 1 };
+//! let mut c = [0.0f32; 4];
+//! gemm_into(&mut c, false, 2, 2, 3, &a, row(3), &a, row(2), Parallelism::None);
+//! assert_eq!(c, [22.0, 28.0, 49.0, 64.0]);
+//! ```
+//!
+//! Why our own and not only the `gemm` crate: that crate allocates its packing buffers on
+//! every call (a compiled step must not allocate) and is tuned for large products, while
+//! most of a small network's products are thin (6 or 16 rows, a few hundred columns).
+//! `gemm` stays the path for f64, for machines without AVX2, and for other architectures.
+
+mod blocked;
+mod dot;
+mod kernel;
+mod pack;
+mod thin;
+
+use std::cell::RefCell;
+use std::ops::Range;
+
+use crate::matmul::MatRef;
+
+/// Rows of C one microkernel call computes.
+pub(crate) const MR: usize = 6;
+/// Columns of C one microkernel call computes (two 8-lane vectors).
+pub(crate) const NR: usize = 16;
+/// Depth of one packed block: a 6x256 A panel (6 KiB) and a 256x16 B panel (16 KiB) stay
+/// in L1 while a tile accumulates.
+const KC: usize = 256;
+
+/// Depth from which products of depth-contiguous operands use the dot-product kernel.
+const DOT_MIN_DEPTH: usize = 32;
+/// Rows up to which such products use it: with more rows, packing B pays for itself and
+/// the packed kernel (one load per two multiply-adds) is faster.
+const DOT_MAX_ROWS: usize = 16;
+/// Rows up to which a product takes the thin path (B read in place, no B block packed).
+const THIN_MAX_ROWS: usize = 3 * MR;
+
+thread_local! {
+    /// Scratch of the GEMM this thread drives (the packed B block, or a thin product's
+    /// packed A and B panels), kept between calls so that steady state allocates nothing.
+    static SHARED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// Scratch this thread uses as a worker of a GEMM (its packed A block).
+    static PRIVATE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on at least `len` values of this thread's scratch `slot` (grown as needed,
+/// contents unspecified). Why the fallback: a rayon worker that waits inside one GEMM may
+/// run a task of another GEMM on the same thread, whose slot is then still borrowed;
+/// that nested call gets a fresh vector instead.
+fn with_scratch<R>(
+    slot: &'static std::thread::LocalKey<RefCell<Vec<f32>>>,
+    len: usize,
+    f: impl FnOnce(&mut [f32]) -> R,
+) -> R {
+    let mut f = Some(f);
+    let ran = slot.with(|cell| {
+        let mut held = cell.try_borrow_mut().ok()?;
+        if held.len() < len {
+            held.resize(len, 0.0);
+        }
+        Some((f.take()?)(&mut held[..len]))
+    });
+    match (ran, f) {
+        (Some(r), _) => r,
+        (None, Some(f)) => f(&mut vec![0.0; len]),
+        (None, None) => unreachable!("the closure runs at most once"),
+    }
+}
+
+/// True when this machine can run the AVX2/FMA microkernel (checked once) and the
+/// environment does not ask for the `gemm` crate (`SPORE_GEMM=crate`, to compare the two).
+pub(crate) fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::sync::OnceLock;
+        static HAS: OnceLock<bool> = OnceLock::new();
+        *HAS.get_or_init(|| {
+            std::env::var("SPORE_GEMM").as_deref() != Ok("crate")
+                && std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// A raw pointer to C that may cross threads: every thread writes a disjoint set of tiles.
+#[derive(Clone, Copy)]
+struct Dst(*mut f32);
+// SAFETY: threads write disjoint tiles of C (split by panel ranges), and the pointer
+// outlives the parallel section (it borrows the caller's `c`).
+unsafe impl Send for Dst {}
+unsafe impl Sync for Dst {}
+
+/// One product `C[m x n] (+)= A[m x k] * B[k x n]`, C row-major with row stride `n`.
+/// The caller checked `available()`, that `m, n, k > 0`, and that every strided access
+/// lies inside `a` and `b` and `c.len() >= m * n`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn sgemm(
+    c: &mut [f32],
+    accumulate: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    ma: MatRef,
+    b: &[f32],
+    mb: MatRef,
+    threads: usize,
+) {
+    debug_assert!(available() && m > 0 && n > 0 && k > 0 && c.len() >= m * n);
+    let dst = Dst(c.as_mut_ptr());
+    let threads = threads.max(1);
+    let product = Product {
+        dst,
+        accumulate,
+        m,
+        n,
+        k,
+        a,
+        ma,
+        b,
+        mb,
+    };
+    if ma.col_stride == 1 && mb.row_stride == 1 && k >= DOT_MIN_DEPTH && m <= DOT_MAX_ROWS {
+        dot::run(&product, threads);
+    } else if m <= THIN_MAX_ROWS {
+        thin::run(&product, threads);
+    } else {
+        blocked::run(&product, threads);
+    }
+}
+
+/// The operands of one product, shared by the three strategies.
+struct Product<'a> {
+    dst: Dst,
+    accumulate: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &'a [f32],
+    ma: MatRef,
+    b: &'a [f32],
+    mb: MatRef,
+}
+
+/// Part `t` of `parts` of `0..len`.
+fn split(len: usize, parts: usize, t: usize) -> Range<usize> {
+    let per = len.div_ceil(parts);
+    (t * per).min(len)..((t + 1) * per).min(len)
+}
+
+/// Runs the microkernel for one tile: row panel `ap` (packed, `MR x kc`) times the B panel
+/// `bp` (`kc` rows of `NR`, `ldb` apart) into C at (`i0`, `j0`), of which only `height` x
+/// `width` exists (edge tiles go through a small buffer).
+///
+/// # Safety
+/// As [`kernel::tile`], with the `height` x `width` tile at (`i0`, `j0`) inside C.
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_at(
+    p: &Product,
+    kc: usize,
+    ap: *const f32,
+    bp: *const f32,
+    ldb: isize,
+    (i0, j0): (usize, usize),
+    (height, width): (usize, usize),
+    accumulate: bool,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let c = p.dst.0.add(i0 * p.n + j0);
+        if height == MR && width == NR {
+            kernel::tile(kc, ap, bp, ldb, c, p.n, accumulate);
+            return;
+        }
+        let mut tmp = [0.0f32; MR * NR];
+        kernel::tile(kc, ap, bp, ldb, tmp.as_mut_ptr(), NR, false);
+        for r in 0..height {
+            let row = c.add(r * p.n);
+            for q in 0..width {
+                let v = tmp[r * NR + q];
+                *row.add(q) = if accumulate { *row.add(q) + v } else { v };
+            }
+        }
+    }
+}
