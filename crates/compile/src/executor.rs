@@ -186,28 +186,44 @@ impl Executable {
             let node = &self.graph.nodes[i];
             let arg = |slots: &Vec<Vec<Tensor>>, v: usize| slots[v][0].clone();
             let value: Vec<Tensor> = match &node.kind {
-                NodeKind::Input(k) => vec![inputs[*k].clone()],
-                NodeKind::Parameter(k) => vec![self.graph.params[*k].stored()],
-                NodeKind::RandomKey(k) => vec![keys[*k].clone()],
-                NodeKind::Constant(t) => vec![t.clone()],
+                NodeKind::Input(k) => {
+                    self.set_single(i, inputs[*k].clone());
+                    continue;
+                }
+                NodeKind::Parameter(k) => {
+                    let v = self.graph.params[*k].stored();
+                    self.set_single(i, v);
+                    continue;
+                }
+                NodeKind::RandomKey(k) => {
+                    self.set_single(i, keys[*k].clone());
+                    continue;
+                }
+                NodeKind::Constant(t) => {
+                    let t = t.clone();
+                    self.set_single(i, t);
+                    continue;
+                }
                 NodeKind::Op { op, args } => {
-                    let vals: Vec<Tensor> = args.iter().map(|&a| arg(&self.slots, a)).collect();
-                    let refs: Vec<&Tensor> = vals.iter().collect();
-                    let start = observe.then(Instant::now);
-                    let out = apply(
-                        op.clone(),
-                        &refs,
-                        node.location.unwrap_or(Location::caller()),
-                    )?;
-                    if let Some(start) = start {
-                        let site = OpSite {
-                            graph_id: self.graph_id,
-                            iteration,
-                            task_id: i,
-                        };
-                        debug::report_op(site, op, &node.name, &refs, &out, start)?;
-                    }
-                    vec![out]
+                    let out = with_args(&self.slots, args, |refs| {
+                        let start = observe.then(Instant::now);
+                        let out = apply(
+                            op.clone(),
+                            refs,
+                            node.location.unwrap_or(Location::caller()),
+                        )?;
+                        if let Some(start) = start {
+                            let site = OpSite {
+                                graph_id: self.graph_id,
+                                iteration,
+                                task_id: i,
+                            };
+                            debug::report_op(site, op, &node.name, refs, &out, start)?;
+                        }
+                        Ok::<_, Error>(out)
+                    })?;
+                    self.set_single(i, out);
+                    continue;
                 }
                 NodeKind::Cond {
                     pred,
@@ -253,15 +269,50 @@ impl Executable {
                     }
                     state
                 }
-                NodeKind::GetItem { of, index } => vec![self.slots[*of][*index].clone()],
+                NodeKind::GetItem { of, index } => {
+                    let v = self.slots[*of][*index].clone();
+                    self.set_single(i, v);
+                    continue;
+                }
             };
             self.slots[i] = value;
-            // Liveness: a value dead after this node gives its buffer back to the pool,
-            // where the next op of the same size and dtype takes it.
-            for &v in &self.plan.free_after[i] {
-                self.slots[v].drain(..).for_each(Tensor::recycle);
-            }
+            self.release_after(i);
         }
         Ok(())
     }
+
+    /// Stores the one value node `i` produced in its slot (reusing the slot's vector:
+    /// no allocation in steady state), then releases what dies after node `i`.
+    fn set_single(&mut self, i: usize, value: Tensor) {
+        let slot = &mut self.slots[i];
+        slot.clear();
+        slot.push(value);
+        self.release_after(i);
+    }
+
+    /// Liveness: a value dead after node `i` gives its buffer back to the pool, where the
+    /// next op of the same size and dtype takes it. (Draining keeps the slot's capacity.)
+    fn release_after(&mut self, i: usize) {
+        for &v in &self.plan.free_after[i] {
+            self.slots[v].drain(..).for_each(Tensor::recycle);
+        }
+    }
+}
+
+/// Runs `f` on the arguments `args`, borrowed from their slots: up to eight without
+/// allocating a vector (almost every op), more through one.
+fn with_args<R>(slots: &[Vec<Tensor>], args: &[usize], f: impl FnOnce(&[&Tensor]) -> R) -> R {
+    const INLINE: usize = 8;
+    let Some(&first) = args.first() else {
+        return f(&[]);
+    };
+    if args.len() > INLINE {
+        let refs: Vec<&Tensor> = args.iter().map(|&a| &slots[a][0]).collect();
+        return f(&refs);
+    }
+    let mut buf = [&slots[first][0]; INLINE];
+    for (b, &a) in buf.iter_mut().zip(args) {
+        *b = &slots[a][0];
+    }
+    f(&buf[..args.len()])
 }
