@@ -89,8 +89,10 @@ pub fn gemm_into<T: Num>(
             && sgemm::available()
         {
             let threads = match par {
-                Parallelism::Rayon(t) if t > 1 => t,
-                _ => 1,
+                // As in `gemm`: zero threads means all of the pool's.
+                Parallelism::Rayon(0) => rayon::current_num_threads(),
+                Parallelism::Rayon(t) => t,
+                Parallelism::None => 1,
             };
             sgemm::sgemm(c, accumulate, m, n, k, a, ma, b, mb, threads);
             return;
