@@ -13,8 +13,7 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-use super::{Dst, Product, split};
-use crate::matmul::MatRef;
+use super::{Product, split};
 
 /// Rows of A per tile.
 const TR: usize = 3;
@@ -26,68 +25,56 @@ const KD: usize = 512;
 /// `C[m x n] (+)= A * B` for `ma.col_stride == 1` and `mb.row_stride == 1`.
 pub(super) fn run(p: &Product, threads: usize) {
     let (m, n, k) = (p.m, p.n, p.k);
-    let job = Job {
-        dst: p.dst,
-        m,
-        n,
-        a: p.a,
-        ma: p.ma,
-        b: p.b,
-        mb: p.mb,
-    };
     for p0 in (0..k).step_by(KD) {
         let depth = p0..KD.min(k - p0) + p0;
         let acc = p.accumulate || p0 > 0;
         let (blocks_n, blocks_m) = (n.div_ceil(TC), m.div_ceil(TR));
         if threads <= 1 || blocks_n * blocks_m < 2 {
-            job.tiles(0..blocks_n, 0..blocks_m, depth, acc);
+            tiles(p, 0..blocks_n, 0..blocks_m, depth, acc);
         } else if blocks_n >= threads {
             (0..threads).into_par_iter().for_each(|t| {
-                job.tiles(split(blocks_n, threads, t), 0..blocks_m, depth.clone(), acc)
+                tiles(
+                    p,
+                    split(blocks_n, threads, t),
+                    0..blocks_m,
+                    depth.clone(),
+                    acc,
+                )
             });
         } else {
             let parts = threads.min(blocks_m);
             (0..parts).into_par_iter().for_each(|t| {
-                job.tiles(0..blocks_n, split(blocks_m, parts, t), depth.clone(), acc)
+                tiles(
+                    p,
+                    0..blocks_n,
+                    split(blocks_m, parts, t),
+                    depth.clone(),
+                    acc,
+                )
             });
         }
     }
 }
 
-struct Job<'a> {
-    dst: Dst,
-    m: usize,
-    n: usize,
-    a: &'a [f32],
-    ma: MatRef,
-    b: &'a [f32],
-    mb: MatRef,
-}
-
-impl Job<'_> {
-    /// The tiles of column blocks `cols` x row blocks `rows` over depth `depth`.
-    fn tiles(&self, cols: Range<usize>, rows: Range<usize>, depth: Range<usize>, acc: bool) {
-        let kd = depth.len();
-        for jb in cols {
-            let j0 = jb * TC;
-            let width = TC.min(self.n - j0);
-            let b0 =
-                self.mb.offset as isize + j0 as isize * self.mb.col_stride + depth.start as isize;
-            for ib in rows.clone() {
-                let i0 = ib * TR;
-                let height = TR.min(self.m - i0);
-                let a0 = self.ma.offset as isize
-                    + i0 as isize * self.ma.row_stride
-                    + depth.start as isize;
-                // SAFETY: rows i0..i0+height of A and columns j0..j0+width of B, over
-                // `depth`, are inside the operands (the caller's bounds check), and the
-                // tile of C is inside `c` (row stride n); AVX2+FMA were detected.
-                unsafe {
-                    let (ap, bp) = (self.a.as_ptr().offset(a0), self.b.as_ptr().offset(b0));
-                    let c = self.dst.0.add(i0 * self.n + j0);
-                    let (lda, ldb) = (self.ma.row_stride, self.mb.col_stride);
-                    dispatch(height, width, kd, ap, lda, bp, ldb, c, self.n, acc);
-                }
+/// The tiles of column blocks `cols` x row blocks `rows` over depth `depth`.
+fn tiles(p: &Product, cols: Range<usize>, rows: Range<usize>, depth: Range<usize>, acc: bool) {
+    let kd = depth.len();
+    for jb in cols {
+        let j0 = jb * TC;
+        let width = TC.min(p.n - j0);
+        let b0 = p.mb.offset as isize + j0 as isize * p.mb.col_stride + depth.start as isize;
+        for ib in rows.clone() {
+            let i0 = ib * TR;
+            let height = TR.min(p.m - i0);
+            let a0 = p.ma.offset as isize + i0 as isize * p.ma.row_stride + depth.start as isize;
+            // SAFETY: rows i0..i0+height of A and columns j0..j0+width of B, over
+            // `depth`, are inside the operands (the caller's bounds check), and the
+            // tile of C is inside `c` (row stride n); AVX2+FMA were detected.
+            unsafe {
+                let (ap, bp) = (p.a.as_ptr().offset(a0), p.b.as_ptr().offset(b0));
+                let c = p.dst.0.add(i0 * p.n + j0);
+                let (lda, ldb) = (p.ma.row_stride, p.mb.col_stride);
+                dispatch(height, width, kd, ap, lda, bp, ldb, c, p.n, acc);
             }
         }
     }
