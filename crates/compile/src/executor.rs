@@ -20,6 +20,7 @@ use spore_core::debug::{self, OpSite, dump};
 use spore_core::ir::interpret::check_inputs;
 use spore_core::ir::{Graph, NodeKind};
 use spore_core::{Error, Result, Tensor};
+use spore_kernels::Buffer;
 use spore_kernels::arena::{self, BufferPool, PoolStats};
 
 use crate::pass::{default_passes, run_passes};
@@ -42,6 +43,12 @@ pub struct Executable {
     param_types: Vec<Option<spore_core::TensorType>>,
     /// Buffers of dead values, reused by later ops and later runs (the arena).
     pool: BufferPool,
+    /// Handles on the previous run's outputs: when the caller has dropped its own by the
+    /// next run, their memory goes back to the pool (so a training loop that reads its
+    /// loss and drops it allocates nothing per step).
+    last_outputs: Vec<Tensor>,
+    /// This run's random keys (the vector is kept between runs).
+    keys: Vec<Tensor>,
 }
 
 static NEXT_GRAPH_ID: AtomicUsize = AtomicUsize::new(1);
@@ -69,6 +76,7 @@ impl Executable {
             };
             subgraphs.insert(i, (compile(pair.0)?, compile(pair.1)?));
         }
+        spore_kernels::matmul::reserve_gemm_scratch();
         let plan = MemoryPlan::new(&graph);
         let mut param_types = vec![None; graph.params.len()];
         for n in &graph.nodes {
@@ -87,11 +95,22 @@ impl Executable {
             dump_registered: None,
             param_types,
             pool: BufferPool::default(),
+            last_outputs: Vec::new(),
+            keys: Vec::new(),
         })
     }
 
     /// Runs the graph and stores its parameter updates; returns its outputs.
     pub fn run(&mut self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let mut outputs = Vec::with_capacity(self.graph.outputs.len());
+        self.run_into(inputs, &mut outputs)?;
+        Ok(outputs)
+    }
+
+    /// [`Executable::run`] writing the outputs into `outputs` (cleared first): with a
+    /// reused vector, a steady-state run allocates nothing at all.
+    pub fn run_into(&mut self, inputs: &[Tensor], outputs: &mut Vec<Tensor>) -> Result<()> {
+        outputs.clear();
         check_inputs(&self.graph, inputs)?;
         for (p, compiled) in self.graph.params.iter().zip(&self.param_types) {
             if let Some(t) = compiled
@@ -105,9 +124,6 @@ impl Executable {
                 )));
             }
         }
-        let keys: Vec<Tensor> = (0..self.graph.num_keys)
-            .map(|_| Tensor::scalar(spore_core::rng::next_key() as i64))
-            .collect();
         let dumper = dump::current();
         let iteration = match &dumper {
             Some(d) => {
@@ -125,15 +141,14 @@ impl Executable {
         // from the caller's thread to the pool and sleeping until it is done (two context
         // switches per op, a large share of a small network's step).
         let result = if rayon::current_thread_index().is_some() {
-            self.run_pooled(inputs, &keys, iteration)
+            self.run_pooled(inputs, outputs, iteration)
         } else {
-            rayon::scope(|_| self.run_pooled(inputs, &keys, iteration))
+            rayon::scope(|_| self.run_pooled(inputs, outputs, iteration))
         };
         // Everything dumped during the run reaches the disk, whether the run failed or not.
         let flushed = dumper.map(|d| d.flush()).unwrap_or(Ok(()));
-        let outputs = result?;
-        flushed?;
-        Ok(outputs)
+        result?;
+        flushed
     }
 
     /// How the buffer pool has served this graph's kernels so far.
@@ -146,20 +161,22 @@ impl Executable {
     fn run_pooled(
         &mut self,
         inputs: &[Tensor],
-        keys: &[Tensor],
+        outputs: &mut Vec<Tensor>,
         iteration: u64,
-    ) -> Result<Vec<Tensor>> {
+    ) -> Result<()> {
         let mut pool = std::mem::take(&mut self.pool);
+        let mut keys = std::mem::take(&mut self.keys);
         let result = arena::with_pool(&mut pool, || {
-            let result = no_grad(|| self.execute(inputs, keys, iteration));
-            let outputs = result.map(|()| {
-                self.graph
-                    .outputs
-                    .iter()
-                    .map(|&o| self.slots[o][0].clone())
-                    .collect::<Vec<_>>()
-            });
-            if outputs.is_ok() {
+            // Last run's outputs the caller no longer holds: their memory is free again.
+            self.last_outputs.drain(..).for_each(Tensor::recycle);
+            let result = (0..self.graph.num_keys)
+                .try_for_each(|_| random_key().map(|k| keys.push(k)))
+                .and_then(|()| no_grad(|| self.execute(inputs, &keys, iteration)));
+            if result.is_ok() {
+                for &o in &self.graph.outputs {
+                    outputs.push(self.slots[o][0].clone());
+                    self.last_outputs.push(self.slots[o][0].clone());
+                }
                 for &(p, v) in &self.graph.updates {
                     // The replaced value's buffer is free unless the user kept a handle:
                     // the next step's update writes into it (two buffers per parameter,
@@ -173,10 +190,12 @@ impl Executable {
             for slot in &mut self.slots {
                 slot.drain(..).for_each(Tensor::recycle);
             }
-            outputs
+            keys.drain(..).for_each(Tensor::recycle);
+            result
         });
         pool.end_run();
         self.pool = pool;
+        self.keys = keys;
         result
     }
 
@@ -207,11 +226,7 @@ impl Executable {
                 NodeKind::Op { op, args } => {
                     let out = with_args(&self.slots, args, |refs| {
                         let start = observe.then(Instant::now);
-                        let out = apply(
-                            op.clone(),
-                            refs,
-                            node.location.unwrap_or(Location::caller()),
-                        )?;
+                        let out = apply(op, refs, node.location.unwrap_or(Location::caller()))?;
                         if let Some(start) = start {
                             let site = OpSite {
                                 graph_id: self.graph_id,
@@ -297,6 +312,15 @@ impl Executable {
             self.slots[v].drain(..).for_each(Tensor::recycle);
         }
     }
+}
+
+/// A fresh random key as a 0-d i64 tensor, its buffer taken from the installed pool.
+fn random_key() -> Result<Tensor> {
+    let key = spore_core::rng::next_key() as i64;
+    Tensor::from_buffer(
+        Buffer::I64(arena::collect_exact(1, std::iter::once(key))),
+        &[],
+    )
 }
 
 /// Runs `f` on the arguments `args`, borrowed from their slots: up to eight without

@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use smallvec::SmallVec;
 use spore_core::autodiff::gradients;
 use spore_core::context::get_context;
 use spore_core::ir::Graph;
@@ -89,7 +90,9 @@ impl Jit {
         if trace::is_tracing() {
             return (self.f)(inputs);
         }
-        let types: Vec<TensorType> = inputs.iter().map(|t| t.tensor_type().clone()).collect();
+        // Inline: a steady-state call allocates nothing to find its executable.
+        let types: SmallVec<[TensorType; 4]> =
+            inputs.iter().map(|t| t.tensor_type().clone()).collect();
         let exe = self.executable(&types)?;
         let mut exe = exe
             .lock()
@@ -150,10 +153,13 @@ impl Jit {
     /// Outputs of a side-effect-free graph stay differentiable in PyNative mode: each
     /// gets a gradient rule that recomputes the function eagerly (rematerialisation).
     fn attach_gradients(&self, g: &Graph, inputs: &[Tensor], outputs: Vec<Tensor>) -> Vec<Tensor> {
+        // A training step (it updates parameters) is never differentiated: checked first,
+        // so its steady-state calls collect nothing.
+        if !g.updates.is_empty() || !is_grad_enabled() {
+            return outputs;
+        }
         let params: Vec<Tensor> = g.params.iter().map(|p| p.stored()).collect();
-        let wants_grad =
-            is_grad_enabled() && inputs.iter().chain(&params).any(|t| t.requires_grad());
-        if !wants_grad || !g.updates.is_empty() {
+        if !inputs.iter().chain(&params).any(|t| t.requires_grad()) {
             return outputs;
         }
         let all: Vec<Tensor> = inputs.iter().chain(&params).cloned().collect();

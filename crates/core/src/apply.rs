@@ -10,8 +10,11 @@
 //! assert!(!z.requires_grad());
 //! ```
 
+use std::borrow::Cow;
 use std::cell::Cell;
 use std::time::Instant;
+
+use smallvec::SmallVec;
 
 use crate::debug;
 use crate::error::{Error, Result, SourceLocation};
@@ -59,25 +62,27 @@ pub(crate) fn op_error(op: &Op, message: String, inputs: &[&Tensor], loc: Source
 /// Applies `op` to `inputs`: computes it (PyNative), or records it into the active trace
 /// when an input is symbolic. `loc` is the user's call site, reported in errors and IR.
 pub fn apply(op: Op, inputs: &[&Tensor], loc: SourceLocation) -> Result<Tensor> {
-    apply_observed(op, inputs, loc, true)
+    apply_observed(Cow::Owned(op), inputs, loc, true)
 }
 
-/// [`apply`] for graph executors, which report ops to dump and profiler themselves
-/// (under the graph's names), so the eager report is skipped.
-pub fn apply_in_graph(op: Op, inputs: &[&Tensor], loc: SourceLocation) -> Result<Tensor> {
-    apply_observed(op, inputs, loc, false)
+/// [`apply`] for graph executors: borrows the node's op (a compiled step clones nothing)
+/// and leaves reporting to dump and profiler to the executor, which knows the graph's names.
+pub fn apply_in_graph(op: &Op, inputs: &[&Tensor], loc: SourceLocation) -> Result<Tensor> {
+    apply_observed(Cow::Borrowed(op), inputs, loc, false)
 }
 
+/// `op` is owned when the caller gave it by value, so that recording an autodiff link
+/// moves it instead of cloning.
 fn apply_observed(
-    op: Op,
+    op_arg: Cow<'_, Op>,
     inputs: &[&Tensor],
     loc: SourceLocation,
     observe: bool,
 ) -> Result<Tensor> {
-    let types: Vec<&TensorType> = inputs.iter().map(|t| t.tensor_type()).collect();
-    let ty = op
-        .infer(&types)
-        .map_err(|m| op_error(&op, m, inputs, loc))?;
+    let op: &Op = &op_arg;
+    // Inline for every op's arity: inference allocates nothing in a compiled step.
+    let types: SmallVec<[&TensorType; 8]> = inputs.iter().map(|t| t.tensor_type()).collect();
+    let ty = op.infer(&types).map_err(|m| op_error(op, m, inputs, loc))?;
     // Side effects inside a trace are recorded even without symbolic inputs, so that a
     // compiled graph prints on every run rather than once while tracing.
     let record =
@@ -86,18 +91,18 @@ fn apply_observed(
     let started =
         (observe && !record && debug::enabled() && !trace::is_tracing()).then(Instant::now);
     let data = if record {
-        trace::record(&op, inputs, &ty, loc)?
+        trace::record(op, inputs, &ty, loc)?
     } else {
         Data::Concrete(
             op.eval(inputs, &ty)
-                .map_err(|m| op_error(&op, m, inputs, loc))?,
+                .map_err(|m| op_error(op, m, inputs, loc))?,
         )
     };
     let reported = started.map(|s| (op.clone(), s));
     let differentiable = !matches!(op, Op::StopGradient);
     let track = differentiable && is_grad_enabled() && inputs.iter().any(|t| t.requires_grad());
     let node = track.then(|| GradFn {
-        op,
+        op: op_arg.into_owned(),
         inputs: inputs.iter().map(|&t| t.clone()).collect(),
     });
     let out = Tensor::from_data(ty, data, node, track);

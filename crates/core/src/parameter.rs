@@ -116,7 +116,8 @@ impl Parameter {
     /// Stores a concrete value and returns the one it replaces (executors write graph
     /// updates back with this, and recycle the old buffer).
     pub fn store(&self, value: Tensor) -> Tensor {
-        let v = value.detach().with_requires_grad(self.0.requires_grad);
+        // One new header (a leaf with this parameter's flag), not two.
+        let v = value.with_requires_grad(self.0.requires_grad);
         match self.0.value.write() {
             Ok(mut slot) => std::mem::replace(&mut *slot, v),
             Err(p) => std::mem::replace(&mut *p.into_inner(), v),

@@ -14,7 +14,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use spore_kernels::{Buffer, DType, Element, Layout, elementwise};
+use spore_kernels::{Buffer, DType, Dims, Element, Layout, elementwise};
 
 use crate::error::{Error, Result};
 use crate::op::Op;
@@ -22,14 +22,14 @@ use crate::op::Op;
 /// Shape and dtype: everything shape inference knows about a tensor.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TensorType {
-    pub shape: Vec<usize>,
+    pub shape: Dims,
     pub dtype: DType,
 }
 
 impl TensorType {
     pub fn new(shape: &[usize], dtype: DType) -> TensorType {
         TensorType {
-            shape: shape.to_vec(),
+            shape: Dims::from_slice(shape),
             dtype,
         }
     }
@@ -57,7 +57,8 @@ pub struct Storage {
 impl Storage {
     pub fn contiguous(buffer: Buffer, shape: &[usize]) -> Storage {
         Storage {
-            buffer: Arc::new(buffer),
+            // Inside a compiled step the `Arc` comes back from the pool (no allocation).
+            buffer: spore_kernels::arena::share(buffer),
             layout: Layout::contiguous(shape),
         }
     }
@@ -128,8 +129,22 @@ impl Tensor {
         node: Option<GradFn>,
         requires_grad: bool,
     ) -> Tensor {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        // Inside a compiled step, the header of a value that died earlier is refilled
+        // instead of allocating a new one (see `recycle`).
+        if let Some(spare) = spore_kernels::arena::take_header()
+            && let Ok(mut spare) = spare.downcast::<Inner>()
+            && let Some(inner) = Arc::get_mut(&mut spare)
+        {
+            inner.id = id;
+            inner.ty = ty;
+            inner.data = data;
+            inner.node = node;
+            inner.requires_grad = requires_grad;
+            return Tensor(spare);
+        }
         Tensor(Arc::new(Inner {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            id,
             ty,
             data,
             node,
@@ -272,19 +287,26 @@ impl Tensor {
     pub fn is_symbolic(&self) -> bool {
         matches!(self.0.data, Data::Symbolic { .. })
     }
-    /// Drops this handle; when it was the only owner of a concrete buffer, the buffer goes
-    /// to the current thread's buffer pool instead of the allocator (see
-    /// `spore_kernels::arena`; without a pool it is freed as usual).
-    pub fn recycle(self) {
-        let Ok(mut inner) = Arc::try_unwrap(self.0) else {
+    /// Drops this handle; when it was the only one, its header, its storage's `Arc` and
+    /// (when unshared) its buffer go to the current thread's buffer pool instead of the
+    /// allocator, for the next values of a compiled step (see `spore_kernels::arena`;
+    /// without a pool everything is freed as usual).
+    pub fn recycle(mut self) {
+        let Some(inner) = Arc::get_mut(&mut self.0) else {
             return;
         };
+        // A placeholder that owns nothing, so the parked header holds no memory.
         let placeholder = Data::Symbolic { trace: 0, value: 0 };
-        if let Data::Concrete(s) = std::mem::replace(&mut inner.data, placeholder)
-            && let Ok(buffer) = Arc::try_unwrap(s.buffer)
-        {
-            spore_kernels::arena::recycle(buffer);
+        if let Data::Concrete(s) = std::mem::replace(&mut inner.data, placeholder) {
+            spore_kernels::arena::recycle_shared(s.buffer);
         }
+        inner.node = None;
+        inner.requires_grad = false;
+        match inner.grad.get_mut() {
+            Ok(g) => *g = None,
+            Err(poisoned) => *poisoned.into_inner() = None,
+        }
+        spore_kernels::arena::recycle_header(self.0);
     }
 
     /// Storage of a tensor known to be concrete: kernels only ever see such tensors

@@ -24,21 +24,33 @@
 //! vectors, eager mode pays nothing, and a pool is only ever touched by the thread that
 //! runs its graph (parallel kernels take their scratch on that thread before forking).
 
+use std::any::Any;
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::buffer::Buffer;
 use crate::dtype::{DType, Element};
 
-/// Buffers smaller than this are not worth keeping (the allocator's small bins are fast).
-pub const MIN_RECYCLED_BYTES: usize = 1024;
-
 /// Free buffers by (dtype, length), with counters.
+///
+/// Every size is kept, down to one element: a compiled step is meant to allocate nothing
+/// at all, and the bias gradients and scalars of a step are small buffers too.
 #[derive(Default, Debug)]
 pub struct BufferPool {
     free: HashMap<(DType, usize), Vec<Buffer>>,
-    /// Requests per (dtype, length) since the last [`BufferPool::end_run`].
+    /// Requests per (dtype, length) since the last [`BufferPool::end_run`]. Keys stay
+    /// (counting from zero again) so that the next run inserts nothing.
     demand: HashMap<(DType, usize), usize>,
+    /// Emptied `Arc<Buffer>` allocations, refilled by [`share`]: a tensor's storage is an
+    /// `Arc`, and reusing its allocation with the buffer keeps a step off the allocator.
+    shells: Vec<Arc<Buffer>>,
+    /// Shells handed out since the last [`BufferPool::end_run`] (how many to keep).
+    shells_taken: usize,
+    /// The owner's own per-value allocations, opaque here (spore-core keeps its tensor
+    /// headers in them), so that one installed pool serves everything a step recycles.
+    headers: Vec<Arc<dyn Any + Send + Sync>>,
+    headers_taken: usize,
     stats: PoolStats,
 }
 
@@ -57,17 +69,11 @@ impl BufferPool {
     /// Keeps `b` for reuse (small buffers are dropped).
     pub fn give(&mut self, b: Buffer) {
         let bytes = b.len() * b.dtype().size_in_bytes();
-        if bytes < MIN_RECYCLED_BYTES {
-            return;
-        }
         self.stats.held_bytes += bytes;
         self.free.entry((b.dtype(), b.len())).or_default().push(b);
     }
 
     fn take(&mut self, dtype: DType, len: usize) -> Option<Buffer> {
-        if len * dtype.size_in_bytes() < MIN_RECYCLED_BYTES {
-            return None;
-        }
         *self.demand.entry((dtype, len)).or_default() += 1;
         match self.free.get_mut(&(dtype, len)).and_then(Vec::pop) {
             Some(b) => {
@@ -91,13 +97,20 @@ impl BufferPool {
     /// every buffer it needs, and buffers that only ever arrive (made by a kernel that does
     /// not take from the pool, or by a sub-graph) cannot pile up run after run.
     pub fn end_run(&mut self) {
-        let demand = std::mem::take(&mut self.demand);
+        let demand = &mut self.demand;
         let mut held = 0;
+        // Sizes this run asked for keep their (possibly empty) lists, so refilling them
+        // next run allocates nothing; sizes it did not ask for go.
         self.free.retain(|key, list| {
-            list.truncate(demand.get(key).copied().unwrap_or(0));
+            let wanted = demand.get(key).copied().unwrap_or(0);
+            list.truncate(wanted);
             held += list.len() * key.1 * key.0.size_in_bytes();
-            !list.is_empty()
+            wanted > 0
         });
+        demand.retain(|_, n| std::mem::take(n) > 0);
+        self.shells.truncate(std::mem::take(&mut self.shells_taken));
+        self.headers
+            .truncate(std::mem::take(&mut self.headers_taken));
         self.stats.held_bytes = held;
     }
 }
@@ -133,6 +146,70 @@ pub fn recycle(b: Buffer) {
             pool.give(b);
         }
     });
+}
+
+/// Releases a tensor's shared storage: when `shared` is its buffer's only handle, the buffer
+/// goes to this thread's pool and the emptied `Arc` is kept for [`share`] (else the handle
+/// is just dropped).
+pub fn recycle_shared(mut shared: Arc<Buffer>) {
+    let Some(buffer) = Arc::get_mut(&mut shared) else {
+        return;
+    };
+    // An empty `Vec` does not allocate: the shell holds nothing while it waits.
+    let b = std::mem::replace(buffer, Buffer::F32(Vec::new()));
+    let _ = CURRENT.try_with(|c| {
+        if let Some(pool) = c.borrow_mut().as_mut() {
+            pool.give(b);
+            pool.shells.push(shared);
+        }
+    });
+}
+
+/// Keeps `header` (which the caller holds uniquely) in this thread's pool for
+/// [`take_header`]; without a pool it is dropped.
+pub fn recycle_header(header: Arc<dyn Any + Send + Sync>) {
+    let _ = CURRENT.try_with(|c| {
+        if let Some(pool) = c.borrow_mut().as_mut() {
+            pool.headers.push(header);
+        }
+    });
+}
+
+/// A header kept by [`recycle_header`], if this thread's pool has one.
+pub fn take_header() -> Option<Arc<dyn Any + Send + Sync>> {
+    CURRENT
+        .try_with(|c| {
+            let mut current = c.borrow_mut();
+            let pool = current.as_mut()?;
+            pool.headers_taken += 1;
+            pool.headers.pop()
+        })
+        .ok()
+        .flatten()
+}
+
+/// `b` behind an `Arc`, reusing a shell from this thread's pool when there is one.
+pub fn share(b: Buffer) -> Arc<Buffer> {
+    let shell = CURRENT
+        .try_with(|c| {
+            let mut current = c.borrow_mut();
+            let pool = current.as_mut()?;
+            pool.shells_taken += 1;
+            pool.shells.pop()
+        })
+        .ok()
+        .flatten();
+    match shell {
+        Some(mut shell) => match Arc::get_mut(&mut shell) {
+            Some(slot) => {
+                *slot = b;
+                shell
+            }
+            // Unreachable (shells are unique when kept); allocate rather than fail.
+            None => Arc::new(b),
+        },
+        None => Arc::new(b),
+    }
 }
 
 fn take<T: Element>(len: usize) -> Option<Vec<T>> {

@@ -13,7 +13,8 @@
 
 use crate::buffer::Buffer;
 use crate::dtype::{DType, Element};
-use crate::layout::{Layout, fill_rows};
+use crate::layout::{Dims, Layout, Strides, fill_rows};
+use smallvec::smallvec;
 
 /// One-input numeric functions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -293,8 +294,8 @@ pub fn map_unary<T: Element, U: Element>(
     f: impl Fn(T) -> U + Sync,
 ) -> Vec<U> {
     let mut out = crate::arena::for_overwrite::<U>(layout.numel());
-    let (shape, strides): (Vec<usize>, Vec<isize>) = if layout.is_contiguous() {
-        (vec![layout.numel()], vec![1])
+    let (shape, strides): (Dims, Strides) = if layout.is_contiguous() {
+        (smallvec![layout.numel()], smallvec![1])
     } else {
         (layout.shape.clone(), layout.strides.clone())
     };
@@ -327,10 +328,14 @@ pub fn map_binary<T: Element, U: Element>(
     let mut out = crate::arena::for_overwrite::<U>(n);
     // Two contiguous operands walk as one flat row: the common case, vectorised.
     let flat = la.is_contiguous() && lb.is_contiguous();
-    let (shape, sa, sb): (Vec<usize>, Vec<isize>, Vec<isize>) = if flat {
-        (vec![n], vec![1], vec![1])
+    let (shape, sa, sb): (Dims, Strides, Strides) = if flat {
+        (smallvec![n], smallvec![1], smallvec![1])
     } else {
-        (shape.to_vec(), la.strides.clone(), lb.strides.clone())
+        (
+            Dims::from_slice(shape),
+            la.strides.clone(),
+            lb.strides.clone(),
+        )
     };
     fill_rows(
         &mut out,

@@ -23,6 +23,13 @@ fn resolve(i: i64, len: usize) -> Result<usize, String> {
     }
 }
 
+/// Checks every index before anything is written, so an error leaves no partial result.
+fn check_all(indices: &[i64], len: usize) -> Result<(), String> {
+    indices
+        .iter()
+        .try_for_each(|&i| resolve(i, len).map(|_| ()))
+}
+
 /// `x` is [outer, axis_len, inner]; the result is [outer, indices.len(), inner].
 pub fn gather<T: Element>(
     x: &[T],
@@ -31,14 +38,15 @@ pub fn gather<T: Element>(
     inner: usize,
     indices: &[i64],
 ) -> Result<Vec<T>, String> {
-    let resolved: Vec<usize> = indices
-        .iter()
-        .map(|&i| resolve(i, axis_len))
-        .collect::<Result<_, _>>()?;
-    let mut out = Vec::with_capacity(outer * resolved.len() * inner);
+    check_all(indices, axis_len)?;
+    let mut out = crate::arena::for_overwrite::<T>(outer * indices.len() * inner);
+    let mut rows = out.chunks_exact_mut(inner.max(1));
     for o in 0..outer {
-        for &j in &resolved {
-            out.extend_from_slice(&x[(o * axis_len + j) * inner..][..inner]);
+        for &i in indices {
+            let j = resolve(i, axis_len)?;
+            if let Some(row) = rows.next() {
+                row.copy_from_slice(&x[(o * axis_len + j) * inner..][..inner]);
+            }
         }
     }
     Ok(out)
@@ -54,14 +62,13 @@ pub fn scatter_add<T: Num>(
     indices: &[i64],
     updates: &[T],
 ) -> Result<Vec<T>, String> {
-    let resolved: Vec<usize> = indices
-        .iter()
-        .map(|&i| resolve(i, axis_len))
-        .collect::<Result<_, _>>()?;
-    let mut out = base.to_vec();
-    let k = resolved.len();
+    check_all(indices, axis_len)?;
+    let mut out = crate::arena::for_overwrite::<T>(base.len());
+    out.copy_from_slice(base);
+    let k = indices.len();
     for o in 0..outer {
-        for (p, &j) in resolved.iter().enumerate() {
+        for (p, &i) in indices.iter().enumerate() {
+            let j = resolve(i, axis_len)?;
             let dst = &mut out[(o * axis_len + j) * inner..][..inner];
             let src = &updates[(o * k + p) * inner..][..inner];
             for (d, &s) in dst.iter_mut().zip(src) {

@@ -4,25 +4,33 @@
 //! ```
 //! use spore_kernels::Layout;
 //! let l = Layout::contiguous(&[2, 3]).permute(&[1, 0]);
-//! assert_eq!(l.shape, vec![3, 2]);
-//! assert_eq!(l.strides, vec![1, 3]);
+//! assert_eq!(l.shape.as_slice(), &[3, 2]);
+//! assert_eq!(l.strides.as_slice(), &[1, 3]);
 //! assert!(!l.is_contiguous());
 //! ```
 
 use rayon::prelude::*;
+use smallvec::SmallVec;
+
+/// A shape. Ranks up to 6 live inline, so creating, cloning and reshaping a tensor's
+/// metadata touches no heap: a compiled step's ops then allocate nothing at all (larger
+/// ranks spill to the heap and still work).
+pub type Dims = SmallVec<[usize; 6]>;
+/// Per-axis strides, inline like [`Dims`].
+pub type Strides = SmallVec<[isize; 6]>;
 
 /// Shape, per-axis strides (in elements, may be 0 for broadcast or negative for reversed
 /// slices) and the offset of element `[0, 0, ...]`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Layout {
-    pub shape: Vec<usize>,
-    pub strides: Vec<isize>,
+    pub shape: Dims,
+    pub strides: Strides,
     pub offset: usize,
 }
 
 /// Row-major strides of a contiguous tensor of `shape`.
-pub fn contiguous_strides(shape: &[usize]) -> Vec<isize> {
-    let mut strides = vec![0isize; shape.len()];
+pub fn contiguous_strides(shape: &[usize]) -> Strides {
+    let mut strides: Strides = smallvec::smallvec![0isize; shape.len()];
     let mut acc = 1isize;
     for i in (0..shape.len()).rev() {
         strides[i] = acc;
@@ -38,7 +46,7 @@ pub fn numel(shape: &[usize]) -> usize {
 impl Layout {
     pub fn contiguous(shape: &[usize]) -> Layout {
         Layout {
-            shape: shape.to_vec(),
+            shape: Dims::from_slice(shape),
             strides: contiguous_strides(shape),
             offset: 0,
         }
@@ -77,14 +85,14 @@ impl Layout {
     /// length 1 get stride 0.
     pub fn broadcast_to(&self, shape: &[usize]) -> Layout {
         let extra = shape.len() - self.shape.len();
-        let mut strides = vec![0isize; shape.len()];
+        let mut strides: Strides = smallvec::smallvec![0isize; shape.len()];
         for i in 0..self.shape.len() {
             if self.shape[i] == shape[i + extra] {
                 strides[i + extra] = self.strides[i];
             }
         }
         Layout {
-            shape: shape.to_vec(),
+            shape: Dims::from_slice(shape),
             strides,
             offset: self.offset,
         }
@@ -100,7 +108,7 @@ impl Layout {
                 .map(|(&s, &st)| s as isize * st)
                 .sum::<isize>();
         Layout {
-            shape: len.to_vec(),
+            shape: Dims::from_slice(len),
             strides: (0..self.shape.len())
                 .map(|i| self.strides[i] * step[i])
                 .collect(),
@@ -113,7 +121,7 @@ impl Layout {
     pub fn reshape_contiguous(&self, shape: &[usize]) -> Option<Layout> {
         if self.is_contiguous() {
             Some(Layout {
-                shape: shape.to_vec(),
+                shape: Dims::from_slice(shape),
                 strides: contiguous_strides(shape),
                 offset: self.offset,
             })
@@ -160,7 +168,7 @@ pub fn walk_rows<const K: usize>(
     }
     let steps: [isize; K] = std::array::from_fn(|k| strides[k][rank - 1]);
     // Odometer over the outer axes, started at `rows.start`.
-    let mut index = vec![0usize; rank - 1];
+    let mut index: Dims = smallvec::smallvec![0usize; rank - 1];
     let mut rem = rows.start;
     for ax in (0..rank - 1).rev() {
         index[ax] = rem % shape[ax];

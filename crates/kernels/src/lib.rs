@@ -26,5 +26,5 @@ mod sgemm;
 pub use buffer::Buffer;
 pub use dtype::{DType, Element};
 pub use elementwise::{BinaryFn, CompareFn, Num, UnaryFn};
-pub use layout::Layout;
+pub use layout::{Dims, Layout, Strides};
 pub use reduce::{ArgReduceFn, ReduceFn};

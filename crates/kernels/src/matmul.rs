@@ -16,13 +16,31 @@ use rayon::prelude::*;
 
 use crate::buffer::Buffer;
 use crate::elementwise::{BinaryFn, Num};
-use crate::layout::{Layout, walk_rows};
+use crate::layout::{Dims, Layout, Strides, walk_rows};
 use crate::sgemm;
 
 /// Work (m*n*k) above which one product is split across threads.
 const GEMM_PARALLEL_WORK: usize = 1 << 18;
 
 /// Parallelism for one product of `m*n*k` multiply-adds.
+/// Whether f32 products run on Spore's own GEMM (x86-64 with AVX2 and FMA, unless
+/// `SPORE_GEMM=crate`); otherwise they go through the `gemm` crate, which allocates its
+/// packing buffers inside every call.
+pub fn own_f32_gemm() -> bool {
+    sgemm::available()
+}
+
+/// Prepares every thread of the kernel pool for GEMMs without allocation: each gets the
+/// packing scratch that LeNet- and MLP-sized products need, also for one nested GEMM (a
+/// worker waiting inside one product may run a task of another). Compiled graphs call
+/// this once, so their steady state allocates nothing from the first step on, whichever
+/// thread steals which task; larger products grow a thread's scratch once.
+pub fn reserve_gemm_scratch() {
+    if sgemm::available() {
+        rayon::broadcast(|_| sgemm::reserve_scratch(2));
+    }
+}
+
 pub fn parallelism_for(work: usize) -> Parallelism {
     if work >= GEMM_PARALLEL_WORK && rayon::current_num_threads() > 1 {
         Parallelism::Rayon(rayon::current_num_threads())
@@ -170,13 +188,17 @@ pub fn matmul(
         let (m, k, n) = (la.shape[r - 2], la.shape[r - 1], lb.shape[r - 1]);
         let nb: usize = batch.iter().product();
         let mut out = crate::arena::zeroed::<T>(nb * m * n);
-        // Offsets of each batch item in a and b.
-        let mut offsets = Vec::with_capacity(nb);
-        let bshape: Vec<usize> = batch.iter().copied().chain([1]).collect();
-        let sa: Vec<isize> = la.strides[..r - 2].iter().copied().chain([0]).collect();
-        let sb: Vec<isize> = lb.strides[..r - 2].iter().copied().chain([0]).collect();
+        // Offsets of each batch item in a and b, as (a, b) pairs in a pooled vector (a
+        // compiled step allocates nothing here, whatever the batch).
+        let mut offsets = crate::arena::for_overwrite::<i64>(2 * nb);
+        let bshape: Dims = batch.iter().copied().chain([1]).collect();
+        let sa: Strides = la.strides[..r - 2].iter().copied().chain([0]).collect();
+        let sb: Strides = lb.strides[..r - 2].iter().copied().chain([0]).collect();
+        let mut next = 0;
         walk_rows(&bshape, [&sa, &sb], [la.offset, lb.offset], 0..nb, |row| {
-            offsets.push((row.starts[0] as usize, row.starts[1] as usize))
+            offsets[next] = row.starts[0] as i64;
+            offsets[next + 1] = row.starts[1] as i64;
+            next += 2;
         });
         let mat = |off: usize, l: &Layout| MatRef {
             offset: off,
@@ -186,8 +208,9 @@ pub fn matmul(
         let work = m * n * k;
         if nb > 1 && work < GEMM_PARALLEL_WORK && m * n > 0 {
             out.par_chunks_mut(m * n)
-                .zip(offsets.par_iter())
-                .for_each(|(c, &(oa, ob))| {
+                .zip(offsets.par_chunks(2))
+                .for_each(|(c, o)| {
+                    let (oa, ob) = (o[0] as usize, o[1] as usize);
                     gemm_into(
                         c,
                         false,
@@ -202,7 +225,8 @@ pub fn matmul(
                     )
                 });
         } else if m * n > 0 {
-            for (c, &(oa, ob)) in out.chunks_mut(m * n).zip(offsets.iter()) {
+            for (c, o) in out.chunks_mut(m * n).zip(offsets.chunks(2)) {
+                let (oa, ob) = (o[0] as usize, o[1] as usize);
                 gemm_into(
                     c,
                     false,
@@ -217,6 +241,7 @@ pub fn matmul(
                 );
             }
         }
+        crate::arena::recycle(Buffer::I64(offsets));
         out
     }
     Ok(match (a, b) {

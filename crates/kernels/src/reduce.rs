@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use crate::buffer::Buffer;
 use crate::dtype::Element;
 use crate::elementwise::{BinaryFn, Num};
-use crate::layout::{Layout, PARALLEL_THRESHOLD, to_contiguous};
+use crate::layout::{Dims, Layout, PARALLEL_THRESHOLD, to_contiguous};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReduceFn {
@@ -30,7 +30,7 @@ pub enum ArgReduceFn {
 /// Moves the `axes` to the end and materialises, so that each output element reduces one
 /// contiguous row. Returns the rows and the row length.
 fn rows_last<T: Element>(src: &[T], layout: &Layout, axes: &[usize]) -> (Vec<T>, usize) {
-    let mut perm: Vec<usize> = (0..layout.rank()).filter(|a| !axes.contains(a)).collect();
+    let mut perm: Dims = (0..layout.rank()).filter(|a| !axes.contains(a)).collect();
     perm.extend_from_slice(axes);
     let permuted = layout.permute(&perm);
     let row: usize = axes.iter().map(|&a| layout.shape[a]).product();
@@ -47,7 +47,7 @@ fn rows_last<T: Element>(src: &[T], layout: &Layout, axes: &[usize]) -> (Vec<T>,
 const MIN_FOLDED_ROW: usize = 64;
 
 fn reduce_leading<T: Num>(f: ReduceFn, s: &[T], l: &Layout, axes: &[usize]) -> Option<Vec<T>> {
-    let mut sorted = axes.to_vec();
+    let mut sorted = Dims::from_slice(axes);
     sorted.sort_unstable();
     if !l.is_contiguous() || sorted.is_empty() || sorted.iter().enumerate().any(|(k, &a)| k != a) {
         return None;
@@ -122,7 +122,7 @@ pub fn reduce(
             .product();
         if row == 0 {
             return match f {
-                ReduceFn::Sum => Ok(vec![T::zero(); out_n]),
+                ReduceFn::Sum => Ok(crate::arena::zeroed::<T>(out_n)),
                 _ => Err(format!("{f:?} over an empty axis has no identity")),
             };
         }

@@ -79,7 +79,8 @@ pub struct CellBase {
     scope: RwLock<Option<String>>,
     compiled: [OnceLock<Jit>; 2],
     /// What each (training flag, input signature) graph does besides computing outputs.
-    pub(crate) purity: Mutex<HashMap<(bool, Vec<TensorType>), Purity>>,
+    /// By input types, then by training flag (a lookup by borrowed types allocates nothing).
+    pub(crate) purity: Mutex<HashMap<Vec<TensorType>, [Option<Purity>; 2]>>,
 }
 
 impl Default for CellBase {

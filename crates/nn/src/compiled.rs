@@ -27,6 +27,7 @@
 
 use std::sync::{Arc, Weak};
 
+use smallvec::SmallVec;
 use spore_compile::{Jit, jit};
 use spore_core::{Error, Result, Tensor, TensorType, is_grad_enabled, trace};
 
@@ -81,19 +82,19 @@ pub(crate) fn prefer_eager<C: Cell + ?Sized>(
     if !is_grad_enabled() {
         return Ok(false);
     }
-    let types: Vec<TensorType> = inputs.iter().map(|t| t.tensor_type().clone()).collect();
-    let key = (training, types);
+    // Inline: a steady-state call allocates nothing to look its types up.
+    let types: SmallVec<[TensorType; 4]> = inputs.iter().map(|t| t.tensor_type().clone()).collect();
     let cached = cell
         .base()
         .purity
         .lock()
         .map_err(|_| Error::invalid("cell purity cache poisoned"))?
-        .get(&key)
-        .copied();
+        .get(&types[..])
+        .and_then(|by_flag| by_flag[training as usize]);
     let purity = match cached {
         Some(p) => p,
         None => {
-            let p = classify(cell, &key.1)?;
+            let p = classify(cell, &types)?;
             if let Purity::Stateful { .. } = p {
                 log::warn!(
                     "{}: its compiled graph draws random numbers or updates state, which a compiled call cannot differentiate; \
@@ -102,7 +103,7 @@ pub(crate) fn prefer_eager<C: Cell + ?Sized>(
                 );
             }
             if let Ok(mut cache) = cell.base().purity.lock() {
-                cache.insert(key, p);
+                cache.entry(types.to_vec()).or_default()[training as usize] = Some(p);
             }
             p
         }

@@ -65,14 +65,19 @@ unsafe impl GlobalAlloc for CountingAlloc {
 
 /// `SPORE_TRACE_ALLOC=1`: print where each allocation of 1 KiB or more comes from during
 /// one steady-state step (Spore frames only), to find what still allocates.
+/// `SPORE_TRACE_ALLOC_MIN=N` lowers (or raises) the 1 KiB threshold.
 static TRACE_ON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static TRACE_MIN: AtomicU64 = AtomicU64::new(1024);
 thread_local! {
     /// Set while a backtrace is being captured (capturing allocates too).
     static IN_TRACE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 fn count_alloc(size: usize) {
-    if size >= 1024 && TRACE_ON.load(Relaxed) && !IN_TRACE.with(|c| c.replace(true)) {
+    if size as u64 >= TRACE_MIN.load(Relaxed)
+        && TRACE_ON.load(Relaxed)
+        && !IN_TRACE.with(|c| c.replace(true))
+    {
         let bt = std::backtrace::Backtrace::force_capture().to_string();
         let frames: Vec<&str> = bt
             .lines()
@@ -150,6 +155,12 @@ fn measure(p: Protocol, mut step: impl FnMut() -> Result<()>) -> Result<Measurem
         repeats_ms.push(t.elapsed().as_secs_f64() * 1e3 / n as f64);
     }
     if std::env::var_os("SPORE_TRACE_ALLOC").is_some_and(|v| v == "1") {
+        if let Some(min) = std::env::var("SPORE_TRACE_ALLOC_MIN")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            TRACE_MIN.store(min, Relaxed);
+        }
         TRACE_ON.store(true, Relaxed);
         step()?;
         TRACE_ON.store(false, Relaxed);

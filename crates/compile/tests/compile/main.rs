@@ -17,6 +17,8 @@ mod custom_op;
 mod jit_cache;
 mod passes;
 mod save_graphs;
+#[path = "../common/train_steps.rs"]
+mod train_steps;
 mod training_step;
 
 /// The deterministic input generator, shared with the op table.

@@ -109,7 +109,7 @@ fn eval_nodes(g: &Graph, inputs: &[Tensor], keys: &[Tensor]) -> Result<Vec<Vec<T
                 let args = get(args, &values);
                 let refs: Vec<&Tensor> = args.iter().collect();
                 vec![apply(
-                    op.clone(),
+                    op,
                     &refs,
                     node.location.unwrap_or(Location::caller()),
                 )?]

@@ -24,10 +24,14 @@
 //! assert_eq!(y.to_vec::<f32>().unwrap(), vec![4.0, 0.0]);
 //! ```
 
+use std::borrow::Cow;
+
 use rayon::prelude::*;
+use smallvec::SmallVec;
+use spore_kernels::arena;
 
 use spore_kernels::elementwise::{binary_slice, unary_slice};
-use spore_kernels::{BinaryFn, Buffer, CompareFn, DType, Layout, Num, UnaryFn};
+use spore_kernels::{BinaryFn, Buffer, CompareFn, DType, Dims, Layout, Num, Strides, UnaryFn};
 
 use super::broadcast_shapes;
 use crate::error::{Error, Result};
@@ -72,7 +76,7 @@ impl FusedProgram {
                 self.compute, self.out_dtype
             ));
         }
-        let mut shape: Vec<usize> = vec![];
+        let mut shape = Dims::new();
         for t in inputs {
             if t.dtype != self.compute && t.dtype != DType::Bool {
                 return Err(format!(
@@ -84,19 +88,22 @@ impl FusedProgram {
         }
         for (k, ins) in self.instrs.iter().enumerate() {
             let limit = self.num_inputs + k;
-            let regs: Vec<usize> = match *ins {
-                FusedInstr::Unary(_, a) => vec![a],
-                FusedInstr::Binary(_, a, b) | FusedInstr::Compare(_, a, b) => vec![a, b],
-                FusedInstr::Select(c, a, b) => vec![c, a, b],
+            let (regs, used) = match *ins {
+                FusedInstr::Unary(_, a) => ([a, 0, 0], 1),
+                FusedInstr::Binary(_, a, b) | FusedInstr::Compare(_, a, b) => ([a, b, 0], 2),
+                FusedInstr::Select(c, a, b) => ([c, a, b], 3),
             };
-            if regs.iter().any(|&r| r >= limit) {
+            if regs[..used].iter().any(|&r| r >= limit) {
                 return Err(format!("instruction {k} reads a register not yet written"));
             }
         }
         if self.instrs.is_empty() {
             return Err("empty program".into());
         }
-        Ok(TensorType::new(&shape, self.out_dtype))
+        Ok(TensorType {
+            shape,
+            dtype: self.out_dtype,
+        })
     }
 
     pub(crate) fn eval(&self, inputs: &[&Tensor], out: &TensorType) -> Result<Storage, String> {
@@ -111,21 +118,26 @@ impl FusedProgram {
     fn run<T: Num>(&self, inputs: &[&Tensor], shape: &[usize]) -> Buffer {
         let n: usize = shape.iter().product();
         // Each input as (values in T, layout broadcast to the output shape); inputs already
-        // in the compute dtype are borrowed, Bool conditions are converted to 0/1.
-        let loaded: Vec<(std::borrow::Cow<'_, [T]>, Layout)> = inputs
+        // in the compute dtype are borrowed, Bool conditions are converted to 0/1 in a
+        // pooled vector. (Inline vectors: a compiled step allocates nothing here.)
+        let loaded: SmallVec<[(Cow<'_, [T]>, Layout); 8]> = inputs
             .iter()
             .map(|t| {
                 let s = t.buf();
-                let values = match T::slice_of(&s.buffer) {
-                    Some(v) => std::borrow::Cow::Borrowed(v),
-                    None => std::borrow::Cow::Owned(
-                        s.buffer.to_f64_vec().into_iter().map(T::from_f64).collect(),
-                    ),
+                let values = match (T::slice_of(&s.buffer), &*s.buffer) {
+                    (Some(v), _) => Cow::Borrowed(v),
+                    (None, Buffer::Bool(flags)) => Cow::Owned(arena::collect_exact(
+                        flags.len(),
+                        flags.iter().map(|&f| if f { T::one() } else { T::zero() }),
+                    )),
+                    (None, other) => {
+                        Cow::Owned(other.to_f64_vec().into_iter().map(T::from_f64).collect())
+                    }
                 };
                 (values, coalesce(&s.layout.broadcast_to(shape)))
             })
             .collect();
-        let mut out = spore_kernels::arena::for_overwrite::<T>(n);
+        let mut out = arena::for_overwrite::<T>(n);
         let n_regs = self.num_inputs + self.instrs.len();
         // Registers: one set per block of chunks, taken on this thread before forking so a
         // graph's buffer pool serves them (see `spore_kernels::arena`).
@@ -136,12 +148,12 @@ impl FusedProgram {
             1
         };
         let per_block = chunks.div_ceil(blocks).max(1) * CHUNK;
-        let mut regs = spore_kernels::arena::for_overwrite::<T>(blocks * n_regs * CHUNK);
+        let mut regs = arena::for_overwrite::<T>(blocks * n_regs * CHUNK);
         // Contiguous inputs are read in place; only strided or broadcast ones are gathered
         // into their registers. The last instruction writes straight into the output.
-        let in_place: Vec<bool> = loaded.iter().map(|(_, l)| l.is_contiguous()).collect();
+        let in_place: SmallVec<[bool; 8]> = loaded.iter().map(|(_, l)| l.is_contiguous()).collect();
         let run_block = |(b, (dst, regs)): (usize, (&mut [T], &mut [T]))| {
-            let mut regs: Vec<&mut [T]> = regs.chunks_mut(CHUNK).collect();
+            let mut regs: SmallVec<[&mut [T]; 32]> = regs.chunks_mut(CHUNK).collect();
             for (c, dst) in dst.chunks_mut(CHUNK).enumerate() {
                 let start = b * per_block + c * CHUNK;
                 let len = dst.len();
@@ -183,7 +195,12 @@ impl FusedProgram {
         } else if n > 0 {
             run_block((0, (&mut out[..], &mut regs[..])));
         }
-        spore_kernels::arena::recycle(T::into_buffer(regs));
+        arena::recycle(T::into_buffer(regs));
+        for (values, _) in loaded {
+            if let Cow::Owned(v) = values {
+                arena::recycle(T::into_buffer(v));
+            }
+        }
         if self.out_dtype == DType::Bool {
             let flags = spore_kernels::arena::collect_exact(n, out.iter().map(|&v| v != T::zero()));
             spore_kernels::arena::recycle(T::into_buffer(out));
@@ -229,8 +246,8 @@ fn select_slice<T: Num>(cond: &[T], a: &[T], b: &[T], d: &mut [T]) {
 /// run of zeros, or a contiguous run) and size-1 axes dropped, so that rows are as long
 /// as possible: a per-channel scale over [N, C, H, W] becomes rows of H*W equal values.
 fn coalesce(layout: &Layout) -> Layout {
-    let mut shape: Vec<usize> = Vec::with_capacity(layout.shape.len());
-    let mut strides: Vec<isize> = Vec::with_capacity(layout.shape.len());
+    let mut shape = Dims::new();
+    let mut strides = Strides::new();
     for (&n, &st) in layout.shape.iter().zip(&layout.strides) {
         if n == 1 {
             continue;
@@ -249,8 +266,8 @@ fn coalesce(layout: &Layout) -> Layout {
     if shape.is_empty() || layout.shape.contains(&0) {
         // A single element (or none): one axis, so the walk below has a row to read.
         return Layout {
-            shape: vec![layout.numel()],
-            strides: vec![1],
+            shape: Dims::from_slice(&[layout.numel()]),
+            strides: Strides::from_slice(&[1]),
             offset: layout.offset,
         };
     }

@@ -12,7 +12,7 @@
 
 use std::panic::Location;
 
-use spore_kernels::{Buffer, DType, Element, index as k};
+use spore_kernels::{Buffer, DType, Dims, Element, index as k};
 
 use super::elementwise::when;
 use super::normalize_axis;
@@ -29,7 +29,7 @@ fn require_index(t: &TensorType) -> Result<(), String> {
     }
 }
 
-fn gathered_shape(x: &[usize], idx: &[usize], axis: usize) -> Vec<usize> {
+fn gathered_shape(x: &[usize], idx: &[usize], axis: usize) -> Dims {
     x[..axis]
         .iter()
         .chain(idx)
@@ -80,12 +80,14 @@ pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, Strin
     }
 }
 
-fn indices_of(t: &Tensor) -> Vec<i64> {
+/// Runs `f` on the indices in `t` as i64 (converted into a pooled buffer, given back
+/// after: a compiled step's label gather allocates nothing).
+fn with_indices<R>(t: &Tensor, f: impl FnOnce(&[i64]) -> R) -> R {
     let s = t.buf();
-    spore_kernels::elementwise::cast(&s.buffer, &s.layout, DType::I64)
-        .as_slice::<i64>()
-        .map(|v| v.to_vec())
-        .unwrap_or_default()
+    let converted = spore_kernels::elementwise::cast(&s.buffer, &s.layout, DType::I64);
+    let result = f(converted.as_slice::<i64>().unwrap_or_default());
+    spore_kernels::arena::recycle(converted);
+    result
 }
 
 /// (outer, axis length, inner) of `shape` around `axis`.
@@ -101,44 +103,48 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Stor
     let buf = match op {
         Op::Gather { axis } => {
             let (o, n, i) = split(inputs[0].shape(), *axis);
-            let idx = indices_of(inputs[1]);
             let x = inputs[0].contiguous_buffer();
-            spore_kernels::with_buffer!(&*x, v => Buffer::from(k::gather(v, o, n, i, &idx)?))
+            with_indices(
+                inputs[1],
+                |idx| spore_kernels::with_buffer!(&*x, v => Ok::<_, String>(Buffer::from(k::gather(v, o, n, i, idx)?))),
+            )?
         }
         Op::ScatterAdd { axis } => {
             let (o, n, i) = split(inputs[0].shape(), *axis);
-            let idx = indices_of(inputs[1]);
             let (x, u) = (inputs[0].contiguous_buffer(), inputs[2].contiguous_buffer());
-            match (&*x, &*u) {
-                (Buffer::F32(x), Buffer::F32(u)) => {
-                    Buffer::F32(k::scatter_add(x, o, n, i, &idx, u)?)
-                }
-                (Buffer::F64(x), Buffer::F64(u)) => {
-                    Buffer::F64(k::scatter_add(x, o, n, i, &idx, u)?)
-                }
-                (Buffer::I32(x), Buffer::I32(u)) => {
-                    Buffer::I32(k::scatter_add(x, o, n, i, &idx, u)?)
-                }
-                (Buffer::I64(x), Buffer::I64(u)) => {
-                    Buffer::I64(k::scatter_add(x, o, n, i, &idx, u)?)
-                }
-                (Buffer::U8(x), Buffer::U8(u)) => Buffer::U8(k::scatter_add(x, o, n, i, &idx, u)?),
-                _ => return Err("unsupported dtypes".into()),
-            }
+            with_indices(inputs[1], |idx| {
+                Ok::<_, String>(match (&*x, &*u) {
+                    (Buffer::F32(x), Buffer::F32(u)) => {
+                        Buffer::F32(k::scatter_add(x, o, n, i, idx, u)?)
+                    }
+                    (Buffer::F64(x), Buffer::F64(u)) => {
+                        Buffer::F64(k::scatter_add(x, o, n, i, idx, u)?)
+                    }
+                    (Buffer::I32(x), Buffer::I32(u)) => {
+                        Buffer::I32(k::scatter_add(x, o, n, i, idx, u)?)
+                    }
+                    (Buffer::I64(x), Buffer::I64(u)) => {
+                        Buffer::I64(k::scatter_add(x, o, n, i, idx, u)?)
+                    }
+                    (Buffer::U8(x), Buffer::U8(u)) => {
+                        Buffer::U8(k::scatter_add(x, o, n, i, idx, u)?)
+                    }
+                    _ => return Err("unsupported dtypes".into()),
+                })
+            })?
         }
         Op::OneHot { depth, dtype } => {
-            let idx = indices_of(inputs[0]);
             fn hot<T: Element>(idx: &[i64], d: usize) -> Buffer {
                 T::into_buffer(k::one_hot::<T>(idx, d))
             }
-            match dtype {
-                DType::F32 => hot::<f32>(&idx, *depth),
-                DType::F64 => hot::<f64>(&idx, *depth),
-                DType::I32 => hot::<i32>(&idx, *depth),
-                DType::I64 => hot::<i64>(&idx, *depth),
-                DType::U8 => hot::<u8>(&idx, *depth),
-                DType::Bool => hot::<bool>(&idx, *depth),
-            }
+            with_indices(inputs[0], |idx| match dtype {
+                DType::F32 => hot::<f32>(idx, *depth),
+                DType::F64 => hot::<f64>(idx, *depth),
+                DType::I32 => hot::<i32>(idx, *depth),
+                DType::I64 => hot::<i64>(idx, *depth),
+                DType::U8 => hot::<u8>(idx, *depth),
+                DType::Bool => hot::<bool>(idx, *depth),
+            })
         }
         _ => return Err(format!("{} is not an indexing op", op.name())),
     };

@@ -9,7 +9,7 @@
 
 use std::panic::Location;
 
-use spore_kernels::{DType, matmul as k};
+use spore_kernels::{DType, Dims, matmul as k};
 
 use super::elementwise::when;
 use super::{broadcast_shapes, require_same_dtype, sum_to_shape};
@@ -46,12 +46,12 @@ pub(crate) fn infer(inputs: &[&TensorType]) -> Result<TensorType, String> {
 pub(crate) fn eval(inputs: &[&Tensor], out: &TensorType) -> Result<Storage, String> {
     let (a, b) = (inputs[0], inputs[1]);
     let batch = &out.shape[..out.rank() - 2];
-    let shape_a: Vec<usize> = batch
+    let shape_a: Dims = batch
         .iter()
         .copied()
         .chain(a.shape()[a.rank() - 2..].iter().copied())
         .collect();
-    let shape_b: Vec<usize> = batch
+    let shape_b: Dims = batch
         .iter()
         .copied()
         .chain(b.shape()[b.rank() - 2..].iter().copied())

@@ -14,6 +14,8 @@ pub mod print;
 pub mod random;
 pub mod reduce;
 
+use spore_kernels::Dims;
+
 use crate::error::Result;
 use crate::op::Op;
 use crate::tensor::{Storage, Tensor, TensorType};
@@ -114,9 +116,9 @@ pub(crate) fn vjp(
 // ----- helpers shared by the families -----
 
 /// NumPy broadcasting of two shapes.
-pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
+pub fn broadcast_shapes(a: &[usize], b: &[usize]) -> Result<Dims, String> {
     let r = a.len().max(b.len());
-    let mut out = vec![0; r];
+    let mut out: Dims = smallvec::smallvec![0; r];
     for i in 0..r {
         let da = if i + a.len() >= r {
             a[i + a.len() - r]

@@ -12,7 +12,7 @@
 use std::panic::Location;
 
 use spore_kernels::layout::{row_count, walk_rows};
-use spore_kernels::{Buffer, Element, Layout};
+use spore_kernels::{Buffer, Dims, Element, Layout};
 
 use super::{normalize_axis, sum_to_shape};
 use crate::apply::{apply, op_error};
@@ -22,7 +22,7 @@ use crate::tensor::{Storage, Tensor, TensorType};
 
 pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
     let x = inputs[0];
-    let shape = match op {
+    let shape: Dims = match op {
         Op::Reshape(shape) => {
             let n: usize = shape.iter().product();
             if n != x.numel() {
@@ -32,10 +32,10 @@ pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, Strin
                     x.numel()
                 ));
             }
-            shape.clone()
+            Dims::from_slice(shape)
         }
         Op::Transpose(perm) => {
-            let mut seen = vec![false; x.rank()];
+            let mut seen: smallvec::SmallVec<[bool; 8]> = smallvec::smallvec![false; x.rank()];
             if perm.len() != x.rank()
                 || perm
                     .iter()
@@ -50,14 +50,14 @@ pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, Strin
         }
         Op::BroadcastTo(shape) => {
             let b = super::broadcast_shapes(&x.shape, shape)?;
-            if &b != shape {
+            if b.as_slice() != shape.as_slice() {
                 return Err(format!("cannot broadcast {:?} to {shape:?}", x.shape));
             }
-            shape.clone()
+            Dims::from_slice(shape)
         }
         Op::StridedSlice { begin, step, len } => {
             check_slice(&x.shape, begin, step, len)?;
-            len.clone()
+            Dims::from_slice(len)
         }
         Op::StridedSliceGrad {
             input_shape,
@@ -65,7 +65,7 @@ pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, Strin
             step,
         } => {
             check_slice(input_shape, begin, step, &x.shape)?;
-            input_shape.clone()
+            Dims::from_slice(input_shape)
         }
         Op::Pad { pads, .. } => {
             if pads.len() != x.rank() {
@@ -106,7 +106,10 @@ pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, Strin
         }
         _ => return Err(format!("{} is not a movement op", op.name())),
     };
-    Ok(TensorType::new(&shape, x.dtype))
+    Ok(TensorType {
+        shape,
+        dtype: x.dtype,
+    })
 }
 
 fn check_slice(

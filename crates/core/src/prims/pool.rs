@@ -10,8 +10,8 @@
 
 use std::panic::Location;
 
-use spore_kernels::Buffer;
 use spore_kernels::pool::{self as k, PoolGeometry};
+use spore_kernels::{Buffer, Dims};
 
 use super::conv::{PadMode, resolve_padding};
 use crate::apply::{apply, op_error};
@@ -46,7 +46,7 @@ fn geometry(a: &PoolAttrs, input: [usize; 4]) -> PoolGeometry {
     PoolGeometry::new(input, a.kernel, a.stride, a.pads)
 }
 
-fn out_shape(a: &PoolAttrs, s: &[usize]) -> Result<Vec<usize>, String> {
+fn out_shape(a: &PoolAttrs, s: &[usize]) -> Result<Dims, String> {
     if s.len() != 4 {
         return Err(format!("input must be 4-d (NCHW), got {s:?}"));
     }
@@ -66,12 +66,12 @@ fn out_shape(a: &PoolAttrs, s: &[usize]) -> Result<Vec<usize>, String> {
             a.pads, a.kernel
         ));
     }
-    Ok(vec![
+    Ok(Dims::from_slice(&[
         s[0],
         s[1],
         (ph - a.kernel[0]) / a.stride[0] + 1,
         (pw - a.kernel[1]) / a.stride[1] + 1,
-    ])
+    ]))
 }
 
 pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {

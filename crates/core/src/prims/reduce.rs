@@ -10,7 +10,7 @@
 
 use std::panic::Location;
 
-use spore_kernels::{ArgReduceFn, DType, ReduceFn, reduce as k};
+use spore_kernels::{ArgReduceFn, DType, Dims, ReduceFn, reduce as k};
 
 use super::{normalize_axes, normalize_axis};
 use crate::apply::{apply, op_error};
@@ -18,7 +18,7 @@ use crate::error::Result;
 use crate::op::Op;
 use crate::tensor::{Storage, Tensor, TensorType};
 
-fn reduced_shape(shape: &[usize], axes: &[usize], keep_dims: bool) -> Vec<usize> {
+fn reduced_shape(shape: &[usize], axes: &[usize], keep_dims: bool) -> Dims {
     (0..shape.len())
         .filter_map(|i| {
             if axes.contains(&i) {

@@ -71,7 +71,7 @@ fn inferred_type_matches_actual_result() {
             row.name
         );
         assert_eq!(
-            out.layout().shape,
+            out.layout().shape.as_slice(),
             out.shape(),
             "{}: layout shape",
             row.name

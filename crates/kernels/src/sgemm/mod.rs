@@ -46,34 +46,54 @@ const DOT_MAX_ROWS: usize = 16;
 const THIN_MAX_ROWS: usize = 3 * MR;
 
 thread_local! {
-    /// Scratch of the GEMM this thread drives (the packed B block, or a thin product's
-    /// packed A and B panels), kept between calls so that steady state allocates nothing.
-    static SHARED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-    /// Scratch this thread uses as a worker of a GEMM (its packed A block).
-    static PRIVATE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// Scratch of the GEMM this thread drives (a thin product's packed A and B panels),
+    /// kept between calls so that steady state allocates nothing.
+    static SHARED: RefCell<Vec<Vec<f32>>> = const { RefCell::new(Vec::new()) };
+    /// Scratch this thread uses as a worker of a blocked GEMM (its packed B and A blocks).
+    static PRIVATE: RefCell<Vec<Vec<f32>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Runs `f` on at least `len` values of this thread's scratch `slot` (grown as needed,
-/// contents unspecified). Why the fallback: a rayon worker that waits inside one GEMM may
-/// run a task of another GEMM on the same thread, whose slot is then still borrowed;
-/// that nested call gets a fresh vector instead.
+/// Smallest scratch vector a thread keeps: every product of LeNet's and the MLP's steps
+/// fits, so a thread's first GEMM sizes its scratch for all later ones.
+const MIN_SCRATCH: usize = 1 << 16;
+
+/// Runs `f` on at least `len` values of this thread's scratch `slot` (contents
+/// unspecified). The slot is a stack of vectors: a rayon worker that waits inside one GEMM
+/// may run a task of another GEMM on the same thread, and that nested call takes a second
+/// vector, which stays for the next time. Vectors grow to powers of two (at least
+/// [`MIN_SCRATCH`]), so a thread reallocates a handful of times in its life, not per size.
 fn with_scratch<R>(
-    slot: &'static std::thread::LocalKey<RefCell<Vec<f32>>>,
+    slot: &'static std::thread::LocalKey<RefCell<Vec<Vec<f32>>>>,
     len: usize,
     f: impl FnOnce(&mut [f32]) -> R,
 ) -> R {
-    let mut f = Some(f);
-    let ran = slot.with(|cell| {
-        let mut held = cell.try_borrow_mut().ok()?;
-        if held.len() < len {
-            held.resize(len, 0.0);
-        }
-        Some((f.take()?)(&mut held[..len]))
-    });
-    match (ran, f) {
-        (Some(r), _) => r,
-        (None, Some(f)) => f(&mut vec![0.0; len]),
-        (None, None) => unreachable!("the closure runs at most once"),
+    let mut held = slot
+        .try_with(|stack| stack.borrow_mut().pop())
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    if held.len() < len {
+        held = vec![0.0; len.next_power_of_two().max(MIN_SCRATCH)];
+    }
+    let result = f(&mut held[..len]);
+    // `try_with`: during thread teardown the slot may be gone; the vector is then freed.
+    let _ = slot.try_with(|stack| stack.borrow_mut().push(held));
+    result
+}
+
+/// Gives this thread's scratch slots `depth` vectors of [`MIN_SCRATCH`] values each, so
+/// that GEMMs this thread runs later (as driver, as worker, or nested while waiting) find
+/// their scratch ready.
+pub(crate) fn reserve_scratch(depth: usize) {
+    for slot in [&SHARED, &PRIVATE] {
+        let _ = slot.try_with(|stack| {
+            let mut stack = stack.borrow_mut();
+            let missing = depth.saturating_sub(stack.len());
+            stack.reserve(missing + 2);
+            while stack.len() < depth {
+                stack.push(vec![0.0; MIN_SCRATCH]);
+            }
+        });
     }
 }
 

@@ -16,7 +16,7 @@ fn lenet5_is_seed_001s_network() {
     let shapes: Vec<Vec<usize>> = net
         .trainable_params()
         .iter()
-        .map(|p| p.tensor_type().shape)
+        .map(|p| p.tensor_type().shape.to_vec())
         .collect();
     assert_eq!(
         shapes,

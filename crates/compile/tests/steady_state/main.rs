@@ -1,0 +1,128 @@
+//! A compiled training step allocates nothing in steady state: no buffers, no tensor
+//! headers, no shape vectors, no scratch. A counting global allocator sees every heap
+//! allocation of the process, which is why this is a binary of its own with one test
+//! (libtest runs the tests of a binary on parallel threads, which would be counted too).
+
+#[path = "../common/train_steps.rs"]
+mod train_steps;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use spore_compile::executor::Executable;
+use spore_compile::pass::{default_passes, run_passes};
+use spore_core::{Tensor, trace};
+
+use train_steps::{
+    Forward, LENET_INPUT, LENET_SHAPES, MLP_INPUT, MLP_SHAPES, batch, lenet, mlp, params,
+    train_step, velocities,
+};
+
+/// The system allocator, counting allocation calls and bytes.
+struct Counting;
+
+static CALLS: AtomicU64 = AtomicU64::new(0);
+static BYTES: AtomicU64 = AtomicU64::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        CALLS.fetch_add(1, Relaxed);
+        BYTES.fetch_add(layout.size() as u64, Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        CALLS.fetch_add(1, Relaxed);
+        BYTES.fetch_add(layout.size() as u64, Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        CALLS.fetch_add(1, Relaxed);
+        BYTES.fetch_add(new_size as u64, Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Compiles `forward`'s whole training step, runs it until warm, then returns the
+/// (allocation calls, bytes) of `steps` more runs, and the losses they produced.
+fn steady_allocations(
+    forward: Forward,
+    shapes: &[&[usize]],
+    x_shape: &[usize],
+    steps: usize,
+) -> ((u64, u64), Vec<f64>) {
+    let ps = params(shapes, 7);
+    let vs = velocities(&ps);
+    let (x, y) = batch(x_shape, 0);
+    let types = [x.tensor_type().clone(), y.tensor_type().clone()];
+    let mut graph = trace::trace("train_step", &types, move |a| {
+        Ok(vec![train_step(forward, &ps, &vs, &a[0], &a[1])?])
+    })
+    .unwrap();
+    run_passes(&mut graph, &default_passes(), None).unwrap();
+    let mut exe = Executable::new(graph).unwrap();
+    let inputs = [x, y];
+    let mut outputs: Vec<Tensor> = Vec::with_capacity(1);
+    let mut losses = Vec::with_capacity(steps);
+    // Run on a worker of the kernel pool, as a training loop inside `install` would: a call
+    // from outside hands each run to the pool through its injection queue, whose blocks
+    // rayon allocates (one per 63 calls), which is rayon's cost, not the step's.
+    let counted = rayon::scope(|_| {
+        for _ in 0..3 {
+            exe.run_into(&inputs, &mut outputs).unwrap();
+        }
+        let (calls, bytes) = (CALLS.load(Relaxed), BYTES.load(Relaxed));
+        for _ in 0..steps {
+            exe.run_into(&inputs, &mut outputs).unwrap();
+            // Read without allocating: the loss's storage is a one-element f32 buffer.
+            let loss = outputs[0]
+                .storage()
+                .unwrap()
+                .buffer
+                .as_slice::<f32>()
+                .unwrap()[0];
+            losses.push(loss as f64);
+        }
+        (CALLS.load(Relaxed) - calls, BYTES.load(Relaxed) - bytes)
+    });
+    (counted, losses)
+}
+
+#[test]
+fn compiled_training_steps_allocate_nothing_in_steady_state() {
+    for (name, forward, shapes, x_shape) in [
+        ("MLP", mlp as Forward, MLP_SHAPES, MLP_INPUT),
+        ("LeNet-sized", lenet as Forward, LENET_SHAPES, LENET_INPUT),
+    ] {
+        let ((calls, bytes), losses) = steady_allocations(forward, shapes, x_shape, 10);
+        if spore_kernels::matmul::own_f32_gemm() {
+            assert_eq!(
+                (calls, bytes),
+                (0, 0),
+                "{name}: 10 steady-state steps made {calls} allocations ({bytes} bytes)"
+            );
+        } else {
+            // The `gemm` crate (other CPUs, or SPORE_GEMM=crate) allocates its packing
+            // buffers in every call; nothing else may.
+            eprintln!(
+                "{name}: f32 GEMM runs on the gemm crate here, which allocates per call: \
+                 {calls} allocations in 10 steps, not checked"
+            );
+        }
+        // The steps really trained (the same batch, so the loss must fall), on recycled
+        // memory only.
+        assert!(
+            losses.iter().all(|l| l.is_finite()) && losses[9] < losses[0],
+            "{name}: losses {losses:?}"
+        );
+    }
+}
