@@ -19,7 +19,9 @@ use spore_core::apply::{apply_in_graph as apply, no_grad};
 use spore_core::debug::{self, OpSite, dump};
 use spore_core::ir::interpret::check_inputs;
 use spore_core::ir::{Graph, NodeKind};
-use spore_core::{Error, Result, Tensor};
+use spore_core::op::Op;
+use spore_core::prims::fused::{FusedProgram, lend_input_buffer, reclaim_lent_buffer};
+use spore_core::{Error, Result, Tensor, TensorType};
 use spore_kernels::Buffer;
 use spore_kernels::arena::{self, BufferPool, PoolStats};
 
@@ -49,6 +51,8 @@ pub struct Executable {
     last_outputs: Vec<Tensor>,
     /// This run's random keys (the vector is kept between runs).
     keys: Vec<Tensor>,
+    /// Fused ops that wrote their result into a dying argument's buffer, over all runs.
+    in_place_ops: usize,
 }
 
 static NEXT_GRAPH_ID: AtomicUsize = AtomicUsize::new(1);
@@ -97,6 +101,7 @@ impl Executable {
             pool: BufferPool::default(),
             last_outputs: Vec::new(),
             keys: Vec::new(),
+            in_place_ops: 0,
         })
     }
 
@@ -149,6 +154,11 @@ impl Executable {
         let flushed = dumper.map(|d| d.flush()).unwrap_or(Ok(()));
         result?;
         flushed
+    }
+
+    /// How many fused ops ran in place (into a dying argument's buffer) over all runs.
+    pub fn in_place_ops(&self) -> usize {
+        self.in_place_ops
     }
 
     /// How the buffer pool has served this graph's kernels so far.
@@ -224,6 +234,16 @@ impl Executable {
                     continue;
                 }
                 NodeKind::Op { op, args } => {
+                    if let (Op::Fused(program), false) = (op, observe) {
+                        let lent = lend_dying_argument(
+                            &mut self.slots,
+                            &self.plan.free_after[i],
+                            program,
+                            node.ty(),
+                            args,
+                        );
+                        self.in_place_ops += usize::from(lent);
+                    }
                     let out = with_args(&self.slots, args, |refs| {
                         let start = observe.then(Instant::now);
                         let out = apply(op, refs, node.location.unwrap_or(Location::caller()))?;
@@ -236,7 +256,9 @@ impl Executable {
                             debug::report_op(site, op, &node.name, refs, &out, start)?;
                         }
                         Ok::<_, Error>(out)
-                    })?;
+                    });
+                    reclaim_lent_buffer();
+                    let out = out?;
                     self.set_single(i, out);
                     continue;
                 }
@@ -312,6 +334,25 @@ impl Executable {
             self.slots[v].drain(..).for_each(Tensor::recycle);
         }
     }
+}
+
+/// In-place execution: offers the fused op's first argument that dies at this node (and
+/// is read only once by it) to write the result into; the op takes it only when nobody
+/// else holds that value and it has the result's type (see `lend_input_buffer`).
+fn lend_dying_argument(
+    slots: &mut [Vec<Tensor>],
+    dying: &[usize],
+    program: &FusedProgram,
+    out: &TensorType,
+    args: &[usize],
+) -> bool {
+    args.iter().enumerate().any(|(r, &a)| {
+        dying.contains(&a)
+            && args.iter().filter(|&&b| b == a).count() == 1
+            && slots[a]
+                .first_mut()
+                .is_some_and(|t| lend_input_buffer(program, out, r, t))
+    })
 }
 
 /// A fresh random key as a 0-d i64 tensor, its buffer taken from the installed pool.

@@ -309,6 +309,24 @@ impl Tensor {
         spore_kernels::arena::recycle_header(self.0);
     }
 
+    /// Takes this tensor's buffer out, leaving it empty, when this handle is the only one
+    /// on both the tensor and its buffer and the buffer holds exactly the tensor's elements
+    /// in row-major order: an executor gives a dying value's memory to the op that
+    /// overwrites it (in-place execution). `None` (and nothing changed) otherwise.
+    pub(crate) fn take_unique_buffer(&mut self) -> Option<Buffer> {
+        let numel = self.numel();
+        let inner = Arc::get_mut(&mut self.0)?;
+        let Data::Concrete(s) = &mut inner.data else {
+            return None;
+        };
+        if !s.layout.is_contiguous() || s.layout.offset != 0 || s.buffer.len() != numel {
+            return None;
+        }
+        let buffer = Arc::get_mut(&mut s.buffer)?;
+        // An empty `Vec` does not allocate; the emptied tensor is released right after.
+        Some(std::mem::replace(buffer, Buffer::F32(Vec::new())))
+    }
+
     /// Storage of a tensor known to be concrete: kernels only ever see such tensors
     /// (`apply` evaluates only when every input is concrete).
     pub(crate) fn buf(&self) -> &Storage {

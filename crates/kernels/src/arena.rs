@@ -68,6 +68,10 @@ pub struct PoolStats {
 impl BufferPool {
     /// Keeps `b` for reuse (small buffers are dropped).
     pub fn give(&mut self, b: Buffer) {
+        if b.is_empty() {
+            // A buffer lent to an in-place op leaves its value empty: nothing to keep.
+            return;
+        }
         let bytes = b.len() * b.dtype().size_in_bytes();
         self.stats.held_bytes += bytes;
         self.free.entry((b.dtype(), b.len())).or_default().push(b);

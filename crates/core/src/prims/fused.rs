@@ -59,6 +59,37 @@ pub struct FusedProgram {
 
 const CHUNK: usize = 512;
 
+thread_local! {
+    /// A buffer lent to the next fused op on this thread: (input position, that input's
+    /// buffer). Set by [`lend_input_buffer`], taken by the op, which then reads that input
+    /// from the buffer it writes its result into (in-place execution).
+    static LENT: std::cell::RefCell<Option<(usize, Buffer)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// In-place execution: when argument `r` of the fused op `p` (producing `out`) is a value
+/// that dies at this op, the executor offers its tensor here. If nobody else holds it and
+/// it has exactly the result's shape, dtype and a plain row-major buffer, its buffer is
+/// taken out (the tensor is left empty, to be released) and the next run of a fused op on
+/// this thread writes its result into it. Returns whether the buffer was taken.
+pub fn lend_input_buffer(p: &FusedProgram, out: &TensorType, r: usize, t: &mut Tensor) -> bool {
+    if r >= p.num_inputs || out.dtype != p.compute || t.tensor_type() != out {
+        return false;
+    }
+    let Some(buffer) = t.take_unique_buffer() else {
+        return false;
+    };
+    LENT.with(|l| *l.borrow_mut() = Some((r, buffer)));
+    true
+}
+
+/// Gives a lent buffer that no op took (the op failed before running) to the pool.
+pub fn reclaim_lent_buffer() {
+    if let Some((_, b)) = LENT.with(|l| l.borrow_mut().take()) {
+        arena::recycle(b);
+    }
+}
+
 impl FusedProgram {
     pub(crate) fn infer(&self, inputs: &[&TensorType]) -> Result<TensorType, String> {
         if inputs.len() != self.num_inputs {
@@ -107,16 +138,32 @@ impl FusedProgram {
     }
 
     pub(crate) fn eval(&self, inputs: &[&Tensor], out: &TensorType) -> Result<Storage, String> {
+        let lent = LENT.with(|l| l.borrow_mut().take());
         let buf = match self.compute {
-            DType::F32 => self.run::<f32>(inputs, &out.shape),
-            DType::F64 => self.run::<f64>(inputs, &out.shape),
+            DType::F32 => self.run::<f32>(inputs, &out.shape, lent)?,
+            DType::F64 => self.run::<f64>(inputs, &out.shape, lent)?,
             d => return Err(format!("compute dtype {d} is not a float")),
         };
         Ok(Storage::contiguous(buf, &out.shape))
     }
 
-    fn run<T: Num>(&self, inputs: &[&Tensor], shape: &[usize]) -> Buffer {
+    /// `lent`: (input position, its buffer), lent by the executor: the result is written
+    /// into it, and that input is read from it chunk by chunk just before the chunk is
+    /// overwritten.
+    fn run<T: Num>(
+        &self,
+        inputs: &[&Tensor],
+        shape: &[usize],
+        lent: Option<(usize, Buffer)>,
+    ) -> Result<Buffer, String> {
         let n: usize = shape.iter().product();
+        let (lent_input, lent_out) = match lent {
+            Some((r, b)) => match T::vec_of(b) {
+                Some(v) if v.len() == n => (Some(r), Some(v)),
+                _ => return Err("internal: a lent buffer does not fit the result".into()),
+            },
+            None => (None, None),
+        };
         // Each input as (values in T, layout broadcast to the output shape); inputs already
         // in the compute dtype are borrowed, Bool conditions are converted to 0/1 in a
         // pooled vector. (Inline vectors: a compiled step allocates nothing here.)
@@ -137,7 +184,7 @@ impl FusedProgram {
                 (values, coalesce(&s.layout.broadcast_to(shape)))
             })
             .collect();
-        let mut out = arena::for_overwrite::<T>(n);
+        let mut out = lent_out.unwrap_or_else(|| arena::for_overwrite::<T>(n));
         let n_regs = self.num_inputs + self.instrs.len();
         // Registers: one set per block of chunks, taken on this thread before forking so a
         // graph's buffer pool serves them (see `spore_kernels::arena`).
@@ -151,14 +198,21 @@ impl FusedProgram {
         let mut regs = arena::for_overwrite::<T>(blocks * n_regs * CHUNK);
         // Contiguous inputs are read in place; only strided or broadcast ones are gathered
         // into their registers. The last instruction writes straight into the output.
-        let in_place: SmallVec<[bool; 8]> = loaded.iter().map(|(_, l)| l.is_contiguous()).collect();
+        let in_place: SmallVec<[bool; 8]> = loaded
+            .iter()
+            .enumerate()
+            .map(|(r, (_, l))| l.is_contiguous() && Some(r) != lent_input)
+            .collect();
         let run_block = |(b, (dst, regs)): (usize, (&mut [T], &mut [T]))| {
             let mut regs: SmallVec<[&mut [T]; 32]> = regs.chunks_mut(CHUNK).collect();
             for (c, dst) in dst.chunks_mut(CHUNK).enumerate() {
                 let start = b * per_block + c * CHUNK;
                 let len = dst.len();
                 for (r, (vals, layout)) in loaded.iter().enumerate() {
-                    if !in_place[r] {
+                    if Some(r) == lent_input {
+                        // The lent input's values for this chunk are still in `dst`.
+                        regs[r][..len].copy_from_slice(dst);
+                    } else if !in_place[r] {
                         gather_range(vals, layout, start, &mut regs[r][..len]);
                     }
                 }
@@ -204,9 +258,9 @@ impl FusedProgram {
         if self.out_dtype == DType::Bool {
             let flags = spore_kernels::arena::collect_exact(n, out.iter().map(|&v| v != T::zero()));
             spore_kernels::arena::recycle(T::into_buffer(out));
-            Buffer::Bool(flags)
+            Ok(Buffer::Bool(flags))
         } else {
-            T::into_buffer(out)
+            Ok(T::into_buffer(out))
         }
     }
 
