@@ -51,6 +51,8 @@ pub struct Executable {
     last_outputs: Vec<Tensor>,
     /// This run's random keys (the vector is kept between runs).
     keys: Vec<Tensor>,
+    /// The output vector [`Executable::run_first`] reuses.
+    first_outputs: Vec<Tensor>,
     /// Fused ops that wrote their result into a dying argument's buffer, over all runs.
     in_place_ops: usize,
 }
@@ -102,6 +104,7 @@ impl Executable {
             last_outputs: Vec::new(),
             keys: Vec::new(),
             in_place_ops: 0,
+            first_outputs: Vec::new(),
         })
     }
 
@@ -110,6 +113,18 @@ impl Executable {
         let mut outputs = Vec::with_capacity(self.graph.outputs.len());
         self.run_into(inputs, &mut outputs)?;
         Ok(outputs)
+    }
+
+    /// [`Executable::run`] returning only the first output (an error for a graph without
+    /// outputs); allocates nothing in steady state.
+    pub fn run_first(&mut self, inputs: &[Tensor]) -> Result<Tensor> {
+        let mut outputs = std::mem::take(&mut self.first_outputs);
+        let result = self.run_into(inputs, &mut outputs);
+        // Keep the vector (emptied) for the next call; the handles go with the result.
+        let first = outputs.drain(..).next();
+        self.first_outputs = outputs;
+        result?;
+        first.ok_or_else(|| Error::invalid(format!("graph {}: it has no outputs", self.graph.name)))
     }
 
     /// [`Executable::run`] writing the outputs into `outputs` (cleared first): with a

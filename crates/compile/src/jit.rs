@@ -101,6 +101,54 @@ impl Jit {
         Ok(self.attach_gradients(&exe.graph, inputs, outputs))
     }
 
+    /// [`Jit::call`] returning the first output (an error when there is none). In steady
+    /// state a call that needs no gradient link allocates nothing (no output vector).
+    pub fn call_first(&self, inputs: &[Tensor]) -> Result<Tensor> {
+        self.call_one(inputs, false)
+    }
+
+    /// [`Jit::call`] of a function with exactly one output (an error otherwise).
+    pub fn call_single(&self, inputs: &[Tensor]) -> Result<Tensor> {
+        self.call_one(inputs, true)
+    }
+
+    fn call_one(&self, inputs: &[Tensor], exactly_one: bool) -> Result<Tensor> {
+        let fits = |n: usize| if exactly_one { n == 1 } else { n >= 1 };
+        let count_error = |n: usize| {
+            Error::invalid(format!(
+                "jit {}: expected {} output, the function returned {n}",
+                self.name,
+                if exactly_one {
+                    "exactly one"
+                } else {
+                    "at least one"
+                }
+            ))
+        };
+        if !trace::is_tracing() {
+            let types: SmallVec<[TensorType; 4]> =
+                inputs.iter().map(|t| t.tensor_type().clone()).collect();
+            let exe = self.executable(&types)?;
+            let mut exe = exe.lock().map_err(|_| {
+                Error::invalid(format!("jit {}: a previous run panicked", self.name))
+            })?;
+            let n = exe.graph.outputs.len();
+            if !fits(n) {
+                return Err(count_error(n));
+            }
+            if !self.needs_gradient_links(&exe.graph, inputs) {
+                return exe.run_first(inputs);
+            }
+            // Outputs that need a backward rule take the general path (the lock is
+            // released first: `call` takes it again).
+        }
+        let outputs = self.call(inputs)?;
+        if !fits(outputs.len()) {
+            return Err(count_error(outputs.len()));
+        }
+        outputs.into_iter().next().ok_or_else(|| count_error(0))
+    }
+
     fn executable(&self, types: &[TensorType]) -> Result<Arc<Mutex<Executable>>> {
         if let Some(e) = self
             .cache
@@ -152,16 +200,21 @@ impl Jit {
 
     /// Outputs of a side-effect-free graph stay differentiable in PyNative mode: each
     /// gets a gradient rule that recomputes the function eagerly (rematerialisation).
+    /// Whether outputs of `g` get a backward rule: gradients are recorded and an input or
+    /// parameter requires one. A training step (it updates parameters) is never
+    /// differentiated, which is checked first so its calls inspect nothing.
+    fn needs_gradient_links(&self, g: &Graph, inputs: &[Tensor]) -> bool {
+        g.updates.is_empty()
+            && is_grad_enabled()
+            && (inputs.iter().any(Tensor::requires_grad)
+                || g.params.iter().any(|p| p.stored().requires_grad()))
+    }
+
     fn attach_gradients(&self, g: &Graph, inputs: &[Tensor], outputs: Vec<Tensor>) -> Vec<Tensor> {
-        // A training step (it updates parameters) is never differentiated: checked first,
-        // so its steady-state calls collect nothing.
-        if !g.updates.is_empty() || !is_grad_enabled() {
+        if !self.needs_gradient_links(g, inputs) {
             return outputs;
         }
         let params: Vec<Tensor> = g.params.iter().map(|p| p.stored()).collect();
-        if !inputs.iter().chain(&params).any(|t| t.requires_grad()) {
-            return outputs;
-        }
         let all: Vec<Tensor> = inputs.iter().chain(&params).cloned().collect();
         outputs
             .into_iter()

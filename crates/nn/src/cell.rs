@@ -257,46 +257,72 @@ pub trait CellCall {
     /// Runs the cell: inline when tracing, compiled in Graph mode or when jit-decorated,
     /// else eagerly.
     fn call(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>>;
+    /// [`CellCall::call`] returning only the first output (an error when there is none).
+    /// A compiled call then allocates nothing in steady state (no output vector).
+    fn call_first(&self, inputs: &[Tensor]) -> Result<Tensor>;
     /// One input, one output.
     fn call1(&self, x: &Tensor) -> Result<Tensor>;
 }
 
 impl<C: Cell + ?Sized> CellCall for Arc<C> {
     fn call(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        let base = self.base();
-        let nested = DEPTH.with(|d| d.get()) > 0;
-        if !nested && !base.named.swap(true, Ordering::Relaxed) {
-            // Names parameters and children before the first compile, so that graphs and
-            // errors show `conv1.weight` and `Default/conv1/...`.
-            self.parameters_and_names();
-        }
-        let scope = if nested { base.scope_name() } else { None };
-        within_call(scope, || {
-            if trace::is_tracing() {
-                return self.construct(inputs);
-            }
-            if base.is_jit() || spore_core::context::mode() == Mode::Graph {
-                let training = base.training();
-                if prefer_eager(self, training, inputs)? {
-                    return self.construct(inputs);
-                }
-                let compiled =
-                    base.compiled[training as usize].get_or_init(|| compile(self, training));
-                return compiled.call(inputs);
-            }
-            self.construct(inputs)
-        })
+        dispatch(self, inputs, Ok, |jit| jit.call(inputs))
+    }
+
+    fn call_first(&self, inputs: &[Tensor]) -> Result<Tensor> {
+        let first = |out: Vec<Tensor>| {
+            out.into_iter().next().ok_or_else(|| {
+                Error::invalid(format!(
+                    "{}: construct returned no outputs",
+                    self.class_name()
+                ))
+            })
+        };
+        dispatch(self, inputs, first, |jit| jit.call_first(inputs))
     }
 
     fn call1(&self, x: &Tensor) -> Result<Tensor> {
-        let mut out = self.call(std::slice::from_ref(x))?;
-        if out.len() != 1 {
-            return Err(Error::invalid(format!(
+        let one = |out: Vec<Tensor>| match <[Tensor; 1]>::try_from(out) {
+            Ok([y]) => Ok(y),
+            Err(out) => Err(Error::invalid(format!(
                 "{}: call1 expects one output, construct returned {}",
                 self.class_name(),
                 out.len()
-            )));
-        }
-        Ok(out.remove(0))
+            ))),
+        };
+        let inputs = std::slice::from_ref(x);
+        dispatch(self, inputs, one, |jit| jit.call_single(inputs))
     }
+}
+
+/// How a cell call runs: `eager` finishes an inline or eager `construct`'s outputs,
+/// `compiled` runs the cell's jit (Graph mode, or a jit-decorated cell).
+fn dispatch<C: Cell + ?Sized, R>(
+    cell: &Arc<C>,
+    inputs: &[Tensor],
+    eager: impl FnOnce(Vec<Tensor>) -> Result<R>,
+    compiled: impl FnOnce(&Jit) -> Result<R>,
+) -> Result<R> {
+    let base = cell.base();
+    let nested = DEPTH.with(|d| d.get()) > 0;
+    if !nested && !base.named.swap(true, Ordering::Relaxed) {
+        // Names parameters and children before the first compile, so that graphs and
+        // errors show `conv1.weight` and `Default/conv1/...`.
+        cell.parameters_and_names();
+    }
+    let scope = if nested { base.scope_name() } else { None };
+    within_call(scope, || {
+        if trace::is_tracing() {
+            return eager(cell.construct(inputs)?);
+        }
+        if base.is_jit() || spore_core::context::mode() == Mode::Graph {
+            let training = base.training();
+            if prefer_eager(cell, training, inputs)? {
+                return eager(cell.construct(inputs)?);
+            }
+            let jit = base.compiled[training as usize].get_or_init(|| compile(cell, training));
+            return compiled(jit);
+        }
+        eager(cell.construct(inputs)?)
+    })
 }

@@ -142,8 +142,7 @@ impl TrainOneStepCell {
 
     /// One step on `(data, label)`; returns the loss.
     pub fn step(self: &Arc<Self>, data: &Tensor, label: &Tensor) -> Result<Tensor> {
-        let mut out = self.call(&[data.clone(), label.clone()])?;
-        Ok(out.remove(0))
+        self.call_first(&[data.clone(), label.clone()])
     }
 }
 

@@ -66,3 +66,27 @@ fn dropout_in_a_compiled_graph_draws_fresh_masks_each_run() {
     let zeros = a.iter().filter(|&&v| v == 0.0).count();
     assert!((80..176).contains(&zeros), "{zeros} of 256 dropped");
 }
+
+/// `call_first` and `call_single` run the same compiled graph as `call` and check how many
+/// outputs it has.
+#[test]
+fn single_output_calls_check_the_output_count() {
+    let x = Tensor::from_vec(vec![1.0f32, -2.0, 3.0], &[3]).unwrap();
+    let two = jit("two", |a| Ok(vec![a[0].relu()?, a[0].neg()?]));
+    let first = two.call_first(std::slice::from_ref(&x)).unwrap();
+    assert_eq!(first.to_vec::<f32>().unwrap(), vec![1.0, 0.0, 3.0]);
+    let err = two.call_single(std::slice::from_ref(&x)).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("expected exactly one output, the function returned 2"),
+        "{err}"
+    );
+    let one = jit("one", |a| Ok(vec![a[0].mul_scalar(2.0)?]));
+    for _ in 0..2 {
+        let y = one.call_single(std::slice::from_ref(&x)).unwrap();
+        assert_eq!(y.to_vec::<f32>().unwrap(), vec![2.0, -4.0, 6.0]);
+    }
+    assert_eq!(one.compile_count(), 1);
+    let none = jit("none", |_| Ok(vec![]));
+    assert!(none.call_first(std::slice::from_ref(&x)).is_err());
+}
