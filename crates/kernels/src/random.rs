@@ -11,6 +11,8 @@
 
 use rayon::prelude::*;
 
+use crate::dtype::Element;
+
 const M0: u64 = 0xD251_1F53;
 const M1: u64 = 0xCD9E_8D57;
 const W0: u32 = 0x9E37_79B9;
@@ -56,12 +58,16 @@ fn unit_f64(hi: u32, lo: u32) -> f64 {
     (bits & ((1u64 << 53) - 1)) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
-fn par_fill<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync + Send) -> Vec<T> {
+/// `f(0), f(1), ...` into a vector from the installed buffer pool (a compiled step's
+/// random draws allocate nothing), in parallel for large `n`.
+fn par_fill<T: Element>(n: usize, f: impl Fn(usize) -> T + Sync + Send) -> Vec<T> {
+    let mut out = crate::arena::for_overwrite::<T>(n);
     if n < 1 << 14 {
-        (0..n).map(f).collect()
+        out.iter_mut().enumerate().for_each(|(i, x)| *x = f(i));
     } else {
-        (0..n).into_par_iter().map(f).collect()
+        out.par_iter_mut().enumerate().for_each(|(i, x)| *x = f(i));
     }
+    out
 }
 
 /// `n` uniform samples in [0, 1).

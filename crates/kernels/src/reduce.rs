@@ -164,11 +164,12 @@ pub fn arg_reduce(
     ) -> Result<Vec<i32>, String> {
         let (data, row) = rows_last(s, l, &[axis]);
         if row == 0 {
+            crate::arena::recycle(T::into_buffer(data));
             return Err(format!("{f:?} over an empty axis"));
         }
-        Ok(data
-            .chunks(row)
-            .map(|r| {
+        let best = crate::arena::collect_exact(
+            data.len() / row,
+            data.chunks(row).map(|r| {
                 let mut best = 0usize;
                 for (i, &x) in r.iter().enumerate().skip(1) {
                     let b = r[best];
@@ -183,8 +184,10 @@ pub fn arg_reduce(
                     }
                 }
                 best as i32
-            })
-            .collect())
+            }),
+        );
+        crate::arena::recycle(T::into_buffer(data));
+        Ok(best)
     }
     Ok(Buffer::I32(
         crate::with_buffer!(src, s => go(f, s, layout, axis)?),

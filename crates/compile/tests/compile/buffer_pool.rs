@@ -1,5 +1,5 @@
-//! A compiled graph's buffer pool stays bounded run after run, also when buffers reach it
-//! from kernels that allocate their own outputs (random draws) or from sub-graphs.
+//! A compiled graph's buffer pool stays bounded run after run, also with random draws and
+//! sub-graphs (whose own pools hand buffers across), and fused ops run in place.
 
 use spore_compile::jit;
 use spore_core::control::cond;

@@ -97,11 +97,27 @@ fn steady_allocations(
     (counted, losses)
 }
 
+/// The MLP with dropout on its hidden layer: a random draw and a fresh key every step.
+fn mlp_dropout(p: &[Tensor], x: &Tensor) -> spore_core::Result<Tensor> {
+    let h = x
+        .matmul(&p[0].transpose()?)?
+        .add(&p[1])?
+        .relu()?
+        .dropout(0.5, true)?;
+    h.matmul(&p[2].transpose()?)?.add(&p[3])
+}
+
 #[test]
 fn compiled_training_steps_allocate_nothing_in_steady_state() {
     for (name, forward, shapes, x_shape) in [
         ("MLP", mlp as Forward, MLP_SHAPES, MLP_INPUT),
         ("LeNet-sized", lenet as Forward, LENET_SHAPES, LENET_INPUT),
+        (
+            "MLP with dropout",
+            mlp_dropout as Forward,
+            MLP_SHAPES,
+            MLP_INPUT,
+        ),
     ] {
         let ((calls, bytes), losses) = steady_allocations(forward, shapes, x_shape, 10);
         if spore_kernels::matmul::own_f32_gemm() {
@@ -118,11 +134,19 @@ fn compiled_training_steps_allocate_nothing_in_steady_state() {
                  {calls} allocations in 10 steps, not checked"
             );
         }
-        // The steps really trained (the same batch, so the loss must fall), on recycled
-        // memory only.
+        // The steps really trained on recycled memory only: the same batch every step, so
+        // without dropout the loss must fall; with it, fresh masks make every loss differ.
         assert!(
-            losses.iter().all(|l| l.is_finite()) && losses[9] < losses[0],
+            losses.iter().all(|l| l.is_finite()),
             "{name}: losses {losses:?}"
         );
+        if name.contains("dropout") {
+            assert!(
+                losses.windows(2).all(|w| w[0] != w[1]),
+                "{name}: the same mask twice? {losses:?}"
+            );
+        } else {
+            assert!(losses[9] < losses[0], "{name}: losses {losses:?}");
+        }
     }
 }

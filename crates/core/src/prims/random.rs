@@ -29,7 +29,14 @@ pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, Strin
 }
 
 pub(crate) fn eval(_op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Storage, String> {
-    let key = inputs[0].to_vec::<i64>().map_err(|e| e.to_string())?[0] as u64;
+    // The one element, read in place (no vector: a compiled step allocates nothing).
+    let k = inputs[0].buf();
+    let key = k
+        .buffer
+        .as_slice::<i64>()
+        .and_then(|v| v.get(k.layout.offset))
+        .copied()
+        .ok_or("key must be one Int64 element")? as u64;
     Ok(Storage::contiguous(
         Buffer::F32(random::uniform(key, out.numel())),
         &out.shape,
