@@ -65,7 +65,7 @@ pub struct PoolStats {
 }
 
 impl BufferPool {
-    /// Keeps `b` for reuse (small buffers are dropped).
+    /// Keeps `b` for reuse (an empty one is dropped).
     pub fn give(&mut self, b: Buffer) {
         if b.is_empty() {
             // A buffer lent to an in-place op leaves its value empty: nothing to keep.
