@@ -184,11 +184,12 @@ fn gather_dy<T: Num>(dy: &[T], g: &ConvGeometry, s0: usize, k: usize, group: usi
 pub fn conv2d<T: Num>(x: &[T], w: &[T], g: &ConvGeometry) -> Vec<T> {
     let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
     let out_len = g.o * ohw;
-    let mut y = arena::zeroed::<T>(g.n * out_len);
     // No input channels per group (ckk = 0): every output is an empty sum, zero.
-    if y.is_empty() || ckk == 0 {
-        return y;
+    if g.n * out_len == 0 || ckk == 0 {
+        return arena::zeroed::<T>(g.n * out_len);
     }
+    // Not zeroed: every element is written below (a GEMM overwrites, or a copy from one).
+    let mut y = arena::for_overwrite::<T>(g.n * out_len);
     let l = Lowering::new(g);
     let (per, nb, par) = (l.per, l.nb, l.par);
     let mut scratch = l.scratch::<T>();

@@ -187,7 +187,12 @@ pub fn matmul(
         let r = la.rank();
         let (m, k, n) = (la.shape[r - 2], la.shape[r - 1], lb.shape[r - 1]);
         let nb: usize = batch.iter().product();
-        let mut out = crate::arena::zeroed::<T>(nb * m * n);
+        // A GEMM overwrites all of C when the depth is not zero; an empty sum is zero.
+        let mut out = if k > 0 {
+            crate::arena::for_overwrite::<T>(nb * m * n)
+        } else {
+            crate::arena::zeroed::<T>(nb * m * n)
+        };
         // Offsets of each batch item in a and b, as (a, b) pairs in a pooled vector (a
         // compiled step allocates nothing here, whatever the batch).
         let mut offsets = crate::arena::for_overwrite::<i64>(2 * nb);

@@ -149,7 +149,8 @@ fn for_each_plane<T: Send>(
 
 pub fn max_pool2d<T: Num>(x: &[T], g: &PoolGeometry) -> Vec<T> {
     let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
-    let mut y = crate::arena::zeroed::<T>(g.planes() * ohw);
+    // Every output is written below.
+    let mut y = crate::arena::for_overwrite::<T>(g.planes() * ohw);
     if ohw == 0 {
         return y;
     }
@@ -218,7 +219,8 @@ fn divisor(g: &PoolGeometry, oy: usize, ox: usize, count_include_pad: bool) -> u
 
 pub fn avg_pool2d<T: Num>(x: &[T], g: &PoolGeometry, count_include_pad: bool) -> Vec<T> {
     let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
-    let mut y = crate::arena::zeroed::<T>(g.planes() * ohw);
+    // Every output is written below.
+    let mut y = crate::arena::for_overwrite::<T>(g.planes() * ohw);
     if ohw == 0 {
         return y;
     }

@@ -126,7 +126,8 @@ pub fn reduce(
                 _ => Err(format!("{f:?} over an empty axis has no identity")),
             };
         }
-        let mut out = crate::arena::zeroed::<T>(out_n);
+        // Every output is written below.
+        let mut out = crate::arena::for_overwrite::<T>(out_n);
         if data.len() >= PARALLEL_THRESHOLD && out_n > 1 {
             out.par_iter_mut()
                 .zip(data.par_chunks(row))
