@@ -152,6 +152,25 @@ impl Outputs for (Tensor, Tensor, Tensor) {
     }
 }
 
+thread_local! {
+    /// How many [`value_and_grad`] functions are being evaluated on this thread: gradients
+    /// taken inside one of them must themselves be differentiable.
+    static DIFFERENTIATING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Runs `f` as a function being differentiated (see `DIFFERENTIATING`).
+fn differentiating<R>(f: impl FnOnce() -> R) -> R {
+    struct Leave;
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            DIFFERENTIATING.with(|d| d.set(d.get().saturating_sub(1)));
+        }
+    }
+    DIFFERENTIATING.with(|d| d.set(d.get() + 1));
+    let _leave = Leave;
+    f()
+}
+
 /// Result of a [`value_and_grad`] call.
 #[derive(Clone, Debug)]
 pub struct ValueAndGrad {
@@ -202,7 +221,7 @@ where
             };
             watched[p] = watch(x)?;
         }
-        let outputs = with_grad_enabled(true, || f(&watched))?.into_outputs();
+        let outputs = with_grad_enabled(true, || differentiating(|| f(&watched)))?.into_outputs();
         let Some(value) = outputs.first().cloned() else {
             return Err(Error::invalid(
                 "value_and_grad: the function returned no outputs",
@@ -216,7 +235,12 @@ where
         let seeds: Vec<Tensor> = diff.iter().map(|o| o.ones_like()).collect();
         let mut targets: Vec<Tensor> = positions.iter().map(|&p| watched[p].clone()).collect();
         targets.extend(weights.iter().cloned());
-        let grads = with_grad_enabled(true, || gradients(&diff, &seeds, &targets))?;
+        // The backward pass is recorded only inside an outer differentiation (a higher
+        // derivative needs it); at top level, recording it would keep every intermediate
+        // gradient alive through the returned gradients' autodiff links (PyTorch's
+        // `create_graph=False`; it was 300 MB of a ResNet-18 step).
+        let record = DIFFERENTIATING.with(|d| d.get()) > 0;
+        let grads = with_grad_enabled(record, || gradients(&diff, &seeds, &targets))?;
         let mut filled: Vec<Tensor> = grads
             .into_iter()
             .zip(&targets)

@@ -211,3 +211,42 @@ fn deep_chains_do_not_overflow_the_stack() {
         vec![1.0]
     );
 }
+
+/// At top level the backward pass is not recorded (PyTorch's `create_graph=False`): the
+/// gradients carry no autodiff links, so they do not keep the backward's intermediates
+/// alive. Inside an outer differentiation it is recorded, which the second derivatives
+/// above rely on.
+#[test]
+fn top_level_gradients_carry_no_autodiff_links() {
+    let x = Tensor::from_vec(vec![0.5f64, -1.5, 2.0], &[3]).unwrap();
+    let f = |v: &[Tensor]| v[0].exp()?.mul(&v[0])?.sum(&[], false);
+    let out = value_and_grad(f, Some(&[0]), &[], false)(std::slice::from_ref(&x)).unwrap();
+    let g = &out.input_grads[0];
+    assert!(!g.requires_grad() && g.grad_fn().is_none());
+    // (x + 1) e^x
+    let expect: Vec<f64> = [0.5f64, -1.5, 2.0]
+        .iter()
+        .map(|v| (v + 1.0) * v.exp())
+        .collect();
+    for (a, b) in g.to_vec::<f64>().unwrap().iter().zip(&expect) {
+        assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+    }
+    // Inside an outer derivative the inner gradient stays differentiable: (x + 2) e^x.
+    let d2 = grad(
+        move |v: &[Tensor]| {
+            let inner = value_and_grad(f, Some(&[0]), &[], false)(v)?;
+            assert!(inner.input_grads[0].requires_grad());
+            inner.input_grads[0].sum(&[], false)
+        },
+        &[0],
+    )(std::slice::from_ref(&x))
+    .unwrap();
+    for (a, v) in d2[0]
+        .to_vec::<f64>()
+        .unwrap()
+        .iter()
+        .zip([0.5f64, -1.5, 2.0])
+    {
+        assert!((a - (v + 2.0) * v.exp()).abs() < 1e-12, "{a}");
+    }
+}
