@@ -249,8 +249,9 @@ impl Executable {
                     continue;
                 }
                 NodeKind::Op { op, args } => {
+                    let mut lent = false;
                     if let (Op::Fused(program), false) = (op, observe) {
-                        let lent = lend_dying_argument(
+                        lent = lend_dying_argument(
                             &mut self.slots,
                             &self.plan.free_after[i],
                             program,
@@ -272,7 +273,10 @@ impl Executable {
                         }
                         Ok::<_, Error>(out)
                     });
-                    reclaim_lent_buffer();
+                    if lent {
+                        // Taken by the op unless it failed before running.
+                        reclaim_lent_buffer();
+                    }
                     let out = out?;
                     self.set_single(i, out);
                     continue;

@@ -90,6 +90,19 @@ impl Jit {
         if trace::is_tracing() {
             return (self.f)(inputs);
         }
+        self.with_executable(inputs, |exe| {
+            let outputs = exe.run(inputs)?;
+            Ok(self.attach_gradients(&exe.graph, inputs, outputs))
+        })
+    }
+
+    /// Runs `f` on the executable compiled for `inputs`' types (compiling it first if
+    /// needed), locked.
+    fn with_executable<R>(
+        &self,
+        inputs: &[Tensor],
+        f: impl FnOnce(&mut Executable) -> Result<R>,
+    ) -> Result<R> {
         // Inline: a steady-state call allocates nothing to find its executable.
         let types: SmallVec<[TensorType; 4]> =
             inputs.iter().map(|t| t.tensor_type().clone()).collect();
@@ -97,8 +110,7 @@ impl Jit {
         let mut exe = exe
             .lock()
             .map_err(|_| Error::invalid(format!("jit {}: a previous run panicked", self.name)))?;
-        let outputs = exe.run(inputs)?;
-        Ok(self.attach_gradients(&exe.graph, inputs, outputs))
+        f(&mut exe)
     }
 
     /// [`Jit::call`] returning the first output (an error when there is none). In steady
@@ -126,21 +138,20 @@ impl Jit {
             ))
         };
         if !trace::is_tracing() {
-            let types: SmallVec<[TensorType; 4]> =
-                inputs.iter().map(|t| t.tensor_type().clone()).collect();
-            let exe = self.executable(&types)?;
-            let mut exe = exe.lock().map_err(|_| {
-                Error::invalid(format!("jit {}: a previous run panicked", self.name))
+            let direct = self.with_executable(inputs, |exe| {
+                let n = exe.graph.outputs.len();
+                if !fits(n) {
+                    return Err(count_error(n));
+                }
+                // Outputs that need a backward rule take the general path below.
+                if self.needs_gradient_links(&exe.graph, inputs) {
+                    return Ok(None);
+                }
+                exe.run_first(inputs).map(Some)
             })?;
-            let n = exe.graph.outputs.len();
-            if !fits(n) {
-                return Err(count_error(n));
+            if let Some(first) = direct {
+                return Ok(first);
             }
-            if !self.needs_gradient_links(&exe.graph, inputs) {
-                return exe.run_first(inputs);
-            }
-            // Outputs that need a backward rule take the general path (the lock is
-            // released first: `call` takes it again).
         }
         let outputs = self.call(inputs)?;
         if !fits(outputs.len()) {

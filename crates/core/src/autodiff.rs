@@ -17,6 +17,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::apply::{no_grad, with_grad_enabled};
+use crate::depth::{depth, within};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
@@ -155,20 +156,7 @@ impl Outputs for (Tensor, Tensor, Tensor) {
 thread_local! {
     /// How many [`value_and_grad`] functions are being evaluated on this thread: gradients
     /// taken inside one of them must themselves be differentiable.
-    static DIFFERENTIATING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
-/// Runs `f` as a function being differentiated (see `DIFFERENTIATING`).
-fn differentiating<R>(f: impl FnOnce() -> R) -> R {
-    struct Leave;
-    impl Drop for Leave {
-        fn drop(&mut self) {
-            DIFFERENTIATING.with(|d| d.set(d.get().saturating_sub(1)));
-        }
-    }
-    DIFFERENTIATING.with(|d| d.set(d.get() + 1));
-    let _leave = Leave;
-    f()
+    static DIFFERENTIATING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
 /// Result of a [`value_and_grad`] call.
@@ -221,7 +209,8 @@ where
             };
             watched[p] = watch(x)?;
         }
-        let outputs = with_grad_enabled(true, || differentiating(|| f(&watched)))?.into_outputs();
+        let outputs =
+            with_grad_enabled(true, || within(&DIFFERENTIATING, || f(&watched)))?.into_outputs();
         let Some(value) = outputs.first().cloned() else {
             return Err(Error::invalid(
                 "value_and_grad: the function returned no outputs",
@@ -239,7 +228,7 @@ where
         // derivative needs it); at top level, recording it would keep every intermediate
         // gradient alive through the returned gradients' autodiff links (PyTorch's
         // `create_graph=False`; it was 300 MB of a ResNet-18 step).
-        let record = DIFFERENTIATING.with(|d| d.get()) > 0;
+        let record = depth(&DIFFERENTIATING) > 0;
         let grads = with_grad_enabled(record, || gradients(&diff, &seeds, &targets))?;
         let mut filled: Vec<Tensor> = grads
             .into_iter()

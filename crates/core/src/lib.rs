@@ -21,6 +21,7 @@ mod composite;
 pub mod context;
 pub mod control;
 pub mod debug;
+mod depth;
 mod display;
 pub mod error;
 pub mod ir;

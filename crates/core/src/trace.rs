@@ -51,15 +51,7 @@ thread_local! {
 /// Runs `f` with op names under `Gradients/` (MindSpore names backward ops that way; the
 /// profiler's iteration trace uses it to tell the backward pass apart).
 pub fn with_gradient_scope<R>(f: impl FnOnce() -> R) -> R {
-    struct Leave;
-    impl Drop for Leave {
-        fn drop(&mut self) {
-            IN_GRADIENT.with(|g| g.set(g.get().saturating_sub(1)));
-        }
-    }
-    IN_GRADIENT.with(|g| g.set(g.get() + 1));
-    let _leave = Leave;
-    f()
+    crate::depth::within(&IN_GRADIENT, f)
 }
 
 static NEXT_TRACE: AtomicU64 = AtomicU64::new(1);
@@ -84,7 +76,7 @@ pub fn with_scope<R>(name: &str, f: impl FnOnce() -> R) -> R {
 
 /// The current scope path, e.g. `Default/network/conv1`.
 pub fn current_scope() -> String {
-    let root = if IN_GRADIENT.with(|g| g.get() > 0) {
+    let root = if crate::depth::depth(&IN_GRADIENT) > 0 {
         "Gradients/Default"
     } else {
         "Default"

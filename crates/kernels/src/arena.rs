@@ -141,14 +141,18 @@ pub fn with_pool<R>(pool: &mut BufferPool, f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Runs `f` on this thread's installed pool; `None` when there is none. (`try_with`: during
+/// thread teardown the slot may be gone; whatever `f` would have kept is then freed.)
+fn with_current<R>(f: impl FnOnce(&mut BufferPool) -> R) -> Option<R> {
+    CURRENT
+        .try_with(|c| c.borrow_mut().as_mut().map(f))
+        .ok()
+        .flatten()
+}
+
 /// Gives `b` to this thread's pool, if one is installed (else it is freed).
 pub fn recycle(b: Buffer) {
-    // `try_with`: during thread teardown the slot may be gone; the buffer is then freed.
-    let _ = CURRENT.try_with(|c| {
-        if let Some(pool) = c.borrow_mut().as_mut() {
-            pool.give(b);
-        }
-    });
+    with_current(|pool| pool.give(b));
 }
 
 /// Releases a tensor's shared storage: when `shared` is its buffer's only handle, the buffer
@@ -160,65 +164,46 @@ pub fn recycle_shared(mut shared: Arc<Buffer>) {
     };
     // An empty `Vec` does not allocate: the shell holds nothing while it waits.
     let b = std::mem::replace(buffer, Buffer::F32(Vec::new()));
-    let _ = CURRENT.try_with(|c| {
-        if let Some(pool) = c.borrow_mut().as_mut() {
-            pool.give(b);
-            pool.shells.push(shared);
-        }
+    with_current(|pool| {
+        pool.give(b);
+        pool.shells.push(shared);
     });
 }
 
 /// Keeps `header` (which the caller holds uniquely) in this thread's pool for
 /// [`take_header`]; without a pool it is dropped.
 pub fn recycle_header(header: Arc<dyn Any + Send + Sync>) {
-    let _ = CURRENT.try_with(|c| {
-        if let Some(pool) = c.borrow_mut().as_mut() {
-            pool.headers.push(header);
-        }
-    });
+    with_current(|pool| pool.headers.push(header));
 }
 
 /// A header kept by [`recycle_header`], if this thread's pool has one.
 pub fn take_header() -> Option<Arc<dyn Any + Send + Sync>> {
-    CURRENT
-        .try_with(|c| {
-            let mut current = c.borrow_mut();
-            let pool = current.as_mut()?;
-            pool.headers_taken += 1;
-            pool.headers.pop()
-        })
-        .ok()
-        .flatten()
+    with_current(|pool| {
+        pool.headers_taken += 1;
+        pool.headers.pop()
+    })
+    .flatten()
 }
 
 /// `b` behind an `Arc`, reusing a shell from this thread's pool when there is one.
 pub fn share(b: Buffer) -> Arc<Buffer> {
-    let shell = CURRENT
-        .try_with(|c| {
-            let mut current = c.borrow_mut();
-            let pool = current.as_mut()?;
-            pool.shells_taken += 1;
-            pool.shells.pop()
-        })
-        .ok()
-        .flatten();
-    match shell {
-        Some(mut shell) => match Arc::get_mut(&mut shell) {
-            Some(slot) => {
-                *slot = b;
-                shell
-            }
-            // Unreachable (shells are unique when kept); allocate rather than fail.
-            None => Arc::new(b),
-        },
-        None => Arc::new(b),
+    let shell = with_current(|pool| {
+        pool.shells_taken += 1;
+        pool.shells.pop()
+    })
+    .flatten();
+    // Kept shells are unique, so `get_mut` succeeds; otherwise allocate rather than fail.
+    if let Some(mut shell) = shell
+        && let Some(slot) = Arc::get_mut(&mut shell)
+    {
+        *slot = b;
+        return shell;
     }
+    Arc::new(b)
 }
 
 fn take<T: Element>(len: usize) -> Option<Vec<T>> {
-    CURRENT
-        .try_with(|c| c.borrow_mut().as_mut()?.take(T::DTYPE, len))
-        .ok()
+    with_current(|pool| pool.take(T::DTYPE, len))
         .flatten()
         .and_then(T::vec_of)
 }
