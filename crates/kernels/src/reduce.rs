@@ -73,6 +73,62 @@ fn reduce_leading<T: Num>(f: ReduceFn, s: &[T], l: &Layout, axes: &[usize]) -> O
     Some(out)
 }
 
+/// Shortest contiguous run [`reduce_around`] sums in place; shorter runs are cheaper to
+/// gather into rows first.
+const MIN_AROUND_RUN: usize = 16;
+
+/// Reduction of a contiguous tensor whose axes are, in order, reduced ones, then kept
+/// ones, then reduced ones (BatchNorm's statistics: NCHW over N, H and W), done in place:
+/// each kept element reduces `outer` runs of `inner` contiguous values, so nothing is
+/// copied into reduction order first (that copy was most of a ResNet step's reduction
+/// time). `None` when the axes do not have that shape or the runs are short.
+fn reduce_around<T: Num>(f: ReduceFn, s: &[T], l: &Layout, axes: &[usize]) -> Option<Vec<T>> {
+    if !l.is_contiguous() || axes.is_empty() {
+        return None;
+    }
+    let reduced = |a: usize| axes.contains(&a);
+    let rank = l.rank();
+    let first_kept = (0..rank).find(|&a| !reduced(a))?;
+    let end_kept = (first_kept..rank).find(|&a| reduced(a)).unwrap_or(rank);
+    if (end_kept..rank).any(|a| !reduced(a)) {
+        return None;
+    }
+    let size = |r: std::ops::Range<usize>| -> usize { l.shape[r].iter().product() };
+    let (outer, kept, inner) = (
+        size(0..first_kept),
+        size(first_kept..end_kept),
+        size(end_kept..rank),
+    );
+    if inner < MIN_AROUND_RUN || outer * kept == 0 {
+        return None;
+    }
+    let data = &s[l.offset..][..outer * kept * inner];
+    let combine = match f {
+        ReduceFn::Sum => BinaryFn::Add,
+        ReduceFn::Max => BinaryFn::Maximum,
+        ReduceFn::Min => BinaryFn::Minimum,
+    };
+    let one = |c: usize| -> T {
+        let mut acc = reduce_row(f, &data[c * inner..][..inner]);
+        for o in 1..outer {
+            acc = acc.binary(
+                combine,
+                reduce_row(f, &data[(o * kept + c) * inner..][..inner]),
+            );
+        }
+        acc
+    };
+    let mut out = crate::arena::for_overwrite::<T>(kept);
+    if data.len() >= PARALLEL_THRESHOLD && kept > 1 {
+        out.par_iter_mut()
+            .enumerate()
+            .for_each(|(c, o)| *o = one(c));
+    } else {
+        out.iter_mut().enumerate().for_each(|(c, o)| *o = one(c));
+    }
+    Some(out)
+}
+
 fn reduce_row<T: Num>(f: ReduceFn, row: &[T]) -> T {
     match f {
         ReduceFn::Sum => {
@@ -113,6 +169,9 @@ pub fn reduce(
 ) -> Result<Buffer, String> {
     fn go<T: Num>(f: ReduceFn, s: &[T], l: &Layout, axes: &[usize]) -> Result<Vec<T>, String> {
         if let Some(out) = reduce_leading(f, s, l, axes) {
+            return Ok(out);
+        }
+        if let Some(out) = reduce_around(f, s, l, axes) {
             return Ok(out);
         }
         let (data, row) = rows_last(s, l, axes);

@@ -50,7 +50,7 @@ impl Pass for FuseElementwise {
     }
 
     fn run(&self, g: &mut Graph) -> Result<bool> {
-        let uses = g.use_counts();
+        let uses = consumer_counts(g);
         // group_of[v]: the group whose current root is v.
         let mut group_of: HashMap<ValueId, Group> = HashMap::new();
         for i in 0..g.nodes.len() {
@@ -88,6 +88,26 @@ impl Pass for FuseElementwise {
         }
         Ok(changed)
     }
+}
+
+/// How many nodes (and graph outputs or updates) use each value, a node that reads a
+/// value twice counting once. Why not `Graph::use_counts`: the gradient of `d * d` is
+/// `g * d + g * d`, whose `Add` reads one product twice; that product has a single
+/// consumer and can live inside the same loop.
+fn consumer_counts(g: &Graph) -> Vec<usize> {
+    let mut uses = vec![0; g.nodes.len()];
+    for n in &g.nodes {
+        let args = n.args();
+        for (k, &a) in args.iter().enumerate() {
+            if !args[..k].contains(&a) {
+                uses[a] += 1;
+            }
+        }
+    }
+    for &o in g.outputs.iter().chain(g.updates.iter().map(|(_, v)| v)) {
+        uses[o] += 1;
+    }
+    uses
 }
 
 /// Lowers a group (members in topological order, the root last) to a program and its

@@ -269,6 +269,23 @@ pub fn rows() -> Vec<Row> {
             |x| r::reduce(&x[0], &[0], false, |v| v.iter().sum()),
         ),
         row(
+            // Reduced, kept, reduced axes (BatchNorm statistics): runs summed in place.
+            "ReduceSum",
+            vec![In::F(&[3, 4, 2, 16], -1.0, 1.0)],
+            |x| x[0].sum(&[0, 2, 3], false),
+            |x| r::reduce(&x[0], &[0, 2, 3], false, |v| v.iter().sum()),
+        ),
+        row(
+            "ReduceMax",
+            vec![In::F(&[4, 2, 32], -1.0, 1.0)],
+            |x| x[0].max(&[2], true),
+            |x| {
+                r::reduce(&x[0], &[2], true, |v| {
+                    v.iter().cloned().fold(f64::MIN, f64::max)
+                })
+            },
+        ),
+        row(
             "ReduceMax",
             vec![In::F(&[2, 3, 4], -1.0, 1.0)],
             |x| x[0].max(&[1, 0], true),

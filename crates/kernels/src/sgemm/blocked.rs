@@ -12,7 +12,9 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::pack::{pack_a, pack_b};
-use super::{KC, MR, NR, PRIVATE, Product, split, tile_at, with_scratch};
+use super::{
+    MR, NR, PRIVATE, Product, depth_blocks, max_depth_block, split, tile_at, with_scratch,
+};
 
 /// Columns of B packed at once: 256 x 1024 values (1 MiB per thread).
 const NC: usize = 1024;
@@ -37,15 +39,14 @@ pub(super) fn run(p: &Product, threads: usize) {
 
 /// Row panels `rows` x column panels `cols` of C, on this thread.
 fn part(p: &Product, rows: Range<usize>, cols: Range<usize>) {
-    let kc_max = KC.min(p.k);
+    let kc_max = max_depth_block(p.k);
     let nc_panels = (NC / NR).min(cols.len());
     let b_len = nc_panels * kc_max * NR;
     with_scratch(&PRIVATE, b_len + MC * kc_max, |scratch| {
         let (packed_b, packed_a) = scratch.split_at_mut(b_len);
         for jb in cols.clone().step_by(NC / NR) {
             let block_cols = jb..(jb + NC / NR).min(cols.end);
-            for p0 in (0..p.k).step_by(KC) {
-                let kc = KC.min(p.k - p0);
+            for (p0, kc) in depth_blocks(p.k) {
                 let acc = p.accumulate || p0 > 0;
                 for (q, jp) in block_cols.clone().enumerate() {
                     let j0 = jp * NR;

@@ -7,18 +7,17 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::pack::{pack_a, pack_b};
-use super::{KC, MR, NR, Product, SHARED, split, tile_at, with_scratch};
+use super::{MR, NR, Product, SHARED, depth_blocks, max_depth_block, split, tile_at, with_scratch};
 
 pub(super) fn run(p: &Product, threads: usize) {
-    let kc_max = KC.min(p.k);
+    let kc_max = max_depth_block(p.k);
     let (panels_m, panels_n) = (p.m.div_ceil(MR), p.n.div_ceil(NR));
     let threads = threads.min(panels_n).max(1);
     let a_len = panels_m * MR * kc_max;
     let panel_len = kc_max * NR;
     with_scratch(&SHARED, a_len + threads * panel_len, |scratch| {
         let (packed_a, panels) = scratch.split_at_mut(a_len);
-        for p0 in (0..p.k).step_by(KC) {
-            let kc = KC.min(p.k - p0);
+        for (p0, kc) in depth_blocks(p.k) {
             let packed_a = &mut packed_a[..panels_m * MR * kc];
             pack_a(packed_a, p.a, p.ma, 0..p.m, p0, kc);
             let packed_a = &*packed_a;

@@ -175,8 +175,16 @@ impl BatchNormState {
                     x.shape()
                 )));
             }
-            let mean = x.mean(axes, false)?;
-            let var = x.var(axes, false, 0)?;
+            // One pass for the mean (kept broadcastable), one for the variance around it:
+            // `Tensor::var` would reduce `x` a second time for its own mean.
+            //
+            // The variance's own dependence on the mean is cut (stop_gradient): its
+            // gradient, -2/n * sum(x - mean), is exactly zero, and leaving it in costs the
+            // backward pass three full-size products and a reduction per layer.
+            let mean_b = x.mean(axes, true)?;
+            let centred = x.sub(&mean_b.stop_gradient()?)?;
+            let var = centred.mul(&centred)?.mean(axes, false)?;
+            let mean = mean_b.reshape(&[c])?;
             // Moving statistics: unbiased variance, MindSpore's momentum convention.
             let m = self.momentum;
             let unbiased = var.stop_gradient()?.mul_scalar(n as f64 / (n - 1) as f64)?;
