@@ -28,7 +28,9 @@ fn main() {
         ("square 2048", 2048, 2048, 2048, false, false, 2),
         ("resnet l4 fwd", 512, 1024, 4608, false, false, 1),
         ("resnet l1 fwd", 64, 1024, 576, false, false, 1),
+        ("resnet l1 dW", 64, 576, 1024, false, true, 1),
         ("mlp x.Wt", 64, 512, 784, false, true, 2),
+        ("mlp 1t x.Wt", 64, 512, 784, false, true, 1),
         ("mlp dy.W", 64, 784, 512, false, false, 2),
         ("mlp dyT.x", 512, 784, 64, true, false, 2),
         ("mlp h.W2t", 64, 512, 512, false, true, 2),
@@ -36,6 +38,9 @@ fn main() {
         ("mlp dyT.h", 512, 512, 64, true, false, 2),
         ("lenet conv2 fwd", 16, 1000, 150, false, false, 1),
         ("lenet conv1 fwd", 6, 784, 25, false, false, 1),
+        ("lenet conv1 dW", 6, 25, 784, false, true, 1),
+        ("lenet conv2 dW", 16, 150, 1000, false, true, 1),
+        ("lenet conv2 dX", 150, 1000, 16, true, false, 1),
     ];
     for (name, m, n, k, ta, tb, threads) in cases.into_iter().filter(|c| c.0.contains(&only)) {
         let a: Vec<f32> = (0..m * k).map(|i| (i % 13) as f32 * 0.1).collect();
