@@ -73,7 +73,7 @@ const DOT_MAX_ROWS_ALIASED: usize = 16;
 /// dot kernel's seven streams then evict each other, and packing wins from 16 rows on
 /// (ResNet's weight gradients, 1,024 columns per GEMM: 1.13 ms dot, 0.96 ms packed).
 fn aliased(stride: isize) -> bool {
-    stride.unsigned_abs() % 1024 == 0
+    stride.unsigned_abs().is_multiple_of(1024)
 }
 /// Rows up to which a product takes the thin path (B read in place, no B block packed).
 const THIN_MAX_ROWS: usize = 3 * MR;
