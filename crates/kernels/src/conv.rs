@@ -111,9 +111,9 @@ const GEMM_COLUMNS: usize = 1024;
 /// forward, filter and input gradients ran 14-17 % faster.)
 const CACHED_COLUMNS_BYTES: usize = 256 << 10;
 
-/// Images per GEMM for a block of `per` images: about [`GEMM_COLUMNS`] columns, fewer
-/// when that keeps a column matrix that would leave L2 inside it. Large layers (one image
-/// already fills the budget: ResNet's) keep the full width.
+/// Images per GEMM for a block of `per` images: about [`GEMM_COLUMNS`] columns, or fewer
+/// when fewer keep the column matrix within [`CACHED_COLUMNS_BYTES`]. Large layers, where
+/// one image already exceeds that (ResNet's), keep the full width.
 fn images_per_gemm<T>(g: &ConvGeometry, per: usize) -> usize {
     let wide = GEMM_COLUMNS / g.ohw().max(1);
     let image_bytes = g.ckk() * g.ohw() * std::mem::size_of::<T>();

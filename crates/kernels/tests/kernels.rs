@@ -143,6 +143,11 @@ fn f32_gemm_strategies_match_naive_for_edge_shapes_and_strides() {
         (16, 5, 1100),
         (19, 35, 300),
         (20, 48, 37),
+        // Dot kernel beyond 16 rows (with `Bᵀ`), and a depth whose short tail joins the
+        // last block (784 = 256 + 256 + 272).
+        (40, 30, 784),
+        // Rows 4 KiB apart (with `Bᵀ`): the packed path, not the dot kernel.
+        (33, 20, 1024),
         (150, 1100, 20),
         (300, 40, 30),
     ];

@@ -43,7 +43,8 @@ const MIN_TAIL: usize = 64;
 /// The depth blocks of a product of depth `k`: [`KC`] steps each, except that a short
 /// remainder joins the last full block (so a block holds at most `KC + MIN_TAIL` steps).
 /// Why: 784 = 3 x 256 + 16 would end with a block of 16 steps, whose tiles load and store
-/// C for very little arithmetic (the MLP's 64x512x784 product ran 23 % slower).
+/// C for very little arithmetic (the MLP's 64x512x784 product took 0.51 ms instead of
+/// 0.39 ms).
 pub(crate) fn depth_blocks(k: usize) -> impl Iterator<Item = (usize, usize)> {
     let full = (k / KC).max(1);
     let merge = k > KC && k % KC < MIN_TAIL;
@@ -75,6 +76,7 @@ const DOT_MAX_ROWS_ALIASED: usize = 16;
 fn aliased(stride: isize) -> bool {
     stride.unsigned_abs().is_multiple_of(1024)
 }
+
 /// Rows up to which a product takes the thin path (B read in place, no B block packed).
 const THIN_MAX_ROWS: usize = 3 * MR;
 
