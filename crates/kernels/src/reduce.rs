@@ -37,6 +37,15 @@ fn rows_last<T: Element>(src: &[T], layout: &Layout, axes: &[usize]) -> (Vec<T>,
     (to_contiguous(src, &permuted), row)
 }
 
+/// The binary op that merges two partial results of `f`.
+fn combining(f: ReduceFn) -> BinaryFn {
+    match f {
+        ReduceFn::Sum => BinaryFn::Add,
+        ReduceFn::Max => BinaryFn::Maximum,
+        ReduceFn::Min => BinaryFn::Minimum,
+    }
+}
+
 /// Reduction over the leading axes of a contiguous tensor whose kept part is a wide row
 /// (a bias gradient: the sum over the batch), done by folding whole rows into the output
 /// instead of first copying the data into reduction order; the fold vectorises across the
@@ -58,11 +67,7 @@ fn reduce_leading<T: Num>(f: ReduceFn, s: &[T], l: &Layout, axes: &[usize]) -> O
         return None;
     }
     let data = &s[l.offset..][..rows * inner];
-    let op = match f {
-        ReduceFn::Sum => BinaryFn::Add,
-        ReduceFn::Max => BinaryFn::Maximum,
-        ReduceFn::Min => BinaryFn::Minimum,
-    };
+    let op = combining(f);
     let mut out = crate::arena::for_overwrite::<T>(inner);
     out.copy_from_slice(&data[..inner]);
     for row in data.chunks_exact(inner).skip(1) {
@@ -103,11 +108,7 @@ fn reduce_around<T: Num>(f: ReduceFn, s: &[T], l: &Layout, axes: &[usize]) -> Op
         return None;
     }
     let data = &s[l.offset..][..outer * kept * inner];
-    let combine = match f {
-        ReduceFn::Sum => BinaryFn::Add,
-        ReduceFn::Max => BinaryFn::Maximum,
-        ReduceFn::Min => BinaryFn::Minimum,
-    };
+    let combine = combining(f);
     let one = |c: usize| -> T {
         let mut acc = reduce_row(f, &data[c * inner..][..inner]);
         for o in 1..outer {

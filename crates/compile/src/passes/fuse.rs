@@ -91,21 +91,18 @@ impl Pass for FuseElementwise {
 }
 
 /// How many nodes (and graph outputs or updates) use each value, a node that reads a
-/// value twice counting once. Why not `Graph::use_counts`: the gradient of `d * d` is
+/// value twice counting once (`Graph::use_counts` counts every read). Why: the gradient of `d * d` is
 /// `g * d + g * d`, whose `Add` reads one product twice; that product has a single
 /// consumer and can live inside the same loop.
 fn consumer_counts(g: &Graph) -> Vec<usize> {
-    let mut uses = vec![0; g.nodes.len()];
+    let mut uses = g.use_counts();
     for n in &g.nodes {
         let args = n.args();
         for (k, &a) in args.iter().enumerate() {
-            if !args[..k].contains(&a) {
-                uses[a] += 1;
+            if args[..k].contains(&a) {
+                uses[a] -= 1;
             }
         }
-    }
-    for &o in g.outputs.iter().chain(g.updates.iter().map(|(_, v)| v)) {
-        uses[o] += 1;
     }
     uses
 }
