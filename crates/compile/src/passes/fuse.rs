@@ -91,9 +91,9 @@ impl Pass for FuseElementwise {
 }
 
 /// How many nodes (and graph outputs or updates) use each value, a node that reads a
-/// value twice counting once (`Graph::use_counts` counts every read). Why: the gradient of `d * d` is
-/// `g * d + g * d`, whose `Add` reads one product twice; that product has a single
-/// consumer and can live inside the same loop.
+/// value twice counting once (`Graph::use_counts` counts every read). Why: the gradient
+/// of `d * d` is `g * d + g * d`, whose `Add` reads one product twice; that product has a
+/// single consumer and can live inside the same loop.
 fn consumer_counts(g: &Graph) -> Vec<usize> {
     let mut uses = g.use_counts();
     for n in &g.nodes {
