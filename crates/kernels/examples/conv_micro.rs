@@ -2,21 +2,29 @@
 //! Run: `cargo run --release -p spore-kernels --example conv_micro [-- NAME_FILTER]`
 use std::time::Instant;
 
+use spore_kernels::Buffer;
+use spore_kernels::arena::{self, BufferPool};
 use spore_kernels::conv::{ConvGeometry, conv2d, conv2d_backward_filter, conv2d_backward_input};
 
-fn time(mut f: impl FnMut()) -> f64 {
-    for _ in 0..5 {
-        f();
-    }
-    let mut v: Vec<f64> = (0..60)
-        .map(|_| {
-            let t = Instant::now();
+/// Best of 60 calls after 5 warm-up calls. Outputs go back to a buffer pool, as in a
+/// compiled graph, so that the figures exclude the system allocator.
+fn time(mut f: impl FnMut() -> Vec<f32>) -> f64 {
+    let mut pool = BufferPool::default();
+    arena::with_pool(&mut pool, || {
+        let mut f = || arena::recycle(Buffer::F32(f()));
+        for _ in 0..5 {
             f();
-            t.elapsed().as_secs_f64() * 1e3
-        })
-        .collect();
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[0]
+        }
+        let mut v: Vec<f64> = (0..60)
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed().as_secs_f64() * 1e3
+            })
+            .collect();
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[0]
+    })
 }
 
 fn main() {
@@ -42,9 +50,9 @@ fn main() {
         let dy = conv2d(&x, &w, &g);
         let flop = 2.0 * (g.n * g.o * g.oh * g.ow * g.c * g.kh * g.kw) as f64;
         rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap().install(|| {
-            let f = time(|| drop(conv2d(&x, &w, &g)));
-            let bf = time(|| drop(conv2d_backward_filter(&dy, &x, &g)));
-            let bi = time(|| drop(conv2d_backward_input(&dy, &w, &g)));
+            let f = time(|| conv2d(&x, &w, &g));
+            let bf = time(|| conv2d_backward_filter(&dy, &x, &g));
+            let bi = time(|| conv2d_backward_input(&dy, &w, &g));
             println!(
                 "{name:15} fwd {f:8.3} ms ({:5.1} GF/s)  dW {bf:8.3} ms ({:5.1})  dX {bi:8.3} ms ({:5.1})",
                 flop / f / 1e6, flop / bf / 1e6, flop / bi / 1e6

@@ -13,7 +13,8 @@ use rayon::prelude::*;
 use crate::arena;
 use crate::elementwise::{BinaryFn, Num};
 use crate::im2col::{col2im, im2col};
-use crate::matmul::{MatRef, gemm_into, parallelism_for};
+use crate::implicit_conv;
+use crate::matmul::{MatRef, as_f32, as_f32_mut, gemm_into, parallelism_for};
 use gemm::Parallelism;
 
 /// Every size a convolution needs, resolved once (pads are explicit: top, bottom, left, right).
@@ -93,7 +94,7 @@ fn inner_par(g: &ConvGeometry, work: usize) -> Parallelism {
 /// The batch split into one block of consecutive samples per thread: (blocks, per block).
 /// Scratch is taken once per block, on the calling thread, so that a graph's buffer pool
 /// (see [`crate::arena`]) serves it.
-fn batch_blocks(n: usize) -> (usize, usize) {
+pub(crate) fn batch_blocks(n: usize) -> (usize, usize) {
     let blocks = rayon::current_num_threads().max(1).min(n.max(1));
     let per = n.div_ceil(blocks).max(1);
     (n.div_ceil(per).max(1), per)
@@ -202,6 +203,12 @@ pub fn conv2d<T: Num>(x: &[T], w: &[T], g: &ConvGeometry) -> Vec<T> {
     }
     // Not zeroed: every element is written below (a GEMM overwrites, or a copy from one).
     let mut y = arena::for_overwrite::<T>(g.n * out_len);
+    if let (Some(xf), Some(wf), Some(yf)) = (as_f32(x), as_f32(w), as_f32_mut(&mut y))
+        && implicit_conv::applies(g)
+    {
+        implicit_conv::forward(xf, wf, g, yf);
+        return y;
+    }
     let l = Lowering::new::<T>(g);
     let (per, nb, par) = (l.per, l.nb, l.par);
     let mut scratch = l.scratch::<T>();
@@ -324,6 +331,15 @@ pub fn conv2d_backward_filter<T: Num>(dy: &[T], x: &[T], g: &ConvGeometry) -> Ve
     let dw_len = g.o * ckk;
     if g.n == 0 || ohw == 0 || dw_len == 0 {
         return arena::zeroed::<T>(dw_len);
+    }
+    if let (Some(dyf), Some(xf)) = (as_f32(dy), as_f32(x))
+        && implicit_conv::applies(g)
+    {
+        let mut dw = arena::for_overwrite::<T>(dw_len);
+        if let Some(dwf) = as_f32_mut(&mut dw) {
+            implicit_conv::filter_gradient(dyf, xf, g, dwf);
+            return dw;
+        }
     }
     // Each block of the batch accumulates a private dW; the partials are summed after.
     // The first GEMM of each block overwrites its partial.

@@ -15,6 +15,7 @@ pub mod conv;
 pub mod dtype;
 pub mod elementwise;
 mod im2col;
+pub mod implicit_conv;
 pub mod index;
 pub mod layout;
 pub mod matmul;

@@ -161,14 +161,14 @@ pub fn gemm_into<T: Num>(
 }
 
 /// `s` as `f32` values when `T` is `f32`.
-fn as_f32<T: Num>(s: &[T]) -> Option<&[f32]> {
+pub(crate) fn as_f32<T: Num>(s: &[T]) -> Option<&[f32]> {
     // SAFETY: only `f32` implements `Element` with dtype F32, so `T` is `f32` here.
     (T::DTYPE == crate::DType::F32)
         .then(|| unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<f32>(), s.len()) })
 }
 
 /// `s` as mutable `f32` values when `T` is `f32`.
-fn as_f32_mut<T: Num>(s: &mut [T]) -> Option<&mut [f32]> {
+pub(crate) fn as_f32_mut<T: Num>(s: &mut [T]) -> Option<&mut [f32]> {
     // SAFETY: as in `as_f32`.
     (T::DTYPE == crate::DType::F32)
         .then(|| unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<f32>(), s.len()) })

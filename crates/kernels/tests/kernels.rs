@@ -233,3 +233,80 @@ fn f32_gemm_strategies_match_naive_for_edge_shapes_and_strides() {
         }
     }
 }
+
+/// Naive f64 convolution (no padding) and both gradients: (y, dx, dw).
+fn naive_conv(
+    x: &[f64],
+    w: &[f64],
+    dy: &[f64],
+    g: &ConvGeometry,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let (cg, og) = (g.c / g.groups, g.o / g.groups);
+    let (mut y, mut dx, mut dw) = (
+        vec![0.0; g.n * g.o * g.oh * g.ow],
+        vec![0.0; x.len()],
+        vec![0.0; w.len()],
+    );
+    for n in 0..g.n {
+        for o in 0..g.o {
+            let group = o / og;
+            for (oy, ox) in (0..g.oh).flat_map(|oy| (0..g.ow).map(move |ox| (oy, ox))) {
+                let yi = ((n * g.o + o) * g.oh + oy) * g.ow + ox;
+                for (cl, i, j) in (0..cg)
+                    .flat_map(|cl| (0..g.kh).flat_map(move |i| (0..g.kw).map(move |j| (cl, i, j))))
+                {
+                    let iy = oy * g.stride[0] + i * g.dilation[0];
+                    let ix = ox * g.stride[1] + j * g.dilation[1];
+                    let xi = ((n * g.c + group * cg + cl) * g.h + iy) * g.w + ix;
+                    let wi = ((o * cg + cl) * g.kh + i) * g.kw + j;
+                    y[yi] += x[xi] * w[wi];
+                    dx[xi] += dy[yi] * w[wi];
+                    dw[wi] += dy[yi] * x[xi];
+                }
+            }
+        }
+    }
+    (y, dx, dw)
+}
+
+#[test]
+fn implicit_gemm_convolutions_match_naive_f64() {
+    // Unpadded small images with at least 16 output channels per group take the implicit
+    // GEMM (where the CPU has AVX2/FMA): LeNet's conv2, strides, dilations, groups, a
+    // short last panel of output channels (20), an odd batch, positions not a multiple
+    // of six, and a 1x1 output.
+    let cases = [
+        ([32, 6, 14, 14], [16, 6, 5, 5], [1, 1], [1, 1], 1),
+        ([3, 4, 11, 9], [20, 4, 3, 2], [2, 1], [1, 2], 1),
+        ([5, 6, 7, 7], [32, 3, 3, 3], [1, 1], [2, 1], 2),
+        ([2, 3, 4, 4], [16, 3, 4, 4], [1, 1], [1, 1], 1),
+    ];
+    for (xs, ws, stride, dilation, groups) in cases {
+        let g = ConvGeometry::new(xs, ws, stride, dilation, [0; 4], groups);
+        let x = values(xs.iter().product(), 6);
+        let w = values(ws.iter().product(), 7);
+        let dy = values(g.n * g.o * g.oh * g.ow, 8);
+        let f32s = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
+        let (xf, wf, dyf) = (f32s(&x), f32s(&w), f32s(&dy));
+        // The references see the f32-rounded inputs, so only summation error remains.
+        let back = |v: &[f32]| v.iter().map(|&a| a as f64).collect::<Vec<f64>>();
+        let (ry, rdx, rdw) = naive_conv(&back(&xf), &back(&wf), &back(&dyf), &g);
+        let y = conv2d(&xf, &wf, &g);
+        let dw = conv2d_backward_filter(&dyf, &xf, &g);
+        let dx = conv2d_backward_input(&dyf, &wf, &g);
+        for (name, got, want) in [("y", &y, &ry), ("dw", &dw, &rdw), ("dx", &dx, &rdx)] {
+            assert_eq!(got.len(), want.len(), "{name} of {xs:?} * {ws:?}");
+            let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+            for (i, (a, b)) in got.iter().zip(want.iter()).enumerate() {
+                assert!(
+                    (*a as f64 - b).abs() <= 1e-5 * scale,
+                    "{name}[{i}] of {xs:?} * {ws:?}: {a} vs {b}"
+                );
+            }
+        }
+    }
+    let lenet = ConvGeometry::new([32, 6, 14, 14], [16, 6, 5, 5], [1, 1], [1, 1], [0; 4], 1);
+    if spore_kernels::matmul::own_f32_gemm() {
+        assert!(spore_kernels::implicit_conv::applies(&lenet));
+    }
+}

@@ -1,5 +1,6 @@
-//! Where one LeNet5 training step (batch 32) spends its time, op by op, in PyNative mode
-//! (Spore's own profiler). Run: `cargo run --release --example profile_lenet`
+//! Where one LeNet5 training step (batch 32) spends its time, op by op (Spore's own
+//! profiler), in PyNative mode, or in Graph mode with `--graph`.
+//! Run: `cargo run --release --example profile_lenet [-- --graph]`
 
 use spore::prelude::*;
 use spore_core::debug::profiler::Profiler;
@@ -9,6 +10,9 @@ fn main() -> Result<()> {
         .num_threads(2)
         .build_global()
         .ok();
+    if std::env::args().any(|a| a == "--graph") {
+        set_context(ContextUpdate::new().mode(Mode::Graph))?;
+    }
     let net = LeNet5::new(10)?;
     let loss = SoftmaxCrossEntropyWithLogits::new(true, Reduction::Mean);
     let opt = Momentum::new(net.trainable_params(), 0.01, 0.9)?;

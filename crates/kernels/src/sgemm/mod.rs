@@ -20,6 +20,7 @@
 
 mod blocked;
 mod dot;
+pub(crate) mod gather;
 mod kernel;
 mod pack;
 mod thin;
