@@ -20,6 +20,7 @@ pub mod index;
 pub mod layout;
 pub mod matmul;
 pub mod pool;
+mod pool2x2;
 pub mod random;
 pub mod reduce;
 mod sgemm;

@@ -10,6 +10,8 @@ use rayon::prelude::*;
 
 use crate::elementwise::{BinaryFn, Num};
 use crate::layout::PARALLEL_THRESHOLD;
+use crate::matmul::{as_f32, as_f32_mut};
+use crate::pool2x2;
 
 /// Sizes of a pooling window over [N, C, H, W]; pads are top, bottom, left, right.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -61,6 +63,11 @@ impl PoolGeometry {
 
     fn planes(&self) -> usize {
         self.n * self.c
+    }
+
+    /// 2x2 windows, stride 2, no padding: the shape [`pool2x2`]'s vector kernels take.
+    fn is_2x2(&self) -> bool {
+        self.kernel == [2, 2] && self.stride == [2, 2] && self.pads == [0; 4]
     }
 }
 
@@ -154,6 +161,15 @@ pub fn max_pool2d<T: Num>(x: &[T], g: &PoolGeometry) -> Vec<T> {
     if ohw == 0 {
         return y;
     }
+    if g.is_2x2()
+        && pool2x2::applies(g.ow)
+        && let (Some(x), Some(yf)) = (as_f32(x), as_f32_mut(&mut y))
+    {
+        for_each_plane(yf, ohw, hw, |p, yp| {
+            pool2x2::forward(&x[p * hw..][..hw], g.w, g.oh, g.ow, yp)
+        });
+        return y;
+    }
     for_each_plane(&mut y, ohw, hw, |p, yp| {
         let plane = &x[p * hw..][..hw];
         if g.pads == [0; 4] {
@@ -180,6 +196,21 @@ pub fn max_pool2d<T: Num>(x: &[T], g: &PoolGeometry) -> Vec<T> {
 /// Sends each output gradient to the first maximum of its window.
 pub fn max_pool2d_backward<T: Num>(x: &[T], dy: &[T], g: &PoolGeometry) -> Vec<T> {
     let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
+    // The vector kernel writes every cell of a plane it covers whole (no row or column
+    // left over by the windows), so its gradient need not be cleared first.
+    let whole_planes = g.is_2x2() && g.h == 2 * g.oh && g.w == 2 * g.ow;
+    if whole_planes
+        && pool2x2::applies(g.ow)
+        && let (Some(xf), Some(dyf)) = (as_f32(x), as_f32(dy))
+    {
+        let mut dx = crate::arena::for_overwrite::<T>(g.planes() * hw);
+        if let Some(dxf) = as_f32_mut(&mut dx) {
+            for_each_plane(dxf, hw, hw, |p, dxp| {
+                pool2x2::backward(&xf[p * hw..][..hw], &dyf[p * ohw..][..ohw], g.oh, g.ow, dxp)
+            });
+            return dx;
+        }
+    }
     let mut dx = crate::arena::zeroed::<T>(g.planes() * hw);
     if hw == 0 {
         return dx;

@@ -310,3 +310,44 @@ fn implicit_gemm_convolutions_match_naive_f64() {
         assert!(spore_kernels::implicit_conv::applies(&lenet));
     }
 }
+
+#[test]
+fn vectorised_2x2_max_pool_matches_the_scalar_rule_with_ties_nan_and_signed_zero() {
+    use spore_kernels::pool::{PoolGeometry, max_pool2d, max_pool2d_backward};
+    // f32 takes the vector kernel (AVX2), f64 the scalar one; both must pick the same
+    // (first strictly greatest) corner. Few distinct values make ties common; NaN and
+    // -0.0 test the comparison rule. Widths 16 (whole blocks), 28 (an overlapping last
+    // block, LeNet's pool1) and 10 (scalar only); odd sizes leave a row and column over.
+    for input in [[2, 3, 4, 16], [3, 2, 6, 28], [1, 2, 4, 10], [2, 1, 5, 19]] {
+        let g = PoolGeometry::new(input, [2, 2], [2, 2], [0; 4]);
+        let len: usize = input.iter().product();
+        let x64: Vec<f64> = values(len, 9)
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match i % 37 {
+                5 => f64::NAN,
+                11 => -0.0,
+                12 => 0.0,
+                _ => (v * 3.0).round(),
+            })
+            .collect();
+        let x32: Vec<f32> = x64.iter().map(|&v| v as f32).collect();
+        let dy64 = values(g.n * g.c * g.oh * g.ow, 10);
+        let dy32: Vec<f32> = dy64.iter().map(|&v| v as f32).collect();
+        let same =
+            |a: f32, b: f64| a.to_bits() == (b as f32).to_bits() || (a.is_nan() && b.is_nan());
+        let (y32, y64) = (max_pool2d(&x32, &g), max_pool2d(&x64, &g));
+        assert!(
+            y32.iter().zip(&y64).all(|(&a, &b)| same(a, b)),
+            "forward of {input:?}"
+        );
+        let (d32, d64) = (
+            max_pool2d_backward(&x32, &dy32, &g),
+            max_pool2d_backward(&x64, &dy64, &g),
+        );
+        assert!(
+            d32.iter().zip(&d64).all(|(&a, &b)| same(a, b)),
+            "backward of {input:?}"
+        );
+    }
+}
