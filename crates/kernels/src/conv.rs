@@ -203,11 +203,15 @@ pub fn conv2d<T: Num>(x: &[T], w: &[T], g: &ConvGeometry) -> Vec<T> {
     }
     // Not zeroed: every element is written below (a GEMM overwrites, or a copy from one).
     let mut y = arena::for_overwrite::<T>(g.n * out_len);
-    if let (Some(xf), Some(wf), Some(yf)) = (as_f32(x), as_f32(w), as_f32_mut(&mut y))
-        && implicit_conv::applies(g)
-    {
-        implicit_conv::forward(xf, wf, g, yf);
-        return y;
+    if let (Some(xf), Some(wf), Some(yf)) = (as_f32(x), as_f32(w), as_f32_mut(&mut y)) {
+        if implicit_conv::applies(g) {
+            implicit_conv::forward(xf, wf, g, yf);
+            return y;
+        }
+        if implicit_conv::wide_applies(g) {
+            implicit_conv::forward_wide(xf, wf, g, yf);
+            return y;
+        }
     }
     let l = Lowering::new::<T>(g);
     let (per, nb, par) = (l.per, l.nb, l.par);

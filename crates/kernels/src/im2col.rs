@@ -81,7 +81,7 @@ fn inside(x0: isize, ow: usize, w: usize) -> (usize, usize) {
 /// (the last one overlapping) compile to inline vector moves, where a `memmove` call per
 /// row of 10-30 elements costs more than the copy (it was most of LeNet's im2col time).
 #[inline]
-fn copy_short<T: Copy>(dst: &mut [T], src: &[T]) {
+pub(crate) fn copy_short<T: Copy>(dst: &mut [T], src: &[T]) {
     let n = dst.len();
     if !(8..=64).contains(&n) {
         dst.copy_from_slice(src);

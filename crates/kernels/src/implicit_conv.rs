@@ -33,7 +33,9 @@ use rayon::prelude::*;
 
 use crate::arena;
 use crate::conv::{ConvGeometry, batch_blocks};
+use crate::im2col::copy_short;
 use crate::sgemm::gather::{Gathered, gather_gemm, packed_b_index, packed_b_len};
+use crate::sgemm::shifted::{Shifted, shifted_gemm};
 use crate::sgemm::{self, NR};
 
 /// Largest image (the channels of one group) read by gathers: L1 holds it while the
@@ -57,6 +59,28 @@ pub fn applies(g: &ConvGeometry) -> bool {
         && g.ohw() > 0
         && image * std::mem::size_of::<f32>() <= MAX_IMAGE_BYTES
         && chunk_reach < i32::MAX as usize
+}
+
+/// Whether [`crate::conv`] computes `g`'s forward pass (f32) on wide positions here: the
+/// small, unpadded, stride-1 layers with fewer than 16 output channels per group, which
+/// [`applies`] leaves out, as long as the wide positions add at most a quarter.
+pub fn wide_applies(g: &ConvGeometry) -> bool {
+    let image = g.cg() * g.h * g.w;
+    sgemm::available()
+        && g.pads == [0; 4]
+        && g.stride == [1, 1]
+        && g.og() < NR
+        && g.n > 0
+        && g.ckk() > 0
+        && g.ohw() > 0
+        && image * std::mem::size_of::<f32>() <= MAX_IMAGE_BYTES
+        && 4 * wide_len(g) <= 5 * g.ohw()
+}
+
+/// Wide positions of one image: from the first window's corner to the last one's,
+/// counting whole image rows (`OH - 1` rows of `W`, then `OW`).
+fn wide_len(g: &ConvGeometry) -> usize {
+    (g.oh - 1) * g.w + g.ow
 }
 
 /// Images whose positions form one depth of the weight gradient's product.
@@ -150,6 +174,41 @@ pub(crate) fn forward(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32]) {
     for v in [taps, positions] {
         arena::recycle(crate::Buffer::I32(v));
     }
+}
+
+/// Forward pass into `y` on wide positions; the caller checked [`wide_applies`].
+///
+/// Per image and group, `Y_wide [og x wide] = W [og x taps] * B`, where row `tap` of B is
+/// the image read from the tap's offset (see [`crate::sgemm`]'s shifted product), then
+/// the `OW` real outputs of each row are copied out.
+pub(crate) fn forward_wide(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32]) {
+    let (ohw, og, ckk, cg) = (g.ohw(), g.og(), g.ckk(), g.cg());
+    let (hw, out_len, wide) = (g.h * g.w, g.o * ohw, wide_len(g));
+    let taps = tap_offsets(g);
+    let (blocks, per) = batch_blocks(g.n);
+    let mut scratch = arena::for_overwrite::<f32>(blocks * og * wide);
+    y.par_chunks_mut(per * out_len)
+        .zip(scratch.par_chunks_mut(og * wide))
+        .enumerate()
+        .for_each(|(b, (yb, yw))| {
+            for (s, ys) in yb.chunks_mut(out_len).enumerate() {
+                let image = b * per + s;
+                for group in 0..g.groups {
+                    let src = &x[(image * g.c + group * cg) * hw..][..cg * hw];
+                    let filter = &w[group * og * ckk..][..og * ckk];
+                    let b = Shifted { src, depth: &taps };
+                    shifted_gemm(yw, wide, (og, wide), false, (filter, ckk), b);
+                    let yg = &mut ys[group * og * ohw..][..og * ohw];
+                    for (plane, rows) in yg.chunks_exact_mut(ohw).zip(yw.chunks_exact(wide)) {
+                        for (oy, out) in plane.chunks_exact_mut(g.ow).enumerate() {
+                            copy_short(out, &rows[oy * g.w..][..g.ow]);
+                        }
+                    }
+                }
+            }
+        });
+    arena::recycle(crate::Buffer::F32(scratch));
+    arena::recycle(crate::Buffer::I32(taps));
 }
 
 /// Weight gradient into `dw` ([O, C/groups, KH, KW]); the caller checked [`applies`].

@@ -274,12 +274,16 @@ fn implicit_gemm_convolutions_match_naive_f64() {
     // Unpadded small images with at least 16 output channels per group take the implicit
     // GEMM (where the CPU has AVX2/FMA): LeNet's conv2, strides, dilations, groups, a
     // short last panel of output channels (20), an odd batch, positions not a multiple
-    // of six, and a 1x1 output.
+    // of six, and a 1x1 output. Stride-1 ones with fewer channels run their forward pass
+    // on wide positions: LeNet's conv1, dilations, groups of 5 channels.
     let cases = [
         ([32, 6, 14, 14], [16, 6, 5, 5], [1, 1], [1, 1], 1),
         ([3, 4, 11, 9], [20, 4, 3, 2], [2, 1], [1, 2], 1),
         ([5, 6, 7, 7], [32, 3, 3, 3], [1, 1], [2, 1], 2),
         ([2, 3, 4, 4], [16, 3, 4, 4], [1, 1], [1, 1], 1),
+        ([32, 1, 32, 32], [6, 1, 5, 5], [1, 1], [1, 1], 1),
+        ([2, 3, 9, 30], [7, 3, 2, 3], [1, 1], [2, 2], 1),
+        ([3, 4, 10, 20], [10, 2, 3, 3], [1, 1], [1, 1], 2),
     ];
     for (xs, ws, stride, dilation, groups) in cases {
         let g = ConvGeometry::new(xs, ws, stride, dilation, [0; 4], groups);
@@ -306,8 +310,12 @@ fn implicit_gemm_convolutions_match_naive_f64() {
         }
     }
     let lenet = ConvGeometry::new([32, 6, 14, 14], [16, 6, 5, 5], [1, 1], [1, 1], [0; 4], 1);
+    let conv1 = ConvGeometry::new([32, 1, 32, 32], [6, 1, 5, 5], [1, 1], [1, 1], [0; 4], 1);
     if spore_kernels::matmul::own_f32_gemm() {
         assert!(spore_kernels::implicit_conv::applies(&lenet));
+        assert!(spore_kernels::implicit_conv::wide_applies(&conv1));
+        let dilated = ConvGeometry::new([2, 3, 9, 30], [7, 3, 2, 3], [1, 1], [2, 2], [0; 4], 1);
+        assert!(spore_kernels::implicit_conv::wide_applies(&dilated));
     }
 }
 

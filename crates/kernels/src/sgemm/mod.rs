@@ -23,6 +23,7 @@ mod dot;
 pub(crate) mod gather;
 mod kernel;
 mod pack;
+pub(crate) mod shifted;
 mod thin;
 
 use std::cell::RefCell;
