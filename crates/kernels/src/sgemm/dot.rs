@@ -20,8 +20,10 @@ use super::{Product, split};
 const TR: usize = 3;
 /// Columns of B per tile.
 const TC: usize = 4;
-/// Depth per pass: three rows and four columns of this length (28 KiB) stay in L1.
-const KD: usize = 512;
+/// Depth per pass: three rows and four columns of this length (28 KiB) stay in L1. (512
+/// split the MLP's 784-deep `x · Wᵀ` into two passes that each re-stream A from L2 and
+/// reload C: 0.354 ms, against 0.296 ms in one pass.)
+const KD: usize = 1024;
 
 /// `C[m x n] (+)= A * B` for `ma.col_stride == 1` and `mb.row_stride == 1`.
 pub(super) fn run(p: &Product, threads: usize) {
