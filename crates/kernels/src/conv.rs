@@ -274,6 +274,12 @@ pub fn conv2d_backward_input<T: Num>(dy: &[T], w: &[T], g: &ConvGeometry) -> Vec
     if dx.is_empty() {
         return dx;
     }
+    if let (Some(dyf), Some(wf), Some(dxf)) = (as_f32(dy), as_f32(w), as_f32_mut(&mut dx))
+        && implicit_conv::input_gradient_applies(g)
+    {
+        implicit_conv::input_gradient(dyf, wf, g, dxf);
+        return dx;
+    }
     let l = Lowering::new::<T>(g);
     let (per, nb, par) = (l.per, l.nb, l.par);
     let mut scratch = l.scratch::<T>();

@@ -275,8 +275,11 @@ fn implicit_gemm_convolutions_match_naive_f64() {
     // GEMM (where the CPU has AVX2/FMA): LeNet's conv2, strides, dilations, groups, a
     // short last panel of output channels (20), an odd batch, positions not a multiple
     // of six, and a 1x1 output. Stride-1 ones with fewer channels run their forward pass
-    // on wide positions: LeNet's conv1, dilations, groups of 5 channels.
+    // on wide positions: LeNet's conv1, dilations, groups of 5 channels. Stride-1 ones
+    // with at least six input channels per group take the scattered input gradient:
+    // LeNet's conv2, and groups of 7 channels with a dilation.
     let cases = [
+        ([2, 14, 9, 12], [8, 7, 2, 3], [1, 1], [2, 1], 2),
         ([32, 6, 14, 14], [16, 6, 5, 5], [1, 1], [1, 1], 1),
         ([3, 4, 11, 9], [20, 4, 3, 2], [2, 1], [1, 2], 1),
         ([5, 6, 7, 7], [32, 3, 3, 3], [1, 1], [2, 1], 2),
@@ -313,6 +316,11 @@ fn implicit_gemm_convolutions_match_naive_f64() {
     let conv1 = ConvGeometry::new([32, 1, 32, 32], [6, 1, 5, 5], [1, 1], [1, 1], [0; 4], 1);
     if spore_kernels::matmul::own_f32_gemm() {
         assert!(spore_kernels::implicit_conv::applies(&lenet));
+        assert!(spore_kernels::implicit_conv::input_gradient_applies(&lenet));
+        let grouped = ConvGeometry::new([2, 14, 9, 12], [8, 7, 2, 3], [1, 1], [2, 1], [0; 4], 2);
+        assert!(spore_kernels::implicit_conv::input_gradient_applies(
+            &grouped
+        ));
         assert!(spore_kernels::implicit_conv::wide_applies(&conv1));
         let dilated = ConvGeometry::new([2, 3, 9, 30], [7, 3, 2, 3], [1, 1], [2, 2], [0; 4], 1);
         assert!(spore_kernels::implicit_conv::wide_applies(&dilated));

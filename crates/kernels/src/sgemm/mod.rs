@@ -23,6 +23,7 @@ mod dot;
 pub(crate) mod gather;
 mod kernel;
 mod pack;
+pub(crate) mod scatter;
 pub(crate) mod shifted;
 mod thin;
 
