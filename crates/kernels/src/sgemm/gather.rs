@@ -17,6 +17,9 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+#[cfg(target_arch = "x86_64")]
+use super::kernel::store_tile;
+use super::kernel::write_edge;
 use super::{MR, NR, depth_blocks};
 
 /// A, described by where its elements lie: `a[r][p] = src[rows[r] + depth[p]]`.
@@ -149,12 +152,7 @@ unsafe fn tile_at(
         }
         let mut tmp = [0.0f32; MR * NR];
         tile(kc, &rows, depth, bp, tmp.as_mut_ptr(), NR, false);
-        for r in 0..height {
-            let row = &mut c[(i0 + r) * ldc + j0..][..width];
-            for (d, &v) in row.iter_mut().zip(&tmp[r * NR..][..width]) {
-                *d = if accumulate { *d + v } else { v };
-            }
-        }
+        write_edge(c, ldc, (i0, j0), (height, width), &tmp, accumulate);
     }
 }
 
@@ -192,16 +190,7 @@ unsafe fn tile(
             }
             b = b.add(NR);
         }
-        for (r, row) in acc.iter().enumerate() {
-            let out = c.add(r * ldc);
-            let (mut lo, mut hi) = (row[0], row[1]);
-            if accumulate {
-                lo = _mm256_add_ps(lo, _mm256_loadu_ps(out));
-                hi = _mm256_add_ps(hi, _mm256_loadu_ps(out.add(8)));
-            }
-            _mm256_storeu_ps(out, lo);
-            _mm256_storeu_ps(out.add(8), hi);
-        }
+        store_tile(&acc, c, ldc, accumulate);
     }
 }
 

@@ -50,6 +50,26 @@ pub(super) unsafe fn tile(
             a = a.add(MR);
             b = b.offset(ldb);
         }
+        store_tile(&acc, c, ldc, accumulate);
+    }
+}
+
+/// Writes (or adds, with `accumulate`) a tile's twelve accumulators to C's six rows of 16
+/// at `c`, `ldc` apart: the epilogue of every 6x16 microkernel here.
+///
+/// # Safety
+/// AVX2 is available; `c` has six writable (and, with `accumulate`, readable) rows of 16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+pub(super) unsafe fn store_tile(
+    acc: &[[__m256; 2]; MR],
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
         for (r, row) in acc.iter().enumerate() {
             let out = c.add(r * ldc);
             let (mut lo, mut hi) = (row[0], row[1]);
@@ -59,6 +79,25 @@ pub(super) unsafe fn tile(
             }
             _mm256_storeu_ps(out, lo);
             _mm256_storeu_ps(out.add(8), hi);
+        }
+    }
+}
+
+/// Copies (or adds, with `accumulate`) the `height x width` corner of a full tile computed
+/// into `tmp` (rows of [`NR`]) to C at (`i0`, `j0`), rows `ldc` apart: how the products
+/// that take C as a slice finish their edge tiles.
+pub(super) fn write_edge(
+    c: &mut [f32],
+    ldc: usize,
+    (i0, j0): (usize, usize),
+    (height, width): (usize, usize),
+    tmp: &[f32; MR * NR],
+    accumulate: bool,
+) {
+    for r in 0..height {
+        let row = &mut c[(i0 + r) * ldc + j0..][..width];
+        for (d, &v) in row.iter_mut().zip(&tmp[r * NR..][..width]) {
+            *d = if accumulate { *d + v } else { v };
         }
     }
 }
