@@ -49,33 +49,30 @@ const GRADIENT_DEPTH: usize = 320;
 
 /// Whether [`crate::conv`] computes `g`'s forward pass and weight gradient (f32) here.
 pub fn applies(g: &ConvGeometry) -> bool {
-    let image = g.cg() * g.h * g.w;
     let (_, per) = batch_blocks(g.n);
     let chunk_reach = g.c * g.h * g.w * chunk_images(g, per);
+    small_unpadded(g) && g.og() >= NR && chunk_reach < i32::MAX as usize
+}
+
+/// What every path here needs: the AVX2 GEMM, no padding (every tap of every window lies
+/// inside the image), something to compute, and one image's channels of a group within
+/// [`MAX_IMAGE_BYTES`].
+fn small_unpadded(g: &ConvGeometry) -> bool {
+    let image = g.cg() * g.h * g.w;
     sgemm::available()
         && g.pads == [0; 4]
-        && g.og() >= NR
         && g.n > 0
+        && g.og() > 0
         && g.ckk() > 0
         && g.ohw() > 0
         && image * std::mem::size_of::<f32>() <= MAX_IMAGE_BYTES
-        && chunk_reach < i32::MAX as usize
 }
 
 /// Whether [`crate::conv`] computes `g`'s forward pass (f32) on wide positions here: the
 /// small, unpadded, stride-1 layers with fewer than 16 output channels per group, which
 /// [`applies`] leaves out, as long as the wide positions add at most a quarter.
 pub fn wide_applies(g: &ConvGeometry) -> bool {
-    let image = g.cg() * g.h * g.w;
-    sgemm::available()
-        && g.pads == [0; 4]
-        && g.stride == [1, 1]
-        && g.og() < NR
-        && g.n > 0
-        && g.ckk() > 0
-        && g.ohw() > 0
-        && image * std::mem::size_of::<f32>() <= MAX_IMAGE_BYTES
-        && 4 * wide_len(g) <= 5 * g.ohw()
+    small_unpadded(g) && g.stride == [1, 1] && g.og() < NR && 4 * wide_len(g) <= 5 * g.ohw()
 }
 
 /// Whether [`crate::conv`] computes `g`'s input gradient (f32) here: small, unpadded,
@@ -85,17 +82,7 @@ pub fn wide_applies(g: &ConvGeometry) -> bool {
 /// row waits for the store of the row before it (LeNet's one-channel `conv1`: 0.214 ms,
 /// against 0.174 with col2im).
 pub fn input_gradient_applies(g: &ConvGeometry) -> bool {
-    let image = g.cg() * g.h * g.w;
-    sgemm::available()
-        && g.cg() >= sgemm::MR
-        && g.pads == [0; 4]
-        && g.stride == [1, 1]
-        && g.n > 0
-        && g.ckk() > 0
-        && g.og() > 0
-        && g.ohw() > 0
-        && image * std::mem::size_of::<f32>() <= MAX_IMAGE_BYTES
-        && 2 * wide_len(g) <= 3 * g.ohw()
+    small_unpadded(g) && g.cg() >= sgemm::MR && g.stride == [1, 1] && 2 * wide_len(g) <= 3 * g.ohw()
 }
 
 /// Wide positions of one image: from the first window's corner to the last one's,
@@ -112,20 +99,49 @@ fn chunk_images(g: &ConvGeometry, per: usize) -> usize {
 /// Offset of each tap (input channel of the group, filter row, filter column) from a
 /// window's corner, in one image's group planes.
 fn tap_offsets(g: &ConvGeometry) -> Vec<i32> {
-    let (h, w) = (g.h, g.w);
-    let [dy, dx] = g.dilation;
     let mut taps = arena::for_overwrite::<i32>(g.ckk());
     let mut t = taps.iter_mut();
     for c in 0..g.cg() {
         for i in 0..g.kh {
             for j in 0..g.kw {
                 if let Some(v) = t.next() {
-                    *v = ((c * h + i * dy) * w + j * dx) as i32;
+                    *v = tap_offset(g, c, i, j);
                 }
             }
         }
     }
     taps
+}
+
+/// Offset of tap (channel `c`, filter row `i`, filter column `j`) from a window's corner.
+fn tap_offset(g: &ConvGeometry, c: usize, i: usize, j: usize) -> i32 {
+    let [dy, dx] = g.dilation;
+    ((c * g.h + i * dy) * g.w + j * dx) as i32
+}
+
+/// Runs `f(image, out, scratch)` for every image of the batch, with `out` that image's
+/// `image_len` values of `out_all`: one block of consecutive images per thread, each with
+/// `scratch_len` values of scratch (taken from the pool on this thread, and given back).
+fn for_each_image(
+    out_all: &mut [f32],
+    image_len: usize,
+    scratch_len: usize,
+    f: impl Fn(usize, &mut [f32], &mut [f32]) + Sync,
+) {
+    // Chunk sizes must be positive; the callers' geometries make both so anyway.
+    let (image_len, scratch_len) = (image_len.max(1), scratch_len.max(1));
+    let (blocks, per) = batch_blocks(out_all.len() / image_len);
+    let mut scratch = arena::for_overwrite::<f32>(blocks * scratch_len);
+    out_all
+        .par_chunks_mut(per * image_len)
+        .zip(scratch.par_chunks_mut(scratch_len))
+        .enumerate()
+        .for_each(|(b, (outs, scratch))| {
+            for (s, out) in outs.chunks_mut(image_len).enumerate() {
+                f(b * per + s, out, scratch);
+            }
+        });
+    arena::recycle(crate::Buffer::F32(scratch));
 }
 
 /// Offset of each output position's window corner, for `images` consecutive images
@@ -164,34 +180,24 @@ pub(crate) fn forward(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32]) {
             }
         }
     }
-    let (blocks, per) = batch_blocks(g.n);
-    let mut scratch = arena::for_overwrite::<f32>(blocks * ohw * og);
-    y.par_chunks_mut(per * out_len)
-        .zip(scratch.par_chunks_mut(ohw * og))
-        .enumerate()
-        .for_each(|(b, (yb, yt))| {
-            for (s, ys) in yb.chunks_mut(out_len).enumerate() {
-                let image = b * per + s;
-                for group in 0..g.groups {
-                    let a = Gathered {
-                        src: &x[(image * g.c + group * cg) * hw..][..cg * hw],
-                        rows: &positions,
-                        depth: &taps,
-                    };
-                    gather_gemm(yt, og, og, false, a, &filters[group * filter_len..]);
-                    // Yᵀ [positions x og] -> this group's channels of the image.
-                    let yg = &mut ys[group * og * ohw..][..og * ohw];
-                    for (co, plane) in yg.chunks_exact_mut(ohw).enumerate() {
-                        for (pos, v) in plane.iter_mut().enumerate() {
-                            *v = yt[pos * og + co];
-                        }
-                    }
+    for_each_image(y, out_len, ohw * og, |image, ys, yt| {
+        for group in 0..g.groups {
+            let a = Gathered {
+                src: &x[(image * g.c + group * cg) * hw..][..cg * hw],
+                rows: &positions,
+                depth: &taps,
+            };
+            gather_gemm(yt, og, og, false, a, &filters[group * filter_len..]);
+            // Yᵀ [positions x og] -> this group's channels of the image.
+            let yg = &mut ys[group * og * ohw..][..og * ohw];
+            for (co, plane) in yg.chunks_exact_mut(ohw).enumerate() {
+                for (pos, v) in plane.iter_mut().enumerate() {
+                    *v = yt[pos * og + co];
                 }
             }
-        });
-    for v in [filters, scratch] {
-        arena::recycle(crate::Buffer::F32(v));
-    }
+        }
+    });
+    arena::recycle(crate::Buffer::F32(filters));
     for v in [taps, positions] {
         arena::recycle(crate::Buffer::I32(v));
     }
@@ -206,29 +212,20 @@ pub(crate) fn forward_wide(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32]
     let (ohw, og, ckk, cg) = (g.ohw(), g.og(), g.ckk(), g.cg());
     let (hw, out_len, wide) = (g.h * g.w, g.o * ohw, wide_len(g));
     let taps = tap_offsets(g);
-    let (blocks, per) = batch_blocks(g.n);
-    let mut scratch = arena::for_overwrite::<f32>(blocks * og * wide);
-    y.par_chunks_mut(per * out_len)
-        .zip(scratch.par_chunks_mut(og * wide))
-        .enumerate()
-        .for_each(|(b, (yb, yw))| {
-            for (s, ys) in yb.chunks_mut(out_len).enumerate() {
-                let image = b * per + s;
-                for group in 0..g.groups {
-                    let src = &x[(image * g.c + group * cg) * hw..][..cg * hw];
-                    let filter = &w[group * og * ckk..][..og * ckk];
-                    let b = Shifted { src, depth: &taps };
-                    shifted_gemm(yw, wide, (og, wide), false, (filter, ckk), b);
-                    let yg = &mut ys[group * og * ohw..][..og * ohw];
-                    for (plane, rows) in yg.chunks_exact_mut(ohw).zip(yw.chunks_exact(wide)) {
-                        for (oy, out) in plane.chunks_exact_mut(g.ow).enumerate() {
-                            copy_short(out, &rows[oy * g.w..][..g.ow]);
-                        }
-                    }
+    for_each_image(y, out_len, og * wide, |image, ys, yw| {
+        for group in 0..g.groups {
+            let src = &x[(image * g.c + group * cg) * hw..][..cg * hw];
+            let filter = &w[group * og * ckk..][..og * ckk];
+            let b = Shifted { src, depth: &taps };
+            shifted_gemm(yw, wide, (og, wide), false, (filter, ckk), b);
+            let yg = &mut ys[group * og * ohw..][..og * ohw];
+            for (plane, rows) in yg.chunks_exact_mut(ohw).zip(yw.chunks_exact(wide)) {
+                for (oy, out) in plane.chunks_exact_mut(g.ow).enumerate() {
+                    copy_short(out, &rows[oy * g.w..][..g.ow]);
                 }
             }
-        });
-    arena::recycle(crate::Buffer::F32(scratch));
+        }
+    });
     arena::recycle(crate::Buffer::I32(taps));
 }
 
@@ -247,7 +244,6 @@ pub(crate) fn input_gradient(dy: &[f32], w: &[f32], g: &ConvGeometry, dx: &mut [
     // Taps ordered (filter row, filter column, channel): the six rows of a tile are then
     // six channels at one offset, whose targets lie in different planes, so no row reloads
     // what the row before it just stored.
-    let [dil_y, dil_x] = g.dilation;
     let order = |t: usize| {
         let (c, ij) = (t % cg, t / cg);
         let (i, j) = (ij / g.kw, ij % g.kw);
@@ -256,7 +252,7 @@ pub(crate) fn input_gradient(dy: &[f32], w: &[f32], g: &ConvGeometry, dx: &mut [
     let mut rows = arena::for_overwrite::<i32>(ckk);
     for (t, row) in rows.iter_mut().enumerate() {
         let (c, i, j) = order(t);
-        *row = (c * hw + i * dil_y * g.w + j * dil_x) as i32;
+        *row = tap_offset(g, c, i, j);
     }
     // A: Wᵀ of each group, rows in that order, depth = output channels.
     let a_len = packed_a_len(ckk, og);
@@ -270,33 +266,23 @@ pub(crate) fn input_gradient(dy: &[f32], w: &[f32], g: &ConvGeometry, dx: &mut [
             }
         }
     }
-    let (blocks, per) = batch_blocks(g.n);
-    let spread_len = og * padded;
-    let mut scratch = arena::for_overwrite::<f32>(blocks * spread_len);
-    dx.par_chunks_mut(per * chw)
-        .zip(scratch.par_chunks_mut(spread_len))
-        .enumerate()
-        .for_each(|(b, (dxb, spread))| {
-            for (s, dxs) in dxb.chunks_mut(chw).enumerate() {
-                let image = b * per + s;
-                for group in 0..g.groups {
-                    // dY_wide: row oy of each output channel at oy * W, zeros elsewhere.
-                    spread.fill(0.0);
-                    for co in 0..og {
-                        let plane = &dy[(image * g.o + group * og + co) * ohw..][..ohw];
-                        let row = &mut spread[co * padded..][..padded];
-                        for (oy, src) in plane.chunks_exact(g.ow).enumerate() {
-                            copy_short(&mut row[oy * g.w..][..g.ow], src);
-                        }
-                    }
-                    let target = &mut dxs[group * cg * hw..][..cg * hw];
-                    let a = (&filters[group * a_len..][..a_len], og);
-                    scatter_add_gemm(target, &rows, wide, a, (spread, padded));
+    for_each_image(dx, chw, og * padded, |image, dxs, spread| {
+        for group in 0..g.groups {
+            // dY_wide: row oy of each output channel at oy * W, zeros elsewhere.
+            spread.fill(0.0);
+            for co in 0..og {
+                let plane = &dy[(image * g.o + group * og + co) * ohw..][..ohw];
+                let row = &mut spread[co * padded..][..padded];
+                for (oy, src) in plane.chunks_exact(g.ow).enumerate() {
+                    copy_short(&mut row[oy * g.w..][..g.ow], src);
                 }
             }
-        });
+            let target = &mut dxs[group * cg * hw..][..cg * hw];
+            let a = (&filters[group * a_len..][..a_len], og);
+            scatter_add_gemm(target, &rows, wide, a, (spread, padded));
+        }
+    });
     arena::recycle(crate::Buffer::F32(filters));
-    arena::recycle(crate::Buffer::F32(scratch));
     arena::recycle(crate::Buffer::I32(rows));
 }
 
