@@ -33,14 +33,37 @@ fn main() {
         .build_global()
         .ok();
     let cases = [
-        ("lenet conv1", [32, 1, 32, 32], [6, 1, 5, 5], 0),
-        ("lenet conv2", [32, 6, 14, 14], [16, 6, 5, 5], 0),
-        ("resnet l1 3x3", [32, 64, 32, 32], [64, 64, 3, 3], 1),
-        ("resnet l4 3x3", [32, 512, 4, 4], [512, 512, 3, 3], 1),
+        // (name, input, filter, padding, stride)
+        ("lenet conv1", [32, 1, 32, 32], [6, 1, 5, 5], 0, 1),
+        ("lenet conv2", [32, 6, 14, 14], [16, 6, 5, 5], 0, 1),
+        // ResNet-18 (CIFAR form): every distinct convolution, with its count per step.
+        ("resnet conv1 x1", [32, 3, 32, 32], [64, 3, 3, 3], 1, 1),
+        ("resnet l1 3x3 x4", [32, 64, 32, 32], [64, 64, 3, 3], 1, 1),
+        ("resnet l2 s2 x1", [32, 64, 32, 32], [128, 64, 3, 3], 1, 2),
+        ("resnet l2 1x1 x1", [32, 64, 32, 32], [128, 64, 1, 1], 0, 2),
+        (
+            "resnet l2 3x3 x3",
+            [32, 128, 16, 16],
+            [128, 128, 3, 3],
+            1,
+            1,
+        ),
+        ("resnet l3 s2 x1", [32, 128, 16, 16], [256, 128, 3, 3], 1, 2),
+        (
+            "resnet l3 1x1 x1",
+            [32, 128, 16, 16],
+            [256, 128, 1, 1],
+            0,
+            2,
+        ),
+        ("resnet l3 3x3 x3", [32, 256, 8, 8], [256, 256, 3, 3], 1, 1),
+        ("resnet l4 s2 x1", [32, 256, 8, 8], [512, 256, 3, 3], 1, 2),
+        ("resnet l4 1x1 x1", [32, 256, 8, 8], [512, 256, 1, 1], 0, 2),
+        ("resnet l4 3x3 x3", [32, 512, 4, 4], [512, 512, 3, 3], 1, 1),
     ];
     let only = std::env::args().nth(1).unwrap_or_default();
-    for (name, xs, ws, p) in cases.into_iter().filter(|c| c.0.contains(&only)) {
-        let g = ConvGeometry::new(xs, ws, [1, 1], [1, 1], [p, p, p, p], 1);
+    for (name, xs, ws, p, st) in cases.into_iter().filter(|c| c.0.contains(&only)) {
+        let g = ConvGeometry::new(xs, ws, [st, st], [1, 1], [p, p, p, p], 1);
         let x: Vec<f32> = (0..xs.iter().product::<usize>())
             .map(|i| (i % 7) as f32 * 0.1)
             .collect();
@@ -54,7 +77,7 @@ fn main() {
             let bf = time(|| conv2d_backward_filter(&dy, &x, &g));
             let bi = time(|| conv2d_backward_input(&dy, &w, &g));
             println!(
-                "{name:15} fwd {f:8.3} ms ({:5.1} GF/s)  dW {bf:8.3} ms ({:5.1})  dX {bi:8.3} ms ({:5.1})",
+                "{name:17} fwd {f:8.3} ms ({:5.1} GF/s)  dW {bf:8.3} ms ({:5.1})  dX {bi:8.3} ms ({:5.1})",
                 flop / f / 1e6, flop / bf / 1e6, flop / bi / 1e6
             );
         });

@@ -11,6 +11,7 @@
 use rayon::prelude::*;
 
 use crate::arena;
+use crate::conv_panels;
 use crate::elementwise::{BinaryFn, Num};
 use crate::im2col::{col2im, im2col};
 use crate::implicit_conv;
@@ -104,7 +105,7 @@ pub(crate) fn batch_blocks(n: usize) -> (usize, usize) {
 /// until the product has about this many. Why: deep layers have 4x4 or 8x8 outputs, and a
 /// GEMM with 16 or 64 columns runs far below the machine's rate; batching costs copying
 /// the output (or output gradient) between the sample-major layout and the GEMM's.
-const GEMM_COLUMNS: usize = 1024;
+pub(crate) const GEMM_COLUMNS: usize = 1024;
 
 /// Bytes of column matrix that one GEMM should stay within when one image's columns are
 /// small: half of a 512 KiB L2, so that im2col writes and the GEMM reads them in L2.
@@ -112,14 +113,25 @@ const GEMM_COLUMNS: usize = 1024;
 /// forward, filter and input gradients ran 14-17 % faster.)
 const CACHED_COLUMNS_BYTES: usize = 256 << 10;
 
+/// Fewest columns the L2 rule above may leave a GEMM with; below this the product's
+/// width costs more than the column matrix's trip through L3.
+const MIN_CACHED_COLUMNS: usize = 256;
+
 /// Images per GEMM for a block of `per` images: about [`GEMM_COLUMNS`] columns, or fewer
-/// when fewer keep the column matrix within [`CACHED_COLUMNS_BYTES`]. Large layers, where
-/// one image already exceeds that (ResNet's), keep the full width.
+/// when fewer (but at least [`MIN_CACHED_COLUMNS`] columns) keep the column matrix within
+/// [`CACHED_COLUMNS_BYTES`]. Large layers, where one image already exceeds that
+/// (ResNet's), keep the full width.
 fn images_per_gemm<T>(g: &ConvGeometry, per: usize) -> usize {
     let wide = GEMM_COLUMNS / g.ohw().max(1);
     let image_bytes = g.ckk() * g.ohw() * std::mem::size_of::<T>();
     let cached = CACHED_COLUMNS_BYTES / image_bytes.max(1);
-    let nb = if cached >= 1 { wide.min(cached) } else { wide };
+    // Why the floor: ResNet's `layer4` stride-2 convolution (16 positions, a 147 KB column
+    // matrix per image) would run one image per GEMM, a 16-column product at 59 GFLOP/s.
+    let nb = if cached * g.ohw() >= MIN_CACHED_COLUMNS {
+        wide.min(cached)
+    } else {
+        wide
+    };
     nb.clamp(1, per.max(1))
 }
 
@@ -181,7 +193,14 @@ fn lower_images<T: Num>(
 
 /// Copies `dy` of images `s0..s0 + k`, group `group`, into `tmp` as one [og, k * ohw]
 /// matrix (image `s` at column `s * ohw`).
-fn gather_dy<T: Num>(dy: &[T], g: &ConvGeometry, s0: usize, k: usize, group: usize, tmp: &mut [T]) {
+pub(crate) fn gather_dy<T: Num>(
+    dy: &[T],
+    g: &ConvGeometry,
+    s0: usize,
+    k: usize,
+    group: usize,
+    tmp: &mut [T],
+) {
     let (ohw, og) = (g.ohw(), g.og());
     let ld = k * ohw;
     for s in 0..k {
@@ -210,6 +229,10 @@ pub fn conv2d<T: Num>(x: &[T], w: &[T], g: &ConvGeometry) -> Vec<T> {
         }
         if implicit_conv::wide_applies(g) {
             implicit_conv::forward_wide(xf, wf, g, yf);
+            return y;
+        }
+        if conv_panels::applies(g) {
+            conv_panels::forward(xf, wf, g, yf);
             return y;
         }
     }
@@ -348,6 +371,15 @@ pub fn conv2d_backward_filter<T: Num>(dy: &[T], x: &[T], g: &ConvGeometry) -> Ve
         let mut dw = arena::for_overwrite::<T>(dw_len);
         if let Some(dwf) = as_f32_mut(&mut dw) {
             implicit_conv::filter_gradient(dyf, xf, g, dwf);
+            return dw;
+        }
+    }
+    if let (Some(dyf), Some(xf)) = (as_f32(dy), as_f32(x))
+        && conv_panels::applies(g)
+    {
+        let mut dw = arena::for_overwrite::<T>(dw_len);
+        if let Some(dwf) = as_f32_mut(&mut dw) {
+            conv_panels::filter_gradient(dyf, xf, g, dwf);
             return dw;
         }
     }

@@ -12,6 +12,7 @@
 pub mod arena;
 pub mod buffer;
 pub mod conv;
+pub mod conv_panels;
 pub mod dtype;
 pub mod elementwise;
 mod im2col;

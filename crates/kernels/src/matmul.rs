@@ -50,7 +50,7 @@ pub fn parallelism_for(work: usize) -> Parallelism {
 }
 
 /// One strided matrix operand: pointer offset, row stride, column stride.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct MatRef {
     pub offset: usize,
     pub row_stride: isize,

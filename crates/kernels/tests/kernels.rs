@@ -234,7 +234,7 @@ fn f32_gemm_strategies_match_naive_for_edge_shapes_and_strides() {
     }
 }
 
-/// Naive f64 convolution (no padding) and both gradients: (y, dx, dw).
+/// Naive f64 convolution (taps in the padding read zero) and both gradients: (y, dx, dw).
 fn naive_conv(
     x: &[f64],
     w: &[f64],
@@ -255,8 +255,14 @@ fn naive_conv(
                 for (cl, i, j) in (0..cg)
                     .flat_map(|cl| (0..g.kh).flat_map(move |i| (0..g.kw).map(move |j| (cl, i, j))))
                 {
-                    let iy = oy * g.stride[0] + i * g.dilation[0];
-                    let ix = ox * g.stride[1] + j * g.dilation[1];
+                    let iy = (oy * g.stride[0] + i * g.dilation[0]).checked_sub(g.pads[0]);
+                    let ix = (ox * g.stride[1] + j * g.dilation[1]).checked_sub(g.pads[2]);
+                    let (Some(iy), Some(ix)) = (iy, ix) else {
+                        continue;
+                    };
+                    if iy >= g.h || ix >= g.w {
+                        continue;
+                    }
                     let xi = ((n * g.c + group * cg + cl) * g.h + iy) * g.w + ix;
                     let wi = ((o * cg + cl) * g.kh + i) * g.kw + j;
                     y[yi] += x[xi] * w[wi];
@@ -267,6 +273,73 @@ fn naive_conv(
         }
     }
     (y, dx, dw)
+}
+
+/// The f32 forward pass and both gradients of `g` equal the naive f64 loops (fed the
+/// same f32-rounded inputs, so only summation error remains).
+fn assert_f32_conv_matches_naive(g: &ConvGeometry) {
+    let x = values(g.n * g.c * g.h * g.w, 6);
+    let w = values(g.o * (g.c / g.groups) * g.kh * g.kw, 7);
+    let dy = values(g.n * g.o * g.oh * g.ow, 8);
+    let f32s = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
+    let (xf, wf, dyf) = (f32s(&x), f32s(&w), f32s(&dy));
+    let back = |v: &[f32]| v.iter().map(|&a| a as f64).collect::<Vec<f64>>();
+    let (ry, rdx, rdw) = naive_conv(&back(&xf), &back(&wf), &back(&dyf), g);
+    let y = conv2d(&xf, &wf, g);
+    let dw = conv2d_backward_filter(&dyf, &xf, g);
+    let dx = conv2d_backward_input(&dyf, &wf, g);
+    for (name, got, want) in [("y", &y, &ry), ("dw", &dw, &rdw), ("dx", &dx, &rdx)] {
+        assert_eq!(got.len(), want.len(), "{name} of {g:?}");
+        let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+        for (i, (a, b)) in got.iter().zip(want.iter()).enumerate() {
+            assert!(
+                (*a as f64 - b).abs() <= 1e-5 * scale,
+                "{name}[{i}] of {g:?}: {a} vs {b}"
+            );
+        }
+    }
+}
+
+#[test]
+fn panel_convolutions_match_naive_f64() {
+    // More than 18 output channels per group: the forward pass and weight gradient read
+    // their column-matrix panels from the (padded) images. ResNet's shapes in small:
+    // padded 3x3 (one image per GEMM, and several side by side when positions are few),
+    // stride 2 with a 1x1 shortcut, asymmetric pads, dilation, groups, a depth past one
+    // block (ckk = 360 > 256), more than one row block of A (160 channels), positions
+    // not a multiple of 16, and a batch that does not split evenly.
+    let cases = [
+        ([3, 8, 16, 16], [24, 8, 3, 3], [1, 1], [1, 1], [1; 4], 1),
+        ([5, 40, 4, 4], [40, 40, 3, 3], [1, 1], [1, 1], [1; 4], 1),
+        ([4, 8, 9, 9], [32, 8, 3, 3], [2, 2], [1, 1], [1; 4], 1),
+        ([4, 8, 9, 9], [32, 8, 1, 1], [2, 2], [1, 1], [0; 4], 1),
+        (
+            [2, 6, 7, 11],
+            [20, 6, 3, 2],
+            [1, 2],
+            [2, 1],
+            [2, 0, 1, 3],
+            1,
+        ),
+        ([3, 12, 6, 6], [40, 6, 3, 3], [1, 1], [1, 1], [1; 4], 2),
+        ([2, 3, 5, 7], [160, 3, 3, 3], [1, 1], [1, 1], [1; 4], 1),
+        (
+            [33, 4, 5, 5],
+            [19, 4, 2, 2],
+            [1, 1],
+            [1, 1],
+            [1, 0, 0, 1],
+            1,
+        ),
+    ];
+    for (xs, ws, stride, dilation, pads, groups) in cases {
+        let g = ConvGeometry::new(xs, ws, stride, dilation, pads, groups);
+        assert_f32_conv_matches_naive(&g);
+    }
+    let resnet = ConvGeometry::new([32, 64, 32, 32], [64, 64, 3, 3], [1, 1], [1, 1], [1; 4], 1);
+    if spore_kernels::matmul::own_f32_gemm() {
+        assert!(spore_kernels::conv_panels::applies(&resnet));
+    }
 }
 
 #[test]
@@ -290,27 +363,7 @@ fn implicit_gemm_convolutions_match_naive_f64() {
     ];
     for (xs, ws, stride, dilation, groups) in cases {
         let g = ConvGeometry::new(xs, ws, stride, dilation, [0; 4], groups);
-        let x = values(xs.iter().product(), 6);
-        let w = values(ws.iter().product(), 7);
-        let dy = values(g.n * g.o * g.oh * g.ow, 8);
-        let f32s = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
-        let (xf, wf, dyf) = (f32s(&x), f32s(&w), f32s(&dy));
-        // The references see the f32-rounded inputs, so only summation error remains.
-        let back = |v: &[f32]| v.iter().map(|&a| a as f64).collect::<Vec<f64>>();
-        let (ry, rdx, rdw) = naive_conv(&back(&xf), &back(&wf), &back(&dyf), &g);
-        let y = conv2d(&xf, &wf, &g);
-        let dw = conv2d_backward_filter(&dyf, &xf, &g);
-        let dx = conv2d_backward_input(&dyf, &wf, &g);
-        for (name, got, want) in [("y", &y, &ry), ("dw", &dw, &rdw), ("dx", &dx, &rdx)] {
-            assert_eq!(got.len(), want.len(), "{name} of {xs:?} * {ws:?}");
-            let scale = want.iter().fold(1.0f64, |m, v| m.max(v.abs()));
-            for (i, (a, b)) in got.iter().zip(want.iter()).enumerate() {
-                assert!(
-                    (*a as f64 - b).abs() <= 1e-5 * scale,
-                    "{name}[{i}] of {xs:?} * {ws:?}: {a} vs {b}"
-                );
-            }
-        }
+        assert_f32_conv_matches_naive(&g);
     }
     let lenet = ConvGeometry::new([32, 6, 14, 14], [16, 6, 5, 5], [1, 1], [1, 1], [0; 4], 1);
     let conv1 = ConvGeometry::new([32, 1, 32, 32], [6, 1, 5, 5], [1, 1], [1, 1], [0; 4], 1);

@@ -6,6 +6,10 @@
 //! Why one split per product and private packing: a fork per depth block (with B packed
 //! once and shared) cost more in wake-ups and cross-core traffic than packing A twice
 //! (the MLP's 64x512x784 product ran 25 % slower that way).
+//!
+//! A product may also bring its own panels ([`blocked_with`]): A packed once beforehand
+//! and shared by many products ([`prepack_a`]), and B written panel by panel by a
+//! function, which is how a convolution reads its column matrix straight from the image.
 
 use std::ops::Range;
 
@@ -13,65 +17,200 @@ use rayon::prelude::*;
 
 use super::pack::{pack_a, pack_b};
 use super::{
-    MR, NR, PRIVATE, Product, depth_blocks, max_depth_block, split, tile_at, with_scratch,
+    Dst, MR, NR, PRIVATE, Product, depth_blocks, max_depth_block, split, tile_at, with_scratch,
 };
+use crate::matmul::MatRef;
 
 /// Columns of B packed at once: 256 x 1024 values (1 MiB per thread).
 const NC: usize = 1024;
 /// Rows of A packed at once (a multiple of MR): 144 x 256 values (144 KiB) stay in L2.
 const MC: usize = 144;
 
+/// Where a blocked product's A panels come from.
+#[derive(Clone, Copy)]
+pub(crate) enum PanelsA<'a> {
+    /// A strided matrix, packed `MC` rows at a time as the product goes.
+    Strided(&'a [f32], MatRef),
+    /// Every panel already packed, as [`prepack_a`] lays them out.
+    Prepacked(&'a [f32]),
+}
+
+/// Writes B's panel of depth `p0..p0 + kc` and columns `j0..j0 + width` into `dst` (`kc`
+/// rows of [`NR`] values; columns past `width` must be written too, any value).
+pub(crate) type PanelsB<'a> = &'a mut dyn FnMut(&mut [f32], usize, usize, usize, usize);
+
+/// Values [`prepack_a`] writes for an `m x k` A.
+pub(crate) fn prepacked_a_len(m: usize, k: usize) -> usize {
+    m.div_ceil(MR) * MR * k
+}
+
+/// Packs all of A (`m x k`) for [`PanelsA::Prepacked`]: depth block after depth block,
+/// each holding every `MR`-row panel of that depth (`dst[p0 * rows + panel * MR * kc
+/// ..]`, where `rows` is `m` rounded up to `MR`).
+pub(crate) fn prepack_a(dst: &mut [f32], a: &[f32], ma: MatRef, m: usize, k: usize) {
+    let rows = m.div_ceil(MR) * MR;
+    assert!(dst.len() >= rows * k, "prepack_a: destination too small");
+    let out = Dst(dst.as_mut_ptr());
+    // One depth block per task: ResNet's last filters are 9 MB, too much for one thread.
+    let blocks = depth_blocks(k).count();
+    (0..blocks).into_par_iter().for_each(|b| {
+        let Some((p0, kc)) = depth_blocks(k).nth(b) else {
+            return;
+        };
+        let out = &out; // the whole `Dst` (Sync), not its raw pointer field
+
+        // SAFETY: depth blocks cover disjoint ranges `p0 * rows..(p0 + kc) * rows`, all
+        // inside `dst` (asserted above), which outlives this parallel section.
+        let block = unsafe { std::slice::from_raw_parts_mut(out.0.add(p0 * rows), rows * kc) };
+        pack_a(block, a, ma, 0..m, p0, kc);
+    });
+}
+
 pub(super) fn run(p: &Product, threads: usize) {
     let (panels_m, panels_n) = (p.m.div_ceil(MR), p.n.div_ceil(NR));
+    let a = PanelsA::Strided(p.a, p.ma);
+    let part = |rows, cols| {
+        let mut b = |dst: &mut [f32], p0, kc, j0, width| pack_b(dst, p.b, p.mb, p0, kc, j0, width);
+        part(p, a, &mut b, rows, cols)
+    };
     if threads <= 1 || panels_m * panels_n < 2 {
-        part(p, 0..panels_m, 0..panels_n);
+        part(0..panels_m, 0..panels_n);
     } else if panels_n >= threads {
         (0..threads)
             .into_par_iter()
-            .for_each(|t| part(p, 0..panels_m, split(panels_n, threads, t)));
+            .for_each(|t| part(0..panels_m, split(panels_n, threads, t)));
     } else {
         let parts = threads.min(panels_m);
         (0..parts)
             .into_par_iter()
-            .for_each(|t| part(p, split(panels_m, parts, t), 0..panels_n));
+            .for_each(|t| part(split(panels_m, parts, t), 0..panels_n));
     }
 }
 
-/// Row panels `rows` x column panels `cols` of C, on this thread.
-fn part(p: &Product, rows: Range<usize>, cols: Range<usize>) {
+/// `C[m x n] (+)= A * B` on this thread, with A and B from the given sources (see
+/// [`PanelsA`], [`PanelsB`]). The caller checked `super::available()`, that `m, n, k > 0`,
+/// `c.len() >= m * n`, and that the sources cover `m x k` and `k x n`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn blocked_with(
+    c: &mut [f32],
+    accumulate: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: PanelsA,
+    b: PanelsB,
+) {
+    assert!(
+        m > 0 && n > 0 && k > 0 && c.len() >= m * n,
+        "blocked_with: sizes"
+    );
+    if let PanelsA::Prepacked(packed) = a {
+        assert!(
+            packed.len() >= prepacked_a_len(m, k),
+            "blocked_with: packed A"
+        );
+    }
+    let product = Product {
+        dst: Dst(c.as_mut_ptr()),
+        accumulate,
+        m,
+        n,
+        k,
+        a: &[],
+        ma: MatRef::default(),
+        b: &[],
+        mb: MatRef::default(),
+    };
+    part(&product, a, b, 0..m.div_ceil(MR), 0..n.div_ceil(NR));
+}
+
+/// Row panels `rows` x column panels `cols` of C, on this thread (`p` gives C and the
+/// sizes; A and B come from `a` and `b`).
+fn part(p: &Product, a: PanelsA, b: PanelsB, rows: Range<usize>, cols: Range<usize>) {
     let kc_max = max_depth_block(p.k);
-    let nc_panels = (NC / NR).min(cols.len());
+    // Rows that fit one MC block never reuse a B panel after its row tiles: each panel is
+    // then packed into L1 right before its tiles run, instead of a whole NC block being
+    // packed first (1 MiB, past L2, so that the tiles found their panels evicted).
+    // (Part of the ResNet change recorded in `conv_panels`.)
+    let streaming = rows.len() <= MC / MR;
+    let nc_panels = if streaming {
+        1
+    } else {
+        (NC / NR).min(cols.len())
+    };
     let b_len = nc_panels * kc_max * NR;
-    with_scratch(&PRIVATE, b_len + MC * kc_max, |scratch| {
-        let (packed_b, packed_a) = scratch.split_at_mut(b_len);
+    let a_len = if matches!(a, PanelsA::Strided(..)) {
+        MC * kc_max
+    } else {
+        0
+    };
+    let all_rows = p.m.div_ceil(MR) * MR;
+    with_scratch(&PRIVATE, b_len + a_len, |scratch| {
+        let (packed_b, a_scratch) = scratch.split_at_mut(b_len);
+        // The row tiles of rows `r0..` (packed in `packed_a`) against one packed B panel.
+        let tiles = |packed_a: &[f32], r0: usize, bp: &[f32], j0: usize, kc: usize, acc| {
+            let width = NR.min(p.n - j0);
+            for (s, ap) in packed_a.chunks_exact(MR * kc).enumerate() {
+                let i0 = r0 + s * MR;
+                let shape = (MR.min(p.m - i0), width);
+                // SAFETY: packed panels of MR x kc and kc x NR; the tile lies inside C.
+                unsafe {
+                    tile_at(
+                        (p.dst, p.n),
+                        kc,
+                        ap.as_ptr(),
+                        bp.as_ptr(),
+                        NR as isize,
+                        (i0, j0),
+                        shape,
+                        acc,
+                    )
+                };
+            }
+        };
         for jb in cols.clone().step_by(NC / NR) {
             let block_cols = jb..(jb + NC / NR).min(cols.end);
             for (p0, kc) in depth_blocks(p.k) {
                 let acc = p.accumulate || p0 > 0;
-                for (q, jp) in block_cols.clone().enumerate() {
+                let mut pack_b_panel = |packed_b: &mut [f32], q: usize, jp: usize| {
                     let j0 = jp * NR;
                     let panel = &mut packed_b[q * kc * NR..][..kc * NR];
-                    pack_b(panel, p.b, p.mb, p0, kc, j0, NR.min(p.n - j0));
+                    b(panel, p0, kc, j0, NR.min(p.n - j0));
+                };
+                if !streaming {
+                    for (q, jp) in block_cols.clone().enumerate() {
+                        pack_b_panel(packed_b, q, jp);
+                    }
                 }
                 let mut ip0 = rows.start;
                 while ip0 < rows.end {
                     let ip1 = (ip0 + MC / MR).min(rows.end);
                     let (r0, r1) = (ip0 * MR, (ip1 * MR).min(p.m));
-                    let packed_a = &mut packed_a[..(ip1 - ip0) * MR * kc];
-                    pack_a(packed_a, p.a, p.ma, r0..r1, p0, kc);
-                    for (q, jp) in block_cols.clone().enumerate() {
-                        let j0 = jp * NR;
-                        let width = NR.min(p.n - j0);
-                        let bp = packed_b[q * kc * NR..][..kc * NR].as_ptr();
-                        for (s, ap) in packed_a.chunks_exact(MR * kc).enumerate() {
-                            let i0 = r0 + s * MR;
-                            let shape = (MR.min(p.m - i0), width);
-                            // SAFETY: packed panels of MR x kc and kc x NR; the tile
-                            // lies inside C.
-                            unsafe {
-                                tile_at(p, kc, ap.as_ptr(), bp, NR as isize, (i0, j0), shape, acc)
-                            };
+                    let packed_a: &[f32] = match a {
+                        PanelsA::Strided(a, ma) => {
+                            let dst = &mut a_scratch[..(ip1 - ip0) * MR * kc];
+                            pack_a(dst, a, ma, r0..r1, p0, kc);
+                            dst
                         }
+                        PanelsA::Prepacked(all) => {
+                            &all[p0 * all_rows + r0 * kc..][..(ip1 - ip0) * MR * kc]
+                        }
+                    };
+                    for (q, jp) in block_cols.clone().enumerate() {
+                        let q = if streaming {
+                            pack_b_panel(packed_b, 0, jp);
+                            0
+                        } else {
+                            q
+                        };
+                        tiles(
+                            packed_a,
+                            r0,
+                            &packed_b[q * kc * NR..][..kc * NR],
+                            jp * NR,
+                            kc,
+                            acc,
+                        );
                     }
                     ip0 = ip1;
                 }

@@ -27,6 +27,9 @@ pub(crate) mod scatter;
 pub(crate) mod shifted;
 mod thin;
 
+pub(crate) use blocked::{PanelsA, blocked_with, prepack_a, prepacked_a_len};
+pub(crate) use pack::pack_b as pack_b_panel;
+
 use std::cell::RefCell;
 use std::ops::Range;
 
@@ -59,6 +62,14 @@ pub(crate) fn depth_blocks(k: usize) -> impl Iterator<Item = (usize, usize)> {
     })
 }
 
+/// Longer than any block [`depth_blocks`] yields.
+pub(crate) const MAX_DEPTH_BLOCK: usize = KC + MIN_TAIL;
+
+/// At most the longest block [`depth_blocks`] yields for any depth up to `k`.
+pub(crate) fn depth_block_bound(k: usize) -> usize {
+    k.min(MAX_DEPTH_BLOCK)
+}
+
 /// The longest block [`depth_blocks`] yields for depth `k`.
 pub(crate) fn max_depth_block(k: usize) -> usize {
     depth_blocks(k).map(|(_, kc)| kc).max().unwrap_or(0)
@@ -81,7 +92,7 @@ fn aliased(stride: isize) -> bool {
 }
 
 /// Rows up to which a product takes the thin path (B read in place, no B block packed).
-const THIN_MAX_ROWS: usize = 3 * MR;
+pub(crate) const THIN_MAX_ROWS: usize = 3 * MR;
 
 thread_local! {
     /// Scratch of the GEMM this thread drives (a thin product's packed A and B panels),
@@ -226,14 +237,14 @@ fn split(len: usize, parts: usize, t: usize) -> Range<usize> {
 }
 
 /// Runs the microkernel for one tile: row panel `ap` (packed, `MR x kc`) times the B panel
-/// `bp` (`kc` rows of `NR`, `ldb` apart) into C at (`i0`, `j0`), of which only `height` x
-/// `width` exists (edge tiles go through a small buffer).
+/// `bp` (`kc` rows of `NR`, `ldb` apart) into C (rows `ldc` apart) at (`i0`, `j0`), of
+/// which only `height` x `width` exists (edge tiles go through a small buffer).
 ///
 /// # Safety
 /// As [`kernel::tile`], with the `height` x `width` tile at (`i0`, `j0`) inside C.
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile_at(
-    p: &Product,
+    (dst, ldc): (Dst, usize),
     kc: usize,
     ap: *const f32,
     bp: *const f32,
@@ -244,15 +255,15 @@ unsafe fn tile_at(
 ) {
     // SAFETY: the caller's contract.
     unsafe {
-        let c = p.dst.0.add(i0 * p.n + j0);
+        let c = dst.0.add(i0 * ldc + j0);
         if height == MR && width == NR {
-            kernel::tile(kc, ap, bp, ldb, c, p.n, accumulate);
+            kernel::tile(kc, ap, bp, ldb, c, ldc, accumulate);
             return;
         }
         let mut tmp = [0.0f32; MR * NR];
         kernel::tile(kc, ap, bp, ldb, tmp.as_mut_ptr(), NR, false);
         for r in 0..height {
-            let row = c.add(r * p.n);
+            let row = c.add(r * ldc);
             for q in 0..width {
                 let v = tmp[r * NR + q];
                 *row.add(q) = if accumulate { *row.add(q) + v } else { v };

@@ -65,7 +65,7 @@ pub(super) fn pack_a(
 
 /// Packs depth `p0..p0 + kc` of columns `j0..j0 + width` of B into `dst` (`kc` rows of
 /// NR values; columns past `width` are zero).
-pub(super) fn pack_b(
+pub(crate) fn pack_b(
     dst: &mut [f32],
     b: &[f32],
     mb: MatRef,

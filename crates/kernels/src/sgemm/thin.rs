@@ -66,7 +66,18 @@ fn columns(
             let height = MR.min(p.m - i0);
             // SAFETY: `ap` is a packed MR x kc panel, `bp` kc rows of NR values `ldb`
             // apart, and the tile lies inside C.
-            unsafe { tile_at(p, kc, ap.as_ptr(), bp, ldb, (i0, j0), (height, width), acc) };
+            unsafe {
+                tile_at(
+                    (p.dst, p.n),
+                    kc,
+                    ap.as_ptr(),
+                    bp,
+                    ldb,
+                    (i0, j0),
+                    (height, width),
+                    acc,
+                )
+            };
         }
     }
 }

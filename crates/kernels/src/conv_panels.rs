@@ -1,0 +1,369 @@
+//! A convolution's column matrix, never written whole: the GEMM's B panels are copied
+//! straight from the images, 16 columns and one depth block at a time.
+//!
+//! ```text
+//! forward:          Y[out][position]  = W[out][tap] · cols[tap][position]
+//! weight gradient:  dW[out][tap]      = dY[out][position] · cols[tap][position]ᵀ
+//! cols[tap][position] = x[image][c][oy·sy + i·dy - pad_top][ox·sx + j·dx - pad_left]
+//!                       (zero outside the image), tap = (c, i, j)
+//! ```
+//!
+//! Why: im2col wrote a `C·KH·KW x OH·OW` matrix per image (ResNet's first stage: 2.3 MB,
+//! nine times the image) out to L3, and packing read it back to copy it once more into
+//! panels. Writing each panel from the image instead keeps the copy in L1 and does it
+//! once; the padding becomes zeros written where a window leaves the image.
+//!
+//! [`ImageColumns::pack_positions`] writes the forward pass's panels (taps down, 16
+//! positions across: each row a short run of one image row), [`ImageColumns::pack_taps`]
+//! the weight gradient's (positions down, 16 taps across: each tap's run of positions,
+//! then an 8x8-block transpose).
+
+use rayon::prelude::*;
+
+use crate::conv::{ConvGeometry, GEMM_COLUMNS, batch_blocks, gather_dy};
+use crate::matmul::MatRef;
+use crate::sgemm::{self, NR, PanelsA, pack_b_panel};
+use crate::{Buffer, arena};
+
+/// The column matrix of group `group` of images `s0..s0 + images`, side by side (image
+/// `s` at column `s * OH * OW`), as a source of GEMM panels. A padded layer's images are
+/// first copied into zero-bordered planes, so that every window lies inside them and each
+/// panel row is plain copies.
+pub(crate) struct ImageColumns<'a> {
+    /// The (padded) planes: image `s` of the chunk at `first + s * image_stride`.
+    src: &'a [f32],
+    first: usize,
+    image_stride: usize,
+    /// Values between planes and between rows of `src`.
+    plane_len: usize,
+    row_len: usize,
+    g: &'a ConvGeometry,
+}
+
+/// Values of padded planes that [`ImageColumns::new`] needs for `images` images.
+pub(crate) fn padded_len(g: &ConvGeometry, images: usize) -> usize {
+    if g.pads == [0; 4] {
+        0
+    } else {
+        images * g.cg() * (g.h + g.pads[0] + g.pads[1]) * (g.w + g.pads[2] + g.pads[3])
+    }
+}
+
+impl<'a> ImageColumns<'a> {
+    /// `x` is the whole batch ([N, C, H, W]); `padded` holds at least
+    /// [`padded_len`]`(g, images)` values when the layer is padded.
+    pub(crate) fn new(
+        x: &'a [f32],
+        g: &'a ConvGeometry,
+        group: usize,
+        (s0, images): (usize, usize),
+        padded: &'a mut [f32],
+    ) -> Self {
+        let (hw, cg) = (g.h * g.w, g.cg());
+        if g.pads == [0; 4] {
+            return ImageColumns {
+                src: x,
+                first: (s0 * g.c + group * cg) * hw,
+                image_stride: g.c * hw,
+                plane_len: hw,
+                row_len: g.w,
+                g,
+            };
+        }
+        let [top, bottom, left, right] = g.pads;
+        let (hp, wp) = (g.h + top + bottom, g.w + left + right);
+        let padded = &mut padded[..images * cg * hp * wp];
+        for (plane, dst) in padded.chunks_exact_mut(hp * wp).enumerate() {
+            let (s, c) = (plane / cg, plane % cg);
+            let src = &x[((s0 + s) * g.c + group * cg + c) * hw..][..hw];
+            dst[..top * wp].fill(0.0);
+            dst[(top + g.h) * wp..].fill(0.0);
+            for (row, src) in dst[top * wp..]
+                .chunks_exact_mut(wp)
+                .zip(src.chunks_exact(g.w))
+            {
+                row[..left].fill(0.0);
+                row[left..left + g.w].copy_from_slice(src);
+                row[left + g.w..].fill(0.0);
+            }
+        }
+        ImageColumns {
+            src: padded,
+            first: 0,
+            image_stride: cg * hp * wp,
+            plane_len: hp * wp,
+            row_len: wp,
+            g,
+        }
+    }
+
+    /// Offsets in `src` of taps `t0..` from a window's corner, in the weight's order
+    /// (channel, filter row, filter column), counted on rather than divided out for each
+    /// (three divisions per 16 values copied cost as much as the multiply-adds).
+    fn taps_from(&self, t0: usize) -> impl Iterator<Item = usize> + use<'_> {
+        let g = self.g;
+        let (mut c, mut i, mut j) = (t0 / (g.kh * g.kw), t0 / g.kw % g.kh, t0 % g.kw);
+        std::iter::repeat_with(move || {
+            let offset = c * self.plane_len + i * g.dilation[0] * self.row_len + j * g.dilation[1];
+            j += 1;
+            if j == g.kw {
+                j = 0;
+                i += 1;
+                if i == g.kh {
+                    i = 0;
+                    c += 1;
+                }
+            }
+            offset
+        })
+    }
+
+    /// Offset in `src` of the window corner of output position `pos` of image `s`.
+    fn corner(&self, s: usize, pos: usize) -> usize {
+        let g = self.g;
+        let (oy, ox) = (pos / g.ow, pos % g.ow);
+        self.first + s * self.image_stride + oy * g.stride[0] * self.row_len + ox * g.stride[1]
+    }
+
+    /// Copies `out.len()` values from `src[at..]`, `stride` apart.
+    #[inline(always)]
+    fn run(&self, out: &mut [f32], at: usize, stride: usize) {
+        if stride != 1 {
+            for (t, v) in out.iter_mut().enumerate() {
+                *v = self.src[at + t * stride];
+            }
+            return;
+        }
+        let src = &self.src[at..][..out.len()];
+        // A whole panel row: a fixed-size copy (two vector moves) instead of `memmove`.
+        match (
+            <&mut [f32; NR]>::try_from(&mut *out),
+            <&[f32; NR]>::try_from(src),
+        ) {
+            (Ok(d), Ok(s)) => *d = *s,
+            _ => out.copy_from_slice(src),
+        }
+    }
+
+    /// The forward pass's B panel: taps `p0..p0 + kc` down, positions `j0..j0 + width`
+    /// across (`dst[p * NR + q]`; columns past `width` are zero).
+    pub(crate) fn pack_positions(
+        &self,
+        dst: &mut [f32],
+        p0: usize,
+        kc: usize,
+        j0: usize,
+        width: usize,
+    ) {
+        let (ohw, ow, sx) = (self.g.ohw(), self.g.ow, self.g.stride[1]);
+        // The panel's positions as runs along output rows: (first column, length, corner).
+        let mut runs = [(0, 0, 0); NR];
+        let mut count = 0;
+        let mut q = 0;
+        while q < width {
+            let (s, pos) = ((j0 + q) / ohw, (j0 + q) % ohw);
+            let len = (ow - pos % ow).min(width - q);
+            runs[count] = (q, len, self.corner(s, pos));
+            count += 1;
+            q += len;
+        }
+        let runs = &runs[..count];
+        for (row, tap) in dst.chunks_exact_mut(NR).take(kc).zip(self.taps_from(p0)) {
+            for &(q0, len, corner) in runs {
+                self.run(&mut row[q0..q0 + len], corner + tap, sx);
+            }
+            row[width..].fill(0.0);
+        }
+    }
+
+    /// The weight gradient's B panel: positions `p0..p0 + kc` down, taps `j0..j0 +
+    /// width` across (`dst[p * NR + q]`). `rows` is scratch of at least `NR * kc` values:
+    /// each tap's positions are first copied into a row of it, then the rows are
+    /// transposed into the panel.
+    pub(crate) fn pack_taps(
+        &self,
+        dst: &mut [f32],
+        p0: usize,
+        kc: usize,
+        j0: usize,
+        width: usize,
+        rows: &mut [f32],
+    ) {
+        let (ohw, ow, sx) = (self.g.ohw(), self.g.ow, self.g.stride[1]);
+        // The positions as runs along output rows: (first row of the panel, length, corner).
+        let mut runs = [(0, 0, 0); sgemm::MAX_DEPTH_BLOCK];
+        let mut count = 0;
+        let mut t = 0;
+        while t < kc && count < runs.len() {
+            let (s, pos) = ((p0 + t) / ohw, (p0 + t) % ohw);
+            let len = (ow - pos % ow).min(kc - t);
+            runs[count] = (t, len, self.corner(s, pos));
+            count += 1;
+            t += len;
+        }
+        let runs = &runs[..count];
+        let rows = &mut rows[..NR * kc];
+        let mut taps = self.taps_from(j0);
+        for (q, out) in rows.chunks_exact_mut(kc).enumerate() {
+            let Some(tap) = taps.next().filter(|_| q < width) else {
+                out.fill(0.0);
+                continue;
+            };
+            for &(t0, len, corner) in runs {
+                self.run(&mut out[t0..t0 + len], corner + tap, sx);
+            }
+        }
+        // Row q of `rows` is column q of the panel: a transposed B (row stride 1).
+        let transposed = MatRef {
+            offset: 0,
+            row_stride: 1,
+            col_stride: kc as isize,
+        };
+        pack_b_panel(dst, rows, transposed, 0, kc, 0, NR);
+    }
+}
+
+/// Whether [`crate::conv`] runs `g`'s forward pass and weight gradient (f32) here: the
+/// AVX2 GEMM, and more output channels per group than the thin path serves (smaller
+/// layers, LeNet's, have their own paths in [`crate::implicit_conv`]).
+pub fn applies(g: &ConvGeometry) -> bool {
+    sgemm::available() && g.og() > sgemm::THIN_MAX_ROWS && g.n > 0 && g.ohw() > 0 && g.ckk() > 0
+}
+
+/// Images side by side in one GEMM: about [`GEMM_COLUMNS`] positions (ResNet's 4x4 and
+/// 8x8 layers would otherwise run 16- and 64-column products).
+fn images_per_gemm(g: &ConvGeometry, per: usize) -> usize {
+    (GEMM_COLUMNS / g.ohw().max(1)).clamp(1, per.max(1))
+}
+
+/// Every group's filter packed once as the forward pass's A (`og x ckk`), shared by all
+/// the GEMMs of the batch: `groups` slices of `len` values.
+fn packed_filters(w: &[f32], g: &ConvGeometry) -> (Vec<f32>, usize) {
+    let (og, ckk) = (g.og(), g.ckk());
+    let len = sgemm::prepacked_a_len(og, ckk);
+    let mut packed = arena::for_overwrite::<f32>(g.groups * len);
+    for (group, dst) in packed.chunks_mut(len).enumerate() {
+        let filter = MatRef {
+            offset: group * og * ckk,
+            row_stride: ckk as isize,
+            col_stride: 1,
+        };
+        sgemm::prepack_a(dst, w, filter, og, ckk);
+    }
+    (packed, len)
+}
+
+/// Forward pass into `y` ([N, O, OH, OW]); the caller checked [`applies`] and the sizes.
+pub(crate) fn forward(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32]) {
+    let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
+    let out_len = g.o * ohw;
+    let (blocks, per) = batch_blocks(g.n);
+    let nb = images_per_gemm(g, per);
+    let (filters, filter_len) = packed_filters(w, g);
+    // Several images per GEMM: the product lands here, then goes to each image's planes.
+    // Per block: the padded images, and the product of several images (which then goes
+    // to each image's planes).
+    let pad_len = padded_len(g, nb);
+    let tmp_len = if nb > 1 { og * nb * ohw } else { 0 };
+    let scratch_len = (pad_len + tmp_len).max(1);
+    let mut scratch = arena::for_overwrite::<f32>(blocks * scratch_len);
+    y.par_chunks_mut(per * out_len)
+        .zip(scratch.par_chunks_mut(scratch_len))
+        .enumerate()
+        .for_each(|(b, (yb, scratch))| {
+            let (padded, tmp) = scratch.split_at_mut(pad_len);
+            for (c, ys) in yb.chunks_mut(nb * out_len).enumerate() {
+                let (s0, k) = (b * per + c * nb, ys.len() / out_len);
+                for group in 0..g.groups {
+                    let cols = ImageColumns::new(x, g, group, (s0, k), padded);
+                    let mut panels = |dst: &mut [f32], p0, kc, j0, width| {
+                        cols.pack_positions(dst, p0, kc, j0, width)
+                    };
+                    let a = PanelsA::Prepacked(&filters[group * filter_len..][..filter_len]);
+                    if k == 1 {
+                        let yg = &mut ys[group * og * ohw..][..og * ohw];
+                        sgemm::blocked_with(yg, false, og, ohw, ckk, a, &mut panels);
+                        continue;
+                    }
+                    let ld = k * ohw;
+                    sgemm::blocked_with(&mut tmp[..og * ld], false, og, ld, ckk, a, &mut panels);
+                    for s in 0..k {
+                        for o in 0..og {
+                            ys[s * out_len + (group * og + o) * ohw..][..ohw]
+                                .copy_from_slice(&tmp[o * ld + s * ohw..][..ohw]);
+                        }
+                    }
+                }
+            }
+        });
+    arena::recycle(Buffer::F32(scratch));
+    arena::recycle(Buffer::F32(filters));
+}
+
+/// Weight gradient into `dw` ([O, C/groups, KH, KW]); the caller checked [`applies`] and
+/// the sizes. Each thread sums its block of the batch into a private partial; the
+/// partials are added at the end.
+pub(crate) fn filter_gradient(dy: &[f32], x: &[f32], g: &ConvGeometry, dw: &mut [f32]) {
+    let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
+    let dw_len = g.o * ckk;
+    let (blocks, per) = batch_blocks(g.n);
+    let nb = images_per_gemm(g, per);
+    // Per block: the gathered output gradient (several images per GEMM) and the tap rows
+    // that `pack_taps` transposes.
+    let dy_len = if nb > 1 { og * nb * ohw } else { 0 };
+    let rows_len = NR * sgemm::depth_block_bound(nb * ohw);
+    let pad_len = padded_len(g, nb);
+    let scratch_len = dy_len + rows_len + pad_len;
+    let mut scratch = arena::for_overwrite::<f32>(blocks * scratch_len);
+    let mut partials = arena::for_overwrite::<f32>(blocks * dw_len);
+    partials
+        .par_chunks_mut(dw_len)
+        .zip(scratch.par_chunks_mut(scratch_len))
+        .enumerate()
+        .for_each(|(b, (partial, scratch))| {
+            let (gathered, scratch) = scratch.split_at_mut(dy_len);
+            let (rows, padded) = scratch.split_at_mut(rows_len);
+            let end = ((b + 1) * per).min(g.n);
+            let mut s0 = b * per;
+            while s0 < end {
+                let k = nb.min(end - s0);
+                let ld = k * ohw;
+                // The first GEMM of a block overwrites its partial; the rest add to it.
+                let accumulate = s0 > b * per;
+                for group in 0..g.groups {
+                    let cols = ImageColumns::new(x, g, group, (s0, k), padded);
+                    let mut panels = |dst: &mut [f32], p0, kc, j0, width| {
+                        cols.pack_taps(dst, p0, kc, j0, width, rows)
+                    };
+                    // dW_g (og x ckk) (+)= dY_g (og x positions) * colsᵀ
+                    let a = if k == 1 {
+                        let dyg = MatRef {
+                            offset: (s0 * g.o + group * og) * ohw,
+                            row_stride: ohw as isize,
+                            col_stride: 1,
+                        };
+                        PanelsA::Strided(dy, dyg)
+                    } else {
+                        gather_dy(dy, g, s0, k, group, gathered);
+                        let all = MatRef {
+                            offset: 0,
+                            row_stride: ld as isize,
+                            col_stride: 1,
+                        };
+                        PanelsA::Strided(gathered, all)
+                    };
+                    let dw_g = &mut partial[group * og * ckk..][..og * ckk];
+                    sgemm::blocked_with(dw_g, accumulate, og, ckk, ld, a, &mut panels);
+                }
+                s0 += k;
+            }
+        });
+    dw.copy_from_slice(&partials[..dw_len]);
+    for p in partials.chunks(dw_len).skip(1) {
+        for (d, &v) in dw.iter_mut().zip(p) {
+            *d += v;
+        }
+    }
+    arena::recycle(Buffer::F32(partials));
+    arena::recycle(Buffer::F32(scratch));
+}
