@@ -1,6 +1,17 @@
 //! A convolution's column matrix, never written whole: the GEMM's B panels are copied
 //! straight from the images, 16 columns and one depth block at a time.
 //!
+//! ```
+//! use spore_kernels::conv::{conv2d, ConvGeometry};
+//! use spore_kernels::conv_panels;
+//! // ResNet's first-stage convolution: padded 3x3, 64 -> 64 channels, 32x32 images.
+//! let g = ConvGeometry::new([1, 64, 32, 32], [64, 64, 3, 3], [1, 1], [1, 1], [1; 4], 1);
+//! # let _ = conv_panels::applies(&g); // true where the CPU has AVX2 and FMA
+//! let y = conv2d(&vec![1.0f32; 64 * 32 * 32], &vec![1.0f32; 64 * 64 * 9], &g);
+//! // An interior output sums 64 channels x 9 taps; a corner's window keeps 4 taps.
+//! assert_eq!((y[33], y[0]), (576.0, 256.0));
+//! ```
+//!
 //! ```text
 //! forward:          Y[out][position]  = W[out][tap] · cols[tap][position]
 //! weight gradient:  dW[out][tap]      = dY[out][position] · cols[tap][position]ᵀ
