@@ -136,6 +136,22 @@ impl<'a> ImageColumns<'a> {
         self.first + s * self.image_stride + oy * g.stride[0] * self.row_len + ox * g.stride[1]
     }
 
+    /// Splits positions `first..first + count` (across the chunk's images) into runs
+    /// along output rows, written to `runs` as (offset from `first`, length, window
+    /// corner); returns how many. Each run is one copy per tap.
+    fn row_runs(&self, first: usize, count: usize, runs: &mut [(usize, usize, usize)]) -> usize {
+        let (ohw, ow) = (self.g.ohw(), self.g.ow);
+        let (mut n, mut t) = (0, 0);
+        while t < count && n < runs.len() {
+            let (s, pos) = ((first + t) / ohw, (first + t) % ohw);
+            let len = (ow - pos % ow).min(count - t);
+            runs[n] = (t, len, self.corner(s, pos));
+            n += 1;
+            t += len;
+        }
+        n
+    }
+
     /// Copies `out.len()` values from `src[at..]`, `stride` apart.
     #[inline(always)]
     fn run(&self, out: &mut [f32], at: usize, stride: usize) {
@@ -166,18 +182,9 @@ impl<'a> ImageColumns<'a> {
         j0: usize,
         width: usize,
     ) {
-        let (ohw, ow, sx) = (self.g.ohw(), self.g.ow, self.g.stride[1]);
-        // The panel's positions as runs along output rows: (first column, length, corner).
+        let sx = self.g.stride[1];
         let mut runs = [(0, 0, 0); NR];
-        let mut count = 0;
-        let mut q = 0;
-        while q < width {
-            let (s, pos) = ((j0 + q) / ohw, (j0 + q) % ohw);
-            let len = (ow - pos % ow).min(width - q);
-            runs[count] = (q, len, self.corner(s, pos));
-            count += 1;
-            q += len;
-        }
+        let count = self.row_runs(j0, width, &mut runs);
         let runs = &runs[..count];
         for (row, tap) in dst.chunks_exact_mut(NR).take(kc).zip(self.taps_from(p0)) {
             for &(q0, len, corner) in runs {
@@ -200,18 +207,9 @@ impl<'a> ImageColumns<'a> {
         width: usize,
         rows: &mut [f32],
     ) {
-        let (ohw, ow, sx) = (self.g.ohw(), self.g.ow, self.g.stride[1]);
-        // The positions as runs along output rows: (first row of the panel, length, corner).
+        let sx = self.g.stride[1];
         let mut runs = [(0, 0, 0); sgemm::MAX_DEPTH_BLOCK];
-        let mut count = 0;
-        let mut t = 0;
-        while t < kc && count < runs.len() {
-            let (s, pos) = ((p0 + t) / ohw, (p0 + t) % ohw);
-            let len = (ow - pos % ow).min(kc - t);
-            runs[count] = (t, len, self.corner(s, pos));
-            count += 1;
-            t += len;
-        }
+        let count = self.row_runs(p0, kc, &mut runs);
         let runs = &runs[..count];
         let rows = &mut rows[..NR * kc];
         let mut taps = self.taps_from(j0);
