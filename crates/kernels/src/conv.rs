@@ -191,16 +191,36 @@ fn lower_images<T: Num>(
     }
 }
 
+/// `dY` of images `s0..s0 + k`, group `group`, as one [og, k * ohw] matrix (image `s` at
+/// column `s * ohw`): read in place for one image, else gathered into `tmp` first.
+pub(crate) fn group_output_gradient<'a, T: Num>(
+    dy: &'a [T],
+    g: &ConvGeometry,
+    (s0, k): (usize, usize),
+    group: usize,
+    tmp: &'a mut [T],
+) -> (&'a [T], MatRef) {
+    let ohw = g.ohw();
+    if k == 1 {
+        let in_place = MatRef {
+            offset: (s0 * g.o + group * g.og()) * ohw,
+            row_stride: ohw as isize,
+            col_stride: 1,
+        };
+        return (dy, in_place);
+    }
+    gather_dy(dy, g, s0, k, group, tmp);
+    let gathered = MatRef {
+        offset: 0,
+        row_stride: (k * ohw) as isize,
+        col_stride: 1,
+    };
+    (tmp, gathered)
+}
+
 /// Copies `dy` of images `s0..s0 + k`, group `group`, into `tmp` as one [og, k * ohw]
 /// matrix (image `s` at column `s * ohw`).
-pub(crate) fn gather_dy<T: Num>(
-    dy: &[T],
-    g: &ConvGeometry,
-    s0: usize,
-    k: usize,
-    group: usize,
-    tmp: &mut [T],
-) {
+fn gather_dy<T: Num>(dy: &[T], g: &ConvGeometry, s0: usize, k: usize, group: usize, tmp: &mut [T]) {
     let (ohw, og) = (g.ohw(), g.og());
     let ld = k * ohw;
     for s in 0..k {
@@ -321,33 +341,19 @@ pub fn conv2d_backward_input<T: Num>(dy: &[T], w: &[T], g: &ConvGeometry) -> Vec
                         row_stride: 1,
                         col_stride: ckk as isize,
                     };
-                    if k == 1 {
-                        let dyg = MatRef {
-                            offset: (s0 * g.o + group * og) * ohw,
-                            row_stride: ohw as isize,
-                            col_stride: 1,
-                        };
-                        gemm_into(cols, false, ckk, ohw, og, w, wt, dy, dyg, par);
-                    } else {
-                        gather_dy(dy, g, s0, k, group, tmp);
-                        let tm = MatRef {
-                            offset: 0,
-                            row_stride: ld as isize,
-                            col_stride: 1,
-                        };
-                        gemm_into(
-                            &mut cols[..ckk * ld],
-                            false,
-                            ckk,
-                            ld,
-                            og,
-                            w,
-                            wt,
-                            tmp,
-                            tm,
-                            par,
-                        );
-                    }
+                    let (dyg, dm) = group_output_gradient(dy, g, (s0, k), group, tmp);
+                    gemm_into(
+                        &mut cols[..ckk * ld],
+                        false,
+                        ckk,
+                        ld,
+                        og,
+                        w,
+                        wt,
+                        dyg,
+                        dm,
+                        par,
+                    );
                     for s in 0..k {
                         col2im(&cols[s * ohw..], ld, g, group, &mut dxs[s * chw..][..chw]);
                     }
@@ -366,20 +372,15 @@ pub fn conv2d_backward_filter<T: Num>(dy: &[T], x: &[T], g: &ConvGeometry) -> Ve
         return arena::zeroed::<T>(dw_len);
     }
     if let (Some(dyf), Some(xf)) = (as_f32(dy), as_f32(x))
-        && implicit_conv::applies(g)
+        && (implicit_conv::applies(g) || conv_panels::applies(g))
     {
         let mut dw = arena::for_overwrite::<T>(dw_len);
         if let Some(dwf) = as_f32_mut(&mut dw) {
-            implicit_conv::filter_gradient(dyf, xf, g, dwf);
-            return dw;
-        }
-    }
-    if let (Some(dyf), Some(xf)) = (as_f32(dy), as_f32(x))
-        && conv_panels::applies(g)
-    {
-        let mut dw = arena::for_overwrite::<T>(dw_len);
-        if let Some(dwf) = as_f32_mut(&mut dw) {
-            conv_panels::filter_gradient(dyf, xf, g, dwf);
+            if implicit_conv::applies(g) {
+                implicit_conv::filter_gradient(dyf, xf, g, dwf);
+            } else {
+                conv_panels::filter_gradient(dyf, xf, g, dwf);
+            }
             return dw;
         }
     }
@@ -410,35 +411,28 @@ pub fn conv2d_backward_filter<T: Num>(dy: &[T], x: &[T], g: &ConvGeometry) -> Ve
                         col_stride: ld as isize,
                     };
                     let dw_g = &mut dw[group * og * ckk..][..og * ckk];
-                    if k == 1 {
-                        let dyg = MatRef {
-                            offset: (s0 * g.o + group * og) * ohw,
-                            row_stride: ohw as isize,
-                            col_stride: 1,
-                        };
-                        gemm_into(dw_g, !first, og, ckk, ohw, dy, dyg, cols, ct, par);
-                    } else {
-                        gather_dy(dy, g, s0, k, group, tmp);
-                        let tm = MatRef {
-                            offset: 0,
-                            row_stride: ld as isize,
-                            col_stride: 1,
-                        };
-                        gemm_into(dw_g, !first, og, ckk, ld, tmp, tm, cols, ct, par);
-                    }
+                    let (dyg, dm) = group_output_gradient(dy, g, (s0, k), group, tmp);
+                    gemm_into(dw_g, !first, og, ckk, ld, dyg, dm, cols, ct, par);
                 }
                 first = false;
                 s0 += k;
             }
         });
     let mut dw = arena::for_overwrite::<T>(dw_len);
-    dw.copy_from_slice(&partials[..dw_len]);
-    for p in partials.chunks(dw_len).skip(1) {
+    sum_partials(&mut dw, &partials);
+    arena::recycle(T::into_buffer(partials));
+    arena::recycle(T::into_buffer(scratch));
+    dw
+}
+
+/// `dw` = the sum of the `dw.len()`-long partial gradients in `partials` (one per block of
+/// the batch).
+pub(crate) fn sum_partials<T: Num>(dw: &mut [T], partials: &[T]) {
+    let len = dw.len();
+    dw.copy_from_slice(&partials[..len]);
+    for p in partials.chunks(len.max(1)).skip(1) {
         for (d, &v) in dw.iter_mut().zip(p) {
             *d = d.binary(BinaryFn::Add, v);
         }
     }
-    arena::recycle(T::into_buffer(partials));
-    arena::recycle(T::into_buffer(scratch));
-    dw
 }

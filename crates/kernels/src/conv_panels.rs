@@ -31,7 +31,7 @@
 
 use rayon::prelude::*;
 
-use crate::conv::{ConvGeometry, GEMM_COLUMNS, batch_blocks, gather_dy};
+use crate::conv::{ConvGeometry, GEMM_COLUMNS, batch_blocks, group_output_gradient, sum_partials};
 use crate::matmul::MatRef;
 use crate::sgemm::{self, NR, PanelsA, pack_b_panel};
 use crate::{Buffer, arena};
@@ -345,34 +345,15 @@ pub(crate) fn filter_gradient(dy: &[f32], x: &[f32], g: &ConvGeometry, dw: &mut 
                         cols.pack_taps(dst, p0, kc, j0, width, rows)
                     };
                     // dW_g (og x ckk) (+)= dY_g (og x positions) * colsᵀ
-                    let a = if k == 1 {
-                        let dyg = MatRef {
-                            offset: (s0 * g.o + group * og) * ohw,
-                            row_stride: ohw as isize,
-                            col_stride: 1,
-                        };
-                        PanelsA::Strided(dy, dyg)
-                    } else {
-                        gather_dy(dy, g, s0, k, group, gathered);
-                        let all = MatRef {
-                            offset: 0,
-                            row_stride: ld as isize,
-                            col_stride: 1,
-                        };
-                        PanelsA::Strided(gathered, all)
-                    };
+                    let (dyg, dm) = group_output_gradient(dy, g, (s0, k), group, gathered);
+                    let a = PanelsA::Strided(dyg, dm);
                     let dw_g = &mut partial[group * og * ckk..][..og * ckk];
                     sgemm::blocked_with(dw_g, accumulate, og, ckk, ld, a, &mut panels);
                 }
                 s0 += k;
             }
         });
-    dw.copy_from_slice(&partials[..dw_len]);
-    for p in partials.chunks(dw_len).skip(1) {
-        for (d, &v) in dw.iter_mut().zip(p) {
-            *d += v;
-        }
-    }
+    sum_partials(dw, &partials);
     arena::recycle(Buffer::F32(partials));
     arena::recycle(Buffer::F32(scratch));
 }

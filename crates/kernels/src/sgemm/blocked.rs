@@ -58,7 +58,6 @@ pub(crate) fn prepack_a(dst: &mut [f32], a: &[f32], ma: MatRef, m: usize, k: usi
             return;
         };
         let out = &out; // the whole `Dst` (Sync), not its raw pointer field
-
         // SAFETY: depth blocks cover disjoint ranges `p0 * rows..(p0 + kc) * rows`, all
         // inside `dst` (asserted above), which outlives this parallel section.
         let block = unsafe { std::slice::from_raw_parts_mut(out.0.add(p0 * rows), rows * kc) };
@@ -131,7 +130,6 @@ fn part(p: &Product, a: PanelsA, b: PanelsB, rows: Range<usize>, cols: Range<usi
     // Rows that fit one MC block never reuse a B panel after its row tiles: each panel is
     // then packed into L1 right before its tiles run, instead of a whole NC block being
     // packed first (1 MiB, past L2, so that the tiles found their panels evicted).
-    // (Part of the ResNet change recorded in `conv_panels`.)
     let streaming = rows.len() <= MC / MR;
     let nc_panels = if streaming {
         1
