@@ -120,6 +120,13 @@ pub enum Op {
     },
     /// A chain of elementwise ops run as one loop (built by the graph compiler).
     Fused(FusedProgram),
+    /// The sum over `axes` of a fused program's result, which is never materialised
+    /// (built by the graph compiler; see `prims::fused_reduce`).
+    FusedReduceSum {
+        program: FusedProgram,
+        axes: Vec<usize>,
+        keep_dims: bool,
+    },
     /// Prints text and its tensor inputs in order (a side effect kept in graphs).
     Print(Vec<PrintSegment>),
     /// A primitive defined outside this crate.
@@ -261,6 +268,7 @@ impl Op {
             Op::OneHot { .. } => "OneHot",
             Op::RandomUniform { .. } => "UniformReal",
             Op::Fused(_) => "FusedElementwise",
+            Op::FusedReduceSum { .. } => "FusedReduceSum",
             Op::Print(_) => "Print",
             Op::Custom(c) => return c.name().to_string(),
         };
@@ -288,7 +296,8 @@ impl Op {
             Op::Conv2dBackpropInput { .. } | Op::Conv2dBackpropFilter { .. } => 2,
             Op::MaxPool2dGrad(_) | Op::Gather { .. } => 2,
             Op::Select | Op::ScatterAdd { .. } => 3,
-            Op::Concat { .. } | Op::Custom(_) | Op::Fused(_) | Op::Print(_) => return None,
+            Op::Concat { .. } | Op::Custom(_) | Op::Print(_) => return None,
+            Op::Fused(_) | Op::FusedReduceSum { .. } => return None,
             _ => 1,
         })
     }

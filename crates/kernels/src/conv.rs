@@ -11,11 +11,13 @@
 use rayon::prelude::*;
 
 use crate::arena;
+use crate::buffer::Buffer;
 use crate::conv_panels;
 use crate::elementwise::{BinaryFn, Num};
 use crate::im2col::{col2im, im2col};
 use crate::implicit_conv;
 use crate::matmul::{MatRef, as_f32, as_f32_mut, gemm_into, parallelism_for};
+use crate::sgemm::{self, PanelsA};
 use gemm::Parallelism;
 
 /// Every size a convolution needs, resolved once (pads are explicit: top, bottom, left, right).
@@ -325,6 +327,11 @@ pub fn conv2d_backward_input<T: Num>(dy: &[T], w: &[T], g: &ConvGeometry) -> Vec
     }
     let l = Lowering::new::<T>(g);
     let (per, nb, par) = (l.per, l.nb, l.par);
+    // Each group's Wᵀ packed once for the whole batch (f32 with the blocked GEMM):
+    // packed per GEMM instead, it was re-gathered (576-value strides) for every image.
+    let packed = as_f32(w)
+        .filter(|_| matches!(par, Parallelism::None) && conv_panels::applies(g))
+        .map(|wf| conv_panels::packed_transposed_filters(wf, g));
     let mut scratch = l.scratch::<T>();
     dx.par_chunks_mut(per * chw)
         .zip(scratch.par_chunks_mut(l.scratch_len.max(1)))
@@ -342,18 +349,18 @@ pub fn conv2d_backward_input<T: Num>(dy: &[T], w: &[T], g: &ConvGeometry) -> Vec
                         col_stride: ckk as isize,
                     };
                     let (dyg, dm) = group_output_gradient(dy, g, (s0, k), group, tmp);
-                    gemm_into(
-                        &mut cols[..ckk * ld],
-                        false,
-                        ckk,
-                        ld,
-                        og,
-                        w,
-                        wt,
-                        dyg,
-                        dm,
-                        par,
-                    );
+                    let cols = &mut cols[..ckk * ld];
+                    if let (Some((filters, len)), Some(dyf)) = (&packed, as_f32(dyg))
+                        && let Some(colsf) = as_f32_mut(cols)
+                    {
+                        let a = PanelsA::Prepacked(&filters[group * len..][..*len]);
+                        let mut panels = |dst: &mut [f32], p0, kc, j0, width| {
+                            sgemm::pack_b_panel(dst, dyf, dm, p0, kc, j0, width)
+                        };
+                        sgemm::blocked_with(colsf, false, ckk, ld, og, a, &mut panels);
+                    } else {
+                        gemm_into(cols, false, ckk, ld, og, w, wt, dyg, dm, par);
+                    }
                     for s in 0..k {
                         col2im(&cols[s * ohw..], ld, g, group, &mut dxs[s * chw..][..chw]);
                     }
@@ -361,6 +368,9 @@ pub fn conv2d_backward_input<T: Num>(dy: &[T], w: &[T], g: &ConvGeometry) -> Vec
             }
         });
     arena::recycle(T::into_buffer(scratch));
+    if let Some((filters, _)) = packed {
+        arena::recycle(Buffer::F32(filters));
+    }
     dx
 }
 

@@ -262,6 +262,23 @@ fn packed_filters(w: &[f32], g: &ConvGeometry) -> (Vec<f32>, usize) {
     (packed, len)
 }
 
+/// Every group's transposed filter (`ckk x og`) packed once as the input gradient's A
+/// (`cols = Wᵀ · dY`), in `groups` slices of `len` values: `(packed, len)`.
+pub(crate) fn packed_transposed_filters(w: &[f32], g: &ConvGeometry) -> (Vec<f32>, usize) {
+    let (og, ckk) = (g.og(), g.ckk());
+    let len = sgemm::prepacked_a_len(ckk, og);
+    let mut packed = arena::for_overwrite::<f32>(g.groups * len);
+    for (group, dst) in packed.chunks_mut(len).enumerate() {
+        let transposed = MatRef {
+            offset: group * og * ckk,
+            row_stride: 1,
+            col_stride: ckk as isize,
+        };
+        sgemm::prepack_a(dst, w, transposed, ckk, og);
+    }
+    (packed, len)
+}
+
 /// Forward pass into `y` ([N, O, OH, OW]); the caller checked [`applies`] and the sizes.
 pub(crate) fn forward(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32]) {
     let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());

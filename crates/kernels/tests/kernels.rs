@@ -307,7 +307,9 @@ fn panel_convolutions_match_naive_f64() {
     // padded 3x3 (one image per GEMM, and several side by side when positions are few),
     // stride 2 with a 1x1 shortcut, asymmetric pads, dilation, groups, a depth past one
     // block (ckk = 360 > 256), more than one row block of A (160 channels), positions
-    // not a multiple of 16, and a batch that does not split evenly.
+    // not a multiple of 16, and a batch that does not split evenly. The input gradient
+    // multiplies by each group's Wᵀ packed once: with groups, and with more output
+    // channels than one depth block (330).
     let cases = [
         ([3, 8, 16, 16], [24, 8, 3, 3], [1, 1], [1, 1], [1; 4], 1),
         ([5, 40, 4, 4], [40, 40, 3, 3], [1, 1], [1, 1], [1; 4], 1),
@@ -323,6 +325,7 @@ fn panel_convolutions_match_naive_f64() {
         ),
         ([3, 12, 6, 6], [40, 6, 3, 3], [1, 1], [1, 1], [1; 4], 2),
         ([2, 3, 5, 7], [160, 3, 3, 3], [1, 1], [1, 1], [1; 4], 1),
+        ([2, 4, 6, 6], [330, 4, 3, 3], [1, 1], [1, 1], [1; 4], 1),
         (
             [33, 4, 5, 5],
             [19, 4, 2, 2],

@@ -1,6 +1,7 @@
 //! Where one LeNet5 training step (batch 32) spends its time, op by op (Spore's own
-//! profiler), in PyNative mode, or in Graph mode with `--graph`.
-//! Run: `cargo run --release --example profile_lenet [-- --graph]`
+//! profiler), in PyNative mode, or in Graph mode with `--graph`; `--mlp` profiles the
+//! seed 004 MLP (batch 64) instead, `--resnet` ResNet-18 (batch 32, 3 steps).
+//! Run: `cargo run --release --example profile_lenet [-- --graph] [--mlp | --resnet]`
 
 use spore::prelude::*;
 use spore_core::debug::profiler::Profiler;
@@ -13,18 +14,26 @@ fn main() -> Result<()> {
     if std::env::args().any(|a| a == "--graph") {
         set_context(ContextUpdate::new().mode(Mode::Graph))?;
     }
-    let net = LeNet5::new(10)?;
+    let flag = |f: &str| std::env::args().any(|a| a == f);
+    let (net, x_shape, steps): (std::sync::Arc<dyn Cell>, [usize; 4], usize) = if flag("--mlp") {
+        (Mlp::new()?, [64, 1, 28, 28], 20)
+    } else if flag("--resnet") {
+        (ResNet::resnet18(10)?, [32, 3, 32, 32], 3)
+    } else {
+        (LeNet5::new(10)?, [32, 1, 32, 32], 20)
+    };
     let loss = SoftmaxCrossEntropyWithLogits::new(true, Reduction::Mean);
     let opt = Momentum::new(net.trainable_params(), 0.01, 0.9)?;
-    let step = TrainOneStepCell::new(WithLossCell::new(net, loss), opt);
-    let x = Tensor::randn(&[32, 1, 32, 32], DType::F32, Some(3))?;
-    let y = Tensor::from_vec((0..32i32).map(|i| i % 10).collect(), &[32])?;
-    for _ in 0..20 {
+    let step = TrainOneStepCell::new_dyn(WithLossCell::new_dyn(net, loss), opt);
+    let x = Tensor::randn(&x_shape, DType::F32, Some(3))?;
+    let batch = x_shape[0] as i32;
+    let y = Tensor::from_vec((0..batch).map(|i| i % 10).collect(), &[x_shape[0]])?;
+    for _ in 0..steps {
         step.step(&x, &y)?;
     }
     let p = Profiler::new(std::env::temp_dir().join("spore-profile-lenet"));
     p.start();
-    for _ in 0..20 {
+    for _ in 0..steps {
         step.step(&x, &y)?;
         p.step_end(std::time::Duration::ZERO);
     }

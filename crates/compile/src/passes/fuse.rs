@@ -1,6 +1,8 @@
 //! Elementwise fusion: a chain of elementwise float ops of one output shape, whose
 //! intermediate values have no other user, becomes one `FusedElementwise` node that
-//! makes a single pass over memory.
+//! makes a single pass over memory. A chain whose only reader is a `ReduceSum` runs
+//! inside it instead (`FusedReduceSum`): the full-size result is never written, only
+//! summed chunk by chunk (BatchNorm's `Σ (x - μ)²` and the sums of its backward pass).
 //!
 //! ```
 //! use spore_compile::{pass::Pass, passes::{Dce, FuseElementwise}};
@@ -18,7 +20,8 @@ use spore_core::Result;
 use spore_core::ir::{Graph, NodeKind, ValueId};
 use spore_core::op::Op;
 use spore_core::prims::fused::{FusedInstr, FusedProgram};
-use spore_kernels::DType;
+use spore_core::prims::fused_reduce::sum_split;
+use spore_kernels::{DType, ReduceFn};
 
 use crate::pass::Pass;
 
@@ -74,6 +77,44 @@ impl Pass for FuseElementwise {
             group_of.insert(i, group);
         }
         let mut changed = false;
+        // A sum that is the only reader of a group's result takes the group inside it.
+        for r in 0..g.nodes.len() {
+            let NodeKind::Op {
+                op:
+                    Op::Reduce {
+                        kind: ReduceFn::Sum,
+                        axes,
+                        keep_dims,
+                    },
+                args,
+            } = &g.nodes[r].kind
+            else {
+                continue;
+            };
+            let a = args[0];
+            let summable = |group: &Group| {
+                let ty = g.nodes[a].ty();
+                ty.dtype == group.dtype && sum_split(&ty.shape, axes).is_some()
+            };
+            if uses[a] != 1 || !group_of.get(&a).is_some_and(summable) {
+                continue;
+            }
+            let (axes, keep_dims) = (axes.clone(), *keep_dims);
+            let Some(mut group) = group_of.remove(&a) else {
+                continue;
+            };
+            group.members.sort_unstable();
+            let (program, inputs) = build_program(g, &group);
+            g.nodes[r].kind = NodeKind::Op {
+                op: Op::FusedReduceSum {
+                    program,
+                    axes,
+                    keep_dims,
+                },
+                args: inputs,
+            };
+            changed = true;
+        }
         for (root, mut group) in group_of {
             if group.members.len() < 2 {
                 continue;

@@ -257,3 +257,59 @@ funcgraph snap(
 }"
     );
 }
+
+/// Sums whose only input is an elementwise chain become `FusedReduceSum` (the chain runs
+/// inside the sum): BatchNorm's variance, a masked bias gradient (kept positions wrap
+/// around chunks), a row sum and a full sum. A sum over non-adjacent kept axes stays as
+/// it was. Every result equals the unfused graph's, the executor's, and (for the
+/// variance) a naive f64 sum.
+#[test]
+fn sums_of_elementwise_chains_run_fused() {
+    let x_ty = TensorType::new(&[6, 5, 40, 40], DType::F32);
+    let y_ty = TensorType::new(&[64, 37], DType::F32);
+    let mut g = trace("sums", &[x_ty, y_ty], |x| {
+        let (x, y) = (&x[0], &x[1]);
+        let centred = x.sub(&x.mean(&[0, 2, 3], true)?)?;
+        let var = centred.mul(&centred)?.sum(&[0, 2, 3], false)?;
+        let zero = Tensor::scalar(0.0f32);
+        let masked = Tensor::select(&y.greater(&zero)?, &y.exp()?, &zero)?;
+        let bias_grad = masked.sum(&[0], false)?;
+        let rows = y.mul(y)?.sum(&[1], true)?;
+        let total = y.sin()?.sum(&[], false)?;
+        let apart = x.mul(x)?.sum(&[1, 3], false)?;
+        Ok(vec![var, centred, bias_grad, rows, total, apart])
+    })
+    .unwrap();
+    let inputs = vec![
+        Tensor::randn(&[6, 5, 40, 40], DType::F32, Some(11)).unwrap(),
+        Tensor::randn(&[64, 37], DType::F32, Some(12)).unwrap(),
+    ];
+    let before = g.interpret(&inputs).unwrap();
+    assert!(FuseElementwise.run(&mut g).unwrap());
+    Dce.run(&mut g).unwrap();
+    g.verify().unwrap();
+    let ir = g.to_ir();
+    assert_eq!(ir.matches("= FusedReduceSum(").count(), 4, "{ir}");
+    // The mean's sum reads x itself; `apart` keeps two axes that are not adjacent.
+    assert_eq!(ir.matches("= ReduceSum(").count(), 2, "{ir}");
+    let after = g.interpret(&inputs).unwrap();
+    let mut exe = spore_compile::executor::Executable::new(g).unwrap();
+    let executed = exe.run(&inputs).unwrap();
+    for ((a, e), b) in after.outputs.iter().zip(&executed).zip(&before.outputs) {
+        assert_close(a, b, 1e-5, "fused sum vs unfused");
+        assert_close(e, b, 1e-5, "executor vs unfused");
+    }
+    // The variance against a naive f64 sum over N, H and W per channel.
+    let x = inputs[0].to_f64_vec().unwrap();
+    let (n, c, hw) = (6, 5, 1600);
+    let var = after.outputs[0].to_f64_vec().unwrap();
+    for (ch, &v) in var.iter().enumerate() {
+        let values = (0..n).flat_map(|i| x[(i * c + ch) * hw..][..hw].iter().copied());
+        let mean = values.clone().sum::<f64>() / (n * hw) as f64;
+        let expected: f64 = values.map(|v| (v - mean) * (v - mean)).sum();
+        assert!(
+            (v - expected).abs() <= 1e-5 * expected,
+            "channel {ch}: {v} vs {expected}"
+        );
+    }
+}

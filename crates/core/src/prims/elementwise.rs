@@ -115,8 +115,12 @@ pub(crate) fn vjp(
                 UnaryFn::Tanh => g.mul(&out.mul(out)?.neg()?.add_scalar(1.0)?)?,
                 UnaryFn::Sigmoid => g.mul(&out.mul(&out.neg()?.add_scalar(1.0)?)?)?,
                 UnaryFn::Relu => {
-                    let zero = Tensor::scalar_of(0.0, x.dtype());
-                    Tensor::select(&x.greater(&zero)?, g, &zero)?
+                    // From the output (out > 0 exactly where x > 0), as PyTorch does: the
+                    // backward pass then keeps no reference to x, so a compiled graph can
+                    // fuse the op producing x (BatchNorm's affine, a residual add) with
+                    // this ReLU into one pass, and x never reaches memory.
+                    let zero = Tensor::scalar_of(0.0, out.dtype());
+                    Tensor::select(&out.greater(&zero)?, g, &zero)?
                 }
                 UnaryFn::Sin => g.mul(&x.cos()?)?,
                 UnaryFn::Cos => g.mul(&x.sin()?)?.neg()?,

@@ -57,7 +57,60 @@ pub struct FusedProgram {
     pub out_dtype: DType,
 }
 
-const CHUNK: usize = 512;
+/// Elements a program evaluates at a time (its registers are chunks of this length).
+pub(crate) const CHUNK: usize = 512;
+
+/// A program's inputs prepared for evaluation over flat ranges of its result: values in
+/// the compute dtype (inputs already in it are borrowed, Bool conditions converted to
+/// 0/1 in a pooled vector), layouts broadcast to the result's shape, and which inputs are
+/// read in place. Inline vectors: a compiled step allocates nothing here.
+pub(crate) struct Operands<'a, T: Clone> {
+    loaded: SmallVec<[(Cow<'a, [T]>, Layout); 8]>,
+    in_place: SmallVec<[bool; 8]>,
+    /// The input whose buffer the result is written into, if any (see [`LENT`]).
+    lent_input: Option<usize>,
+}
+
+impl<'a, T: Num> Operands<'a, T> {
+    pub(crate) fn load(inputs: &[&'a Tensor], shape: &[usize], lent_input: Option<usize>) -> Self {
+        let loaded: SmallVec<[(Cow<'a, [T]>, Layout); 8]> = inputs
+            .iter()
+            .map(|t| {
+                let s = t.buf();
+                let values = match (T::slice_of(&s.buffer), &*s.buffer) {
+                    (Some(v), _) => Cow::Borrowed(v),
+                    (None, Buffer::Bool(flags)) => Cow::Owned(arena::collect_exact(
+                        flags.len(),
+                        flags.iter().map(|&f| if f { T::one() } else { T::zero() }),
+                    )),
+                    (None, other) => {
+                        Cow::Owned(other.to_f64_vec().into_iter().map(T::from_f64).collect())
+                    }
+                };
+                (values, coalesce(&s.layout.broadcast_to(shape)))
+            })
+            .collect();
+        let in_place = loaded
+            .iter()
+            .enumerate()
+            .map(|(r, (_, l))| l.is_contiguous() && Some(r) != lent_input)
+            .collect();
+        Operands {
+            loaded,
+            in_place,
+            lent_input,
+        }
+    }
+
+    /// Gives converted inputs' vectors back to the pool.
+    pub(crate) fn recycle(self) {
+        for (values, _) in self.loaded {
+            if let Cow::Owned(v) = values {
+                arena::recycle(T::into_buffer(v));
+            }
+        }
+    }
+}
 
 thread_local! {
     /// A buffer lent to the next fused op on this thread: (input position, that input's
@@ -164,28 +217,9 @@ impl FusedProgram {
             },
             None => (None, None),
         };
-        // Each input as (values in T, layout broadcast to the output shape); inputs already
-        // in the compute dtype are borrowed, Bool conditions are converted to 0/1 in a
-        // pooled vector. (Inline vectors: a compiled step allocates nothing here.)
-        let loaded: SmallVec<[(Cow<'_, [T]>, Layout); 8]> = inputs
-            .iter()
-            .map(|t| {
-                let s = t.buf();
-                let values = match (T::slice_of(&s.buffer), &*s.buffer) {
-                    (Some(v), _) => Cow::Borrowed(v),
-                    (None, Buffer::Bool(flags)) => Cow::Owned(arena::collect_exact(
-                        flags.len(),
-                        flags.iter().map(|&f| if f { T::one() } else { T::zero() }),
-                    )),
-                    (None, other) => {
-                        Cow::Owned(other.to_f64_vec().into_iter().map(T::from_f64).collect())
-                    }
-                };
-                (values, coalesce(&s.layout.broadcast_to(shape)))
-            })
-            .collect();
+        let operands = Operands::<T>::load(inputs, shape, lent_input);
         let mut out = lent_out.unwrap_or_else(|| arena::for_overwrite::<T>(n));
-        let n_regs = self.num_inputs + self.instrs.len();
+        let n_regs = self.registers();
         // Registers: one set per block of chunks, taken on this thread before forking so a
         // graph's buffer pool serves them (see `spore_kernels::arena`).
         let chunks = n.div_ceil(CHUNK);
@@ -196,49 +230,10 @@ impl FusedProgram {
         };
         let per_block = chunks.div_ceil(blocks).max(1) * CHUNK;
         let mut regs = arena::for_overwrite::<T>(blocks * n_regs * CHUNK);
-        // Contiguous inputs are read in place; only strided or broadcast ones are gathered
-        // into their registers. The last instruction writes straight into the output.
-        let in_place: SmallVec<[bool; 8]> = loaded
-            .iter()
-            .enumerate()
-            .map(|(r, (_, l))| l.is_contiguous() && Some(r) != lent_input)
-            .collect();
         let run_block = |(b, (dst, regs)): (usize, (&mut [T], &mut [T]))| {
             let mut regs: SmallVec<[&mut [T]; 32]> = regs.chunks_mut(CHUNK).collect();
             for (c, dst) in dst.chunks_mut(CHUNK).enumerate() {
-                let start = b * per_block + c * CHUNK;
-                let len = dst.len();
-                for (r, (vals, layout)) in loaded.iter().enumerate() {
-                    if Some(r) == lent_input {
-                        // The lent input's values for this chunk are still in `dst`.
-                        regs[r][..len].copy_from_slice(dst);
-                    } else if !in_place[r] {
-                        gather_range(vals, layout, start, &mut regs[r][..len]);
-                    }
-                }
-                let last = self.instrs.len() - 1;
-                for (k, ins) in self.instrs.iter().enumerate() {
-                    let (before, after) = regs.split_at_mut(self.num_inputs + k);
-                    let src = |r: usize| -> &[T] {
-                        if r < self.num_inputs && in_place[r] {
-                            let (vals, layout) = &loaded[r];
-                            &vals[layout.offset + start..][..len]
-                        } else {
-                            &before[r][..len]
-                        }
-                    };
-                    let d: &mut [T] = if k == last {
-                        &mut dst[..]
-                    } else {
-                        &mut after[0][..len]
-                    };
-                    match *ins {
-                        FusedInstr::Unary(f, a) => unary_slice(f, src(a), d),
-                        FusedInstr::Binary(f, a, b) => binary_slice(f, src(a), src(b), d),
-                        FusedInstr::Compare(f, a, b) => compare_slice(f, src(a), src(b), d),
-                        FusedInstr::Select(cnd, a, b) => select_slice(src(cnd), src(a), src(b), d),
-                    }
-                }
+                self.eval_chunk(&operands, &mut regs, b * per_block + c * CHUNK, dst);
             }
         };
         if blocks > 1 {
@@ -250,17 +245,63 @@ impl FusedProgram {
             run_block((0, (&mut out[..], &mut regs[..])));
         }
         arena::recycle(T::into_buffer(regs));
-        for (values, _) in loaded {
-            if let Cow::Owned(v) = values {
-                arena::recycle(T::into_buffer(v));
-            }
-        }
+        operands.recycle();
         if self.out_dtype == DType::Bool {
             let flags = spore_kernels::arena::collect_exact(n, out.iter().map(|&v| v != T::zero()));
             spore_kernels::arena::recycle(T::into_buffer(out));
             Ok(Buffer::Bool(flags))
         } else {
             Ok(T::into_buffer(out))
+        }
+    }
+
+    /// Registers the program uses: its inputs, then one per instruction.
+    pub(crate) fn registers(&self) -> usize {
+        self.num_inputs + self.instrs.len()
+    }
+
+    /// Evaluates result elements `start..start + dst.len()` (at most [`CHUNK`]) into
+    /// `dst`; `regs` holds [`Self::registers`] scratch chunks. Contiguous inputs are read
+    /// in place; only strided or broadcast ones are gathered into their registers. The
+    /// last instruction writes straight into `dst`.
+    pub(crate) fn eval_chunk<T: Num>(
+        &self,
+        operands: &Operands<'_, T>,
+        regs: &mut [&mut [T]],
+        start: usize,
+        dst: &mut [T],
+    ) {
+        let len = dst.len();
+        for (r, (vals, layout)) in operands.loaded.iter().enumerate() {
+            if Some(r) == operands.lent_input {
+                // The lent input's values for this chunk are still in `dst`.
+                regs[r][..len].copy_from_slice(dst);
+            } else if !operands.in_place[r] {
+                gather_range(vals, layout, start, &mut regs[r][..len]);
+            }
+        }
+        let last = self.instrs.len() - 1;
+        for (k, ins) in self.instrs.iter().enumerate() {
+            let (before, after) = regs.split_at_mut(self.num_inputs + k);
+            let src = |r: usize| -> &[T] {
+                if r < self.num_inputs && operands.in_place[r] {
+                    let (vals, layout) = &operands.loaded[r];
+                    &vals[layout.offset + start..][..len]
+                } else {
+                    &before[r][..len]
+                }
+            };
+            let d: &mut [T] = if k == last {
+                &mut dst[..]
+            } else {
+                &mut after[0][..len]
+            };
+            match *ins {
+                FusedInstr::Unary(f, a) => unary_slice(f, src(a), d),
+                FusedInstr::Binary(f, a, b) => binary_slice(f, src(a), src(b), d),
+                FusedInstr::Compare(f, a, b) => compare_slice(f, src(a), src(b), d),
+                FusedInstr::Select(cnd, a, b) => select_slice(src(cnd), src(a), src(b), d),
+            }
         }
     }
 

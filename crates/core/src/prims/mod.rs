@@ -6,6 +6,7 @@ pub mod conv;
 pub mod custom;
 pub mod elementwise;
 pub mod fused;
+pub mod fused_reduce;
 pub mod index;
 pub mod matmul;
 pub mod movement;
@@ -43,6 +44,11 @@ pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, Strin
         Op::Gather { .. } | Op::ScatterAdd { .. } | Op::OneHot { .. } => index::infer(op, inputs),
         Op::RandomUniform { .. } => random::infer(op, inputs),
         Op::Fused(p) => p.infer(inputs),
+        Op::FusedReduceSum {
+            program,
+            axes,
+            keep_dims,
+        } => program.infer_sum(inputs, axes, *keep_dims),
         Op::Print(segments) => print::infer(segments, inputs),
         Op::Custom(c) => c.infer(inputs),
     }
@@ -73,6 +79,7 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Stor
         }
         Op::RandomUniform { .. } => random::eval(op, inputs, out),
         Op::Fused(p) => p.eval(inputs, out),
+        Op::FusedReduceSum { program, axes, .. } => program.eval_sum(inputs, axes, out),
         Op::Print(segments) => print::eval(segments, inputs),
         Op::Custom(c) => c.eval(inputs, out),
     }
@@ -107,7 +114,7 @@ pub(crate) fn vjp(
             index::vjp(op, inputs, grad)
         }
         Op::RandomUniform { .. } => Ok(vec![None]),
-        Op::Fused(p) => p.vjp(),
+        Op::Fused(p) | Op::FusedReduceSum { program: p, .. } => p.vjp(),
         Op::Print(_) => Ok(vec![None; inputs.len()]),
         Op::Custom(c) => c.vjp(inputs, out, grad),
     }
