@@ -331,7 +331,7 @@ pub fn conv2d_backward_input<T: Num>(dy: &[T], w: &[T], g: &ConvGeometry) -> Vec
     // packed per GEMM instead, it was re-gathered (576-value strides) for every image.
     let packed = as_f32(w)
         .filter(|_| matches!(par, Parallelism::None) && conv_panels::applies(g))
-        .map(|wf| conv_panels::packed_transposed_filters(wf, g));
+        .map(|wf| conv_panels::packed_filters(wf, g, true));
     let mut scratch = l.scratch::<T>();
     dx.par_chunks_mut(per * chw)
         .zip(scratch.par_chunks_mut(l.scratch_len.max(1)))

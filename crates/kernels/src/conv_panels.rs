@@ -245,36 +245,25 @@ fn images_per_gemm(g: &ConvGeometry, per: usize) -> usize {
     (GEMM_COLUMNS / g.ohw().max(1)).clamp(1, per.max(1))
 }
 
-/// Every group's filter packed once as the forward pass's A (`og x ckk`), shared by all
-/// the GEMMs of the batch: `groups` slices of `len` values.
-fn packed_filters(w: &[f32], g: &ConvGeometry) -> (Vec<f32>, usize) {
+/// Every group's filter packed once as a GEMM's A, shared by all the GEMMs of the batch:
+/// `W` (`og x ckk`) for the forward pass, or `Wᵀ` (`ckk x og`, `transposed`) for the input
+/// gradient's `Wᵀ · dY`. Returns `groups` slices of `len` values, and `len`.
+pub(crate) fn packed_filters(w: &[f32], g: &ConvGeometry, transposed: bool) -> (Vec<f32>, usize) {
     let (og, ckk) = (g.og(), g.ckk());
-    let len = sgemm::prepacked_a_len(og, ckk);
+    let (rows, depth, row_stride, col_stride) = if transposed {
+        (ckk, og, 1, ckk as isize)
+    } else {
+        (og, ckk, ckk as isize, 1)
+    };
+    let len = sgemm::prepacked_a_len(rows, depth);
     let mut packed = arena::for_overwrite::<f32>(g.groups * len);
     for (group, dst) in packed.chunks_mut(len).enumerate() {
         let filter = MatRef {
             offset: group * og * ckk,
-            row_stride: ckk as isize,
-            col_stride: 1,
+            row_stride,
+            col_stride,
         };
-        sgemm::prepack_a(dst, w, filter, og, ckk);
-    }
-    (packed, len)
-}
-
-/// Every group's transposed filter (`ckk x og`) packed once as the input gradient's A
-/// (`cols = Wᵀ · dY`), in `groups` slices of `len` values: `(packed, len)`.
-pub(crate) fn packed_transposed_filters(w: &[f32], g: &ConvGeometry) -> (Vec<f32>, usize) {
-    let (og, ckk) = (g.og(), g.ckk());
-    let len = sgemm::prepacked_a_len(ckk, og);
-    let mut packed = arena::for_overwrite::<f32>(g.groups * len);
-    for (group, dst) in packed.chunks_mut(len).enumerate() {
-        let transposed = MatRef {
-            offset: group * og * ckk,
-            row_stride: 1,
-            col_stride: ckk as isize,
-        };
-        sgemm::prepack_a(dst, w, transposed, ckk, og);
+        sgemm::prepack_a(dst, w, filter, rows, depth);
     }
     (packed, len)
 }
@@ -285,7 +274,7 @@ pub(crate) fn forward(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32]) {
     let out_len = g.o * ohw;
     let (blocks, per) = batch_blocks(g.n);
     let nb = images_per_gemm(g, per);
-    let (filters, filter_len) = packed_filters(w, g);
+    let (filters, filter_len) = packed_filters(w, g, false);
     // Several images per GEMM: the product lands here, then goes to each image's planes.
     // Per block: the padded images, and the product of several images (which then goes
     // to each image's planes).

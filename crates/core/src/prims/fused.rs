@@ -60,6 +60,18 @@ pub struct FusedProgram {
 /// Elements a program evaluates at a time (its registers are chunks of this length).
 pub(crate) const CHUNK: usize = 512;
 
+/// The `n` elements of a result split for the threads: (blocks, elements per block, a
+/// multiple of [`CHUNK`]). One block below nine chunks: a fork costs more than it saves.
+pub(crate) fn thread_blocks(n: usize) -> (usize, usize) {
+    let chunks = n.div_ceil(CHUNK);
+    let blocks = if chunks > 8 {
+        rayon::current_num_threads().clamp(1, chunks)
+    } else {
+        1
+    };
+    (blocks, chunks.div_ceil(blocks).max(1) * CHUNK)
+}
+
 /// A program's inputs prepared for evaluation over flat ranges of its result: values in
 /// the compute dtype (inputs already in it are borrowed, Bool conditions converted to
 /// 0/1 in a pooled vector), layouts broadcast to the result's shape, and which inputs are
@@ -222,13 +234,7 @@ impl FusedProgram {
         let n_regs = self.registers();
         // Registers: one set per block of chunks, taken on this thread before forking so a
         // graph's buffer pool serves them (see `spore_kernels::arena`).
-        let chunks = n.div_ceil(CHUNK);
-        let blocks = if chunks > 8 {
-            rayon::current_num_threads().clamp(1, chunks)
-        } else {
-            1
-        };
-        let per_block = chunks.div_ceil(blocks).max(1) * CHUNK;
+        let (blocks, per_block) = thread_blocks(n);
         let mut regs = arena::for_overwrite::<T>(blocks * n_regs * CHUNK);
         let run_block = |(b, (dst, regs)): (usize, (&mut [T], &mut [T]))| {
             let mut regs: SmallVec<[&mut [T]; 32]> = regs.chunks_mut(CHUNK).collect();

@@ -28,7 +28,7 @@ use spore_kernels::reduce::sum_row;
 use spore_kernels::{Buffer, DType, Dims, Num, arena};
 
 use super::broadcast_shapes;
-use super::fused::{CHUNK, FusedProgram, Operands};
+use super::fused::{CHUNK, FusedProgram, Operands, thread_blocks};
 use crate::tensor::{Storage, Tensor, TensorType};
 
 /// How a sum of `shape` over `axes` walks memory, as (outer, kept, inner) sizes: the
@@ -131,13 +131,7 @@ impl FusedProgram {
             return out;
         }
         let operands = Operands::<T>::load(inputs, full, None);
-        let chunks = n.div_ceil(CHUNK);
-        let threads = if chunks > 8 {
-            rayon::current_num_threads().clamp(1, chunks)
-        } else {
-            1
-        };
-        let per_block = chunks.div_ceil(threads) * CHUNK;
+        let (_, per_block) = thread_blocks(n);
         let blocks = n.div_ceil(per_block);
         // Scratch and partial sums are taken here, before forking, so that a compiled
         // graph's buffer pool serves them (see `spore_kernels::arena`).
