@@ -3,6 +3,8 @@
 //! makes a single pass over memory. A chain whose only reader is a `ReduceSum` runs
 //! inside it instead (`FusedReduceSum`): the full-size result is never written, only
 //! summed chunk by chunk (BatchNorm's `Σ (x - μ)²` and the sums of its backward pass).
+//! A single add, subtract or multiply read by several such loops is recomputed in each
+//! of them instead of being stored (see [`recomputable`]).
 //!
 //! ```
 //! use spore_compile::{pass::Pass, passes::{Dce, FuseElementwise}};
@@ -21,7 +23,7 @@ use spore_core::ir::{Graph, NodeKind, ValueId};
 use spore_core::op::Op;
 use spore_core::prims::fused::{FusedInstr, FusedProgram};
 use spore_core::prims::fused_reduce::sum_split;
-use spore_kernels::{DType, ReduceFn};
+use spore_kernels::{BinaryFn, DType, ReduceFn};
 
 use crate::pass::Pass;
 
@@ -54,6 +56,7 @@ impl Pass for FuseElementwise {
 
     fn run(&self, g: &mut Graph) -> Result<bool> {
         let uses = consumer_counts(g);
+        let recompute = recomputable(g);
         // group_of[v]: the group whose current root is v.
         let mut group_of: HashMap<ValueId, Group> = HashMap::new();
         for i in 0..g.nodes.len() {
@@ -71,6 +74,10 @@ impl Pass for FuseElementwise {
                     && group_of.get(&a).is_some_and(|ga| ga.dtype == dtype);
                 if joinable && let Some(ga) = group_of.remove(&a) {
                     group.members.extend(ga.members);
+                } else if recompute[a] && group_of.get(&a).is_some_and(|ga| ga.members == [a]) {
+                    // A copy of `a` joins this loop; `a` itself dies once every reader
+                    // has taken one, and DCE removes it.
+                    group.members.push(a);
                 }
             }
             group.members.push(i);
@@ -104,6 +111,7 @@ impl Pass for FuseElementwise {
                 continue;
             };
             group.members.sort_unstable();
+            group.members.dedup();
             let (program, inputs) = build_program(g, &group);
             g.nodes[r].kind = NodeKind::Op {
                 op: Op::FusedReduceSum {
@@ -120,6 +128,7 @@ impl Pass for FuseElementwise {
                 continue;
             }
             group.members.sort_unstable();
+            group.members.dedup();
             let (program, inputs) = build_program(g, &group);
             g.nodes[root].kind = NodeKind::Op {
                 op: Op::Fused(program),
@@ -129,6 +138,51 @@ impl Pass for FuseElementwise {
         }
         Ok(changed)
     }
+}
+
+/// Values cheaper to recompute in each reader's loop than to store: one add, subtract or
+/// multiply (float) read by several nodes, all elementwise ops of its shape and dtype, and
+/// not a graph output or update. Why: BatchNorm's `x - μ` is read by the variance's sum
+/// and by the backward pass; stored, it cost a full pass over the activation per layer.
+/// At most one input may have the value's full shape (the others broadcast), so that
+/// recomputing keeps no more memory alive than storing did.
+fn recomputable(g: &Graph) -> Vec<bool> {
+    let n = g.nodes.len();
+    let mut readers: Vec<Vec<usize>> = vec![vec![]; n];
+    for (i, node) in g.nodes.iter().enumerate() {
+        for a in node.args() {
+            if !readers[a].contains(&i) {
+                readers[a].push(i);
+            }
+        }
+    }
+    let mut escapes = vec![false; n];
+    for &v in g.outputs.iter().chain(g.updates.iter().map(|(_, v)| v)) {
+        escapes[v] = true;
+    }
+    (0..n)
+        .map(|v| {
+            let NodeKind::Op {
+                op: Op::Binary(BinaryFn::Add | BinaryFn::Sub | BinaryFn::Mul),
+                args,
+            } = &g.nodes[v].kind
+            else {
+                return false;
+            };
+            let ty = g.nodes[v].ty();
+            let full_inputs = args
+                .iter()
+                .filter(|&&a| g.nodes[a].ty().shape == ty.shape)
+                .count();
+            ty.dtype.is_float()
+                && readers[v].len() > 1
+                && !escapes[v]
+                && full_inputs <= 1
+                && readers[v].iter().all(|&r| {
+                    compute_dtype(g, r) == Some(ty.dtype) && g.nodes[r].ty().shape == ty.shape
+                })
+        })
+        .collect()
 }
 
 /// How many nodes (and graph outputs or updates) use each value, a node that reads a

@@ -313,3 +313,43 @@ fn sums_of_elementwise_chains_run_fused() {
         );
     }
 }
+
+/// BatchNorm's `x - μ`, read by the variance's sum and by another elementwise loop, is
+/// recomputed inside both instead of being stored; the results do not change. A
+/// difference that is also a graph output stays stored.
+#[test]
+fn a_cheap_value_read_by_several_loops_is_recomputed_in_each() {
+    let x_ty = TensorType::new(&[4, 3, 10, 10], DType::F32);
+    let build = |centred_is_output: bool| {
+        trace("remat", std::slice::from_ref(&x_ty), move |x| {
+            let centred = x[0].sub(&x[0].mean(&[0, 2, 3], true)?)?;
+            let var = centred.mul(&centred)?.sum(&[0, 2, 3], true)?;
+            let scaled = centred.mul_scalar(2.0)?.add_scalar(1.0)?.exp()?;
+            let mut out = vec![var, scaled];
+            if centred_is_output {
+                out.push(centred);
+            }
+            Ok(out)
+        })
+        .unwrap()
+    };
+    let inputs = vec![Tensor::randn(&[4, 3, 10, 10], DType::F32, Some(5)).unwrap()];
+    for centred_is_output in [false, true] {
+        let mut g = build(centred_is_output);
+        let before = g.interpret(&inputs).unwrap();
+        FuseElementwise.run(&mut g).unwrap();
+        Dce.run(&mut g).unwrap();
+        g.verify().unwrap();
+        let ir = g.to_ir();
+        assert_eq!(ir.contains("= Sub("), centred_is_output, "{ir}");
+        assert_eq!(
+            ir.matches("Binary(Sub,").count(),
+            2 * usize::from(!centred_is_output),
+            "{ir}"
+        );
+        let after = g.interpret(&inputs).unwrap();
+        for (a, b) in after.outputs.iter().zip(&before.outputs) {
+            assert_close(a, b, 1e-5, "recomputed vs stored");
+        }
+    }
+}
