@@ -99,6 +99,9 @@ pub enum Op {
     MaxPool2d(PoolAttrs),
     /// Inputs (x, dy): routes dy to the first maximum of each window.
     MaxPool2dGrad(PoolAttrs),
+    /// `MaxPool2dGrad` of a ReLU's output followed by that ReLU's gradient: inputs (y =
+    /// relu output, dy), zero wherever y is not positive (built by the graph compiler).
+    MaxPool2dGradOfRelu(PoolAttrs),
     AvgPool2d(PoolAttrs),
     AvgPool2dGrad {
         attrs: PoolAttrs,
@@ -261,6 +264,7 @@ impl Op {
             Op::Conv2dBackpropFilter { .. } => "Conv2DBackpropFilter",
             Op::MaxPool2d(_) => "MaxPool",
             Op::MaxPool2dGrad(_) => "MaxPoolGrad",
+            Op::MaxPool2dGradOfRelu(_) => "MaxPoolGradReLU",
             Op::AvgPool2d(_) => "AvgPool",
             Op::AvgPool2dGrad { .. } => "AvgPoolGrad",
             Op::Gather { .. } => "Gather",
@@ -294,7 +298,7 @@ impl Op {
         Some(match self {
             Op::Binary(_) | Op::Compare(_) | Op::MatMul | Op::Conv2d(_) => 2,
             Op::Conv2dBackpropInput { .. } | Op::Conv2dBackpropFilter { .. } => 2,
-            Op::MaxPool2dGrad(_) | Op::Gather { .. } => 2,
+            Op::MaxPool2dGrad(_) | Op::MaxPool2dGradOfRelu(_) | Op::Gather { .. } => 2,
             Op::Select | Op::ScatterAdd { .. } => 3,
             Op::Concat { .. } | Op::Custom(_) | Op::Print(_) => return None,
             Op::Fused(_) | Op::FusedReduceSum { .. } => return None,

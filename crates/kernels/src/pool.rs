@@ -195,6 +195,24 @@ pub fn max_pool2d<T: Num>(x: &[T], g: &PoolGeometry) -> Vec<T> {
 
 /// Sends each output gradient to the first maximum of its window.
 pub fn max_pool2d_backward<T: Num>(x: &[T], dy: &[T], g: &PoolGeometry) -> Vec<T> {
+    max_pool2d_backward_masked(x, dy, g, false)
+}
+
+/// [`max_pool2d_backward`] where `x` is a ReLU's output, followed by that ReLU's gradient:
+/// every cell whose `x` is not positive gets 0. Each plane is masked right after its
+/// gradient is written, while it is still in L1, instead of in a second pass over memory.
+pub fn max_pool2d_backward_of_relu<T: Num>(x: &[T], dy: &[T], g: &PoolGeometry) -> Vec<T> {
+    max_pool2d_backward_masked(x, dy, g, true)
+}
+
+/// Zeroes the gradient where the ReLU's output is not positive (NaN included).
+fn mask_not_positive<T: Num>(plane: &[T], dxp: &mut [T]) {
+    for (d, &v) in dxp.iter_mut().zip(plane) {
+        *d = if v > T::zero() { *d } else { T::zero() };
+    }
+}
+
+fn max_pool2d_backward_masked<T: Num>(x: &[T], dy: &[T], g: &PoolGeometry, relu: bool) -> Vec<T> {
     let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
     // The vector kernel writes every cell of a plane it covers whole (no row or column
     // left over by the windows), so its gradient need not be cleared first.
@@ -206,7 +224,11 @@ pub fn max_pool2d_backward<T: Num>(x: &[T], dy: &[T], g: &PoolGeometry) -> Vec<T
         let mut dx = crate::arena::for_overwrite::<T>(g.planes() * hw);
         if let Some(dxf) = as_f32_mut(&mut dx) {
             for_each_plane(dxf, hw, hw, |p, dxp| {
-                pool2x2::backward(&xf[p * hw..][..hw], &dyf[p * ohw..][..ohw], g.oh, g.ow, dxp)
+                let plane = &xf[p * hw..][..hw];
+                pool2x2::backward(plane, &dyf[p * ohw..][..ohw], g.oh, g.ow, dxp);
+                if relu {
+                    mask_not_positive(plane, dxp);
+                }
             });
             return dx;
         }
@@ -225,14 +247,17 @@ pub fn max_pool2d_backward<T: Num>(x: &[T], dy: &[T], g: &PoolGeometry) -> Vec<T
                     dxp[i] = dxp[i].binary(BinaryFn::Add, d);
                 }
             }
-            return;
-        }
-        for oy in 0..g.oh {
-            for ox in 0..g.ow {
-                if let Some(i) = argmax_in(plane, g, oy, ox) {
-                    dxp[i] = dxp[i].binary(BinaryFn::Add, dy[p * ohw + oy * g.ow + ox]);
+        } else {
+            for oy in 0..g.oh {
+                for ox in 0..g.ow {
+                    if let Some(i) = argmax_in(plane, g, oy, ox) {
+                        dxp[i] = dxp[i].binary(BinaryFn::Add, dy[p * ohw + oy * g.ow + ox]);
+                    }
                 }
             }
+        }
+        if relu {
+            mask_not_positive(plane, dxp);
         }
     });
     dx

@@ -4,7 +4,8 @@
 //! inside it instead (`FusedReduceSum`): the full-size result is never written, only
 //! summed chunk by chunk (BatchNorm's `Σ (x - μ)²` and the sums of its backward pass).
 //! A single add, subtract or multiply read by several such loops is recomputed in each
-//! of them instead of being stored (see [`recomputable`]).
+//! of them instead of being stored (see [`recomputable`]). Before all that, ReLU's
+//! gradient after max pooling's joins the pooling gradient (`pool_relu`).
 //!
 //! ```
 //! use spore_compile::{pass::Pass, passes::{Dce, FuseElementwise}};
@@ -55,6 +56,12 @@ impl Pass for FuseElementwise {
     }
 
     fn run(&self, g: &mut Graph) -> Result<bool> {
+        // First the one fusion that is not elementwise; what it leaves dead must not count
+        // as readers below.
+        let folded = super::pool_relu::fold_relu_gradient_into_pool_gradient(g);
+        if folded {
+            super::Dce.run(g)?;
+        }
         let uses = consumer_counts(g);
         let recompute = recomputable(g);
         // group_of[v]: the group whose current root is v.
@@ -83,7 +90,7 @@ impl Pass for FuseElementwise {
             group.members.push(i);
             group_of.insert(i, group);
         }
-        let mut changed = false;
+        let mut changed = folded;
         // A sum that is the only reader of a group's result takes the group inside it.
         for r in 0..g.nodes.len() {
             let NodeKind::Op {

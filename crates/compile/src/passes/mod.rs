@@ -4,6 +4,7 @@ mod const_fold;
 mod cse;
 mod dce;
 mod fuse;
+mod pool_relu;
 mod simplify;
 
 pub use const_fold::ConstFold;

@@ -353,3 +353,58 @@ fn a_cheap_value_read_by_several_loops_is_recomputed_in_each() {
         }
     }
 }
+
+/// ReLU's gradient after max pooling's becomes one `MaxPoolGradReLU` (2x2 windows on
+/// planes the vector kernel covers, and 3x3 windows with padding on the scalar path), and
+/// the input gradient equals the unfused graph's. Inputs include exact zeros and windows
+/// whose values are all negative, where the mask decides.
+#[test]
+fn relu_gradient_folds_into_max_pool_gradient() {
+    use spore_core::prims::{conv::PadMode, pool::Pool2dOptions};
+    let cases = [
+        ([2, 3, 8, 16], Pool2dOptions::new(2, 2)),
+        (
+            [2, 3, 7, 9],
+            Pool2dOptions::new(3, 2).pad_mode(PadMode::Same),
+        ),
+    ];
+    for (shape, opts) in cases {
+        let d = spore_core::grad(
+            move |x: &[Tensor]| x[0].relu()?.max_pool2d(&opts)?.mul(&x[1])?.sum(&[], false),
+            &[0],
+        );
+        let ty = TensorType::new(&shape, DType::F32);
+        let zeros = Tensor::zeros(&shape, DType::F32);
+        let pooled = zeros.max_pool2d(&opts).unwrap().tensor_type().clone();
+        let mut g = trace("pool_relu", &[ty, pooled.clone()], |x| d(x)).unwrap();
+        let n: usize = shape.iter().product();
+        // Every third value exactly 0, the rest mixed; whole negative windows occur.
+        let x: Vec<f32> = (0..n)
+            .map(|i| {
+                if i % 3 == 0 {
+                    0.0
+                } else {
+                    ((i * 37 % 23) as f32) - 14.0
+                }
+            })
+            .collect();
+        let inputs = vec![
+            Tensor::from_vec(x, &shape).unwrap(),
+            Tensor::randn(&pooled.shape, DType::F32, Some(4)).unwrap(),
+        ];
+        let before = g.interpret(&inputs).unwrap();
+        assert!(FuseElementwise.run(&mut g).unwrap());
+        Dce.run(&mut g).unwrap();
+        g.verify().unwrap();
+        let ir = g.to_ir();
+        assert!(ir.contains("= MaxPoolGradReLU("), "{ir}");
+        assert!(!ir.contains("= MaxPoolGrad("), "{ir}");
+        let after = g.interpret(&inputs).unwrap();
+        assert_close(
+            &after.outputs[0],
+            &before.outputs[0],
+            0.0,
+            "masked pool gradient",
+        );
+    }
+}

@@ -38,9 +38,11 @@ pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, Strin
         Op::Conv2d(_) | Op::Conv2dBackpropInput { .. } | Op::Conv2dBackpropFilter { .. } => {
             conv::infer(op, inputs)
         }
-        Op::MaxPool2d(_) | Op::MaxPool2dGrad(_) | Op::AvgPool2d(_) | Op::AvgPool2dGrad { .. } => {
-            pool::infer(op, inputs)
-        }
+        Op::MaxPool2d(_)
+        | Op::MaxPool2dGrad(_)
+        | Op::MaxPool2dGradOfRelu(_)
+        | Op::AvgPool2d(_)
+        | Op::AvgPool2dGrad { .. } => pool::infer(op, inputs),
         Op::Gather { .. } | Op::ScatterAdd { .. } | Op::OneHot { .. } => index::infer(op, inputs),
         Op::RandomUniform { .. } => random::infer(op, inputs),
         Op::Fused(p) => p.infer(inputs),
@@ -71,9 +73,11 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Stor
         Op::Conv2d(_) | Op::Conv2dBackpropInput { .. } | Op::Conv2dBackpropFilter { .. } => {
             conv::eval(op, inputs, out)
         }
-        Op::MaxPool2d(_) | Op::MaxPool2dGrad(_) | Op::AvgPool2d(_) | Op::AvgPool2dGrad { .. } => {
-            pool::eval(op, inputs, out)
-        }
+        Op::MaxPool2d(_)
+        | Op::MaxPool2dGrad(_)
+        | Op::MaxPool2dGradOfRelu(_)
+        | Op::AvgPool2d(_)
+        | Op::AvgPool2dGrad { .. } => pool::eval(op, inputs, out),
         Op::Gather { .. } | Op::ScatterAdd { .. } | Op::OneHot { .. } => {
             index::eval(op, inputs, out)
         }
@@ -107,9 +111,11 @@ pub(crate) fn vjp(
         Op::Conv2d(_) | Op::Conv2dBackpropInput { .. } | Op::Conv2dBackpropFilter { .. } => {
             conv::vjp(op, inputs, grad)
         }
-        Op::MaxPool2d(_) | Op::MaxPool2dGrad(_) | Op::AvgPool2d(_) | Op::AvgPool2dGrad { .. } => {
-            pool::vjp(op, inputs, grad)
-        }
+        Op::MaxPool2d(_)
+        | Op::MaxPool2dGrad(_)
+        | Op::MaxPool2dGradOfRelu(_)
+        | Op::AvgPool2d(_)
+        | Op::AvgPool2dGrad { .. } => pool::vjp(op, inputs, grad),
         Op::Gather { .. } | Op::ScatterAdd { .. } | Op::OneHot { .. } => {
             index::vjp(op, inputs, grad)
         }

@@ -81,7 +81,7 @@ pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, Strin
         Op::MaxPool2d(a) | Op::AvgPool2d(a) => {
             Ok(TensorType::new(&out_shape(a, &x.shape)?, x.dtype))
         }
-        Op::MaxPool2dGrad(a) => {
+        Op::MaxPool2dGrad(a) | Op::MaxPool2dGradOfRelu(a) => {
             super::require_same_dtype(x, inputs[1])?;
             let expect = out_shape(a, &x.shape)?;
             if inputs[1].shape != expect {
@@ -123,9 +123,16 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Stor
             &geometry(a, dims(inputs[0].shape())),
             a.count_include_pad,
         )),
-        (Op::MaxPool2dGrad(a), _) => {
+        (Op::MaxPool2dGrad(a) | Op::MaxPool2dGradOfRelu(a), _) => {
             let g = geometry(a, dims(inputs[0].shape()));
+            let relu = matches!(op, Op::MaxPool2dGradOfRelu(_));
             match (&*x, &*inputs[1].contiguous_buffer()) {
+                (Buffer::F32(v), Buffer::F32(d)) if relu => {
+                    Buffer::F32(k::max_pool2d_backward_of_relu(v, d, &g))
+                }
+                (Buffer::F64(v), Buffer::F64(d)) if relu => {
+                    Buffer::F64(k::max_pool2d_backward_of_relu(v, d, &g))
+                }
                 (Buffer::F32(v), Buffer::F32(d)) => Buffer::F32(k::max_pool2d_backward(v, d, &g)),
                 (Buffer::F64(v), Buffer::F64(d)) => Buffer::F64(k::max_pool2d_backward(v, d, &g)),
                 _ => return Err("inputs must be Float32 or Float64".into()),
@@ -162,7 +169,7 @@ pub(crate) fn vjp(op: &Op, inputs: &[Tensor], g: &Tensor) -> Result<Vec<Option<T
         )?)],
         // AvgPoolGrad is linear in dy and is the adjoint of AvgPool.
         Op::AvgPool2dGrad { attrs, .. } => vec![Some(apply(Op::AvgPool2d(*attrs), &[g], loc)?)],
-        Op::MaxPool2dGrad(_) => {
+        Op::MaxPool2dGrad(_) | Op::MaxPool2dGradOfRelu(_) => {
             return Err(crate::error::Error::invalid(
                 "MaxPoolGrad: gradients of order three or more through max pooling are not supported",
             ));
