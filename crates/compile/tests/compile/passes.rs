@@ -260,7 +260,7 @@ funcgraph snap(
 
 /// Sums whose only input is an elementwise chain become `FusedReduceSum` (the chain runs
 /// inside the sum): BatchNorm's variance, a masked bias gradient (kept positions wrap
-/// around chunks), a row sum and a full sum. A sum over non-adjacent kept axes stays as
+/// around chunks), a row sum and two full sums. A sum over non-adjacent kept axes stays as
 /// it was. Every result equals the unfused graph's, the executor's, and (for the
 /// variance) a naive f64 sum.
 #[test]
@@ -277,7 +277,8 @@ fn sums_of_elementwise_chains_run_fused() {
         let rows = y.mul(y)?.sum(&[1], true)?;
         let total = y.sin()?.sum(&[], false)?;
         let apart = x.mul(x)?.sum(&[1, 3], false)?;
-        Ok(vec![var, centred, bias_grad, rows, total, apart])
+        let x_total = x.sin()?.sum(&[], false)?;
+        Ok(vec![var, centred, bias_grad, rows, total, apart, x_total])
     })
     .unwrap();
     let inputs = vec![
@@ -289,7 +290,7 @@ fn sums_of_elementwise_chains_run_fused() {
     Dce.run(&mut g).unwrap();
     g.verify().unwrap();
     let ir = g.to_ir();
-    assert_eq!(ir.matches("= FusedReduceSum(").count(), 4, "{ir}");
+    assert_eq!(ir.matches("= FusedReduceSum(").count(), 5, "{ir}");
     // The mean's sum reads x itself; `apart` keeps two axes that are not adjacent.
     assert_eq!(ir.matches("= ReduceSum(").count(), 2, "{ir}");
     let after = g.interpret(&inputs).unwrap();
@@ -299,8 +300,15 @@ fn sums_of_elementwise_chains_run_fused() {
         assert_close(a, b, 1e-5, "fused sum vs unfused");
         assert_close(e, b, 1e-5, "executor vs unfused");
     }
-    // The variance against a naive f64 sum over N, H and W per channel.
+    // The full sum of 48,000 values and the variance against naive f64 sums.
     let x = inputs[0].to_f64_vec().unwrap();
+    let x_total: f64 = x.iter().map(|v| v.sin()).sum();
+    let magnitude: f64 = x.iter().map(|v| v.sin().abs()).sum();
+    let got = after.outputs[6].item().unwrap();
+    assert!(
+        (got - x_total).abs() <= 1e-6 * magnitude,
+        "full sum: {got} vs {x_total}"
+    );
     let (n, c, hw) = (6, 5, 1600);
     let var = after.outputs[0].to_f64_vec().unwrap();
     for (ch, &v) in var.iter().enumerate() {

@@ -41,7 +41,8 @@ pub fn sum_split(shape: &[usize], axes: &[usize]) -> Option<(usize, usize, usize
     let rank = shape.len();
     let size = |r: std::ops::Range<usize>| -> usize { shape[r].iter().product() };
     let Some(first_kept) = (0..rank).find(|&a| !reduced(a)) else {
-        return Some((size(0..rank), 1, 1));
+        // A full sum: one long run, summed with partial sums like any row.
+        return Some((1, 1, size(0..rank)));
     };
     let end_kept = (first_kept..rank).find(|&a| reduced(a)).unwrap_or(rank);
     if (end_kept..rank).any(|a| !reduced(a)) {
@@ -176,6 +177,11 @@ impl FusedProgram {
 fn fold<T: Num>(acc: &mut [T], values: &[T], start: usize, kept: usize, inner: usize) {
     let add = spore_kernels::BinaryFn::Add;
     let mut done = 0;
+    if kept == 1 {
+        // Every element to one sum (a full sum, or sums over all axes but size-1 ones).
+        acc[0] = acc[0].binary(add, sum_row(values));
+        return;
+    }
     if inner == 1 {
         // Consecutive elements go to consecutive positions: add whole runs.
         let mut k = start % kept;
