@@ -194,12 +194,15 @@ pub const PRIMITIVE_NAMES: &[&str] = &[
     "Conv2DBackpropFilter",
     "MaxPool",
     "MaxPoolGrad",
+    "MaxPoolGradReLU",
     "AvgPool",
     "AvgPoolGrad",
     "Gather",
     "ScatterAdd",
     "OneHot",
     "UniformReal",
+    "FusedElementwise",
+    "FusedReduceSum",
 ];
 
 impl Op {

@@ -476,6 +476,67 @@ pub fn structural_rows() -> Vec<Row> {
         .no_grad()
         .dtype(DType::F32),
         row(
+            "MaxPoolGradReLU",
+            vec![
+                In::F(&[1, 2, 4, 4], -1.0, 1.0),
+                In::F(&[1, 2, 2, 2], -1.0, 1.0),
+            ],
+            |x| {
+                spore_core::apply::apply(
+                    Op::MaxPool2dGradOfRelu(PoolAttrs {
+                        kernel: [2, 2],
+                        stride: [2, 2],
+                        pads: [0; 4],
+                        count_include_pad: false,
+                    }),
+                    &[&x[0], &x[1]],
+                    std::panic::Location::caller(),
+                )
+            },
+            |x| {
+                // MaxPoolGrad's reference, then zero wherever the pooled input is not
+                // positive (ReLU's gradient through its output).
+                let mut dx = Nd::zeros(&x[0].shape);
+                r::pool_windows(&x[0].shape, [2, 2], [2, 2], [0; 4], |p, o, cells| {
+                    let best = cells.iter().cloned().fold(cells[0], |b, c| {
+                        if x[0].data[c] > x[0].data[b] { c } else { b }
+                    });
+                    dx.data[best] += x[1].data[p * 4 + o];
+                });
+                r::zip(&dx, &x[0], |d, y| if y > 0.0 { d } else { 0.0 })
+            },
+        )
+        .no_grad(),
+        row(
+            "FusedReduceSum",
+            vec![In::F(&[2, 3, 4], -1.0, 1.0), In::F(&[3, 1], -1.0, 1.0)],
+            |x| {
+                use spore_core::prims::fused::{FusedInstr as I, FusedProgram};
+                use spore_kernels::{BinaryFn, UnaryFn};
+                // Σ over axes 0 and 2 of exp(a) * b, b broadcast along both.
+                let program = FusedProgram {
+                    num_inputs: 2,
+                    instrs: vec![I::Unary(UnaryFn::Exp, 0), I::Binary(BinaryFn::Mul, 2, 1)],
+                    compute: x[0].dtype(),
+                    out_dtype: x[0].dtype(),
+                };
+                spore_core::apply::apply(
+                    Op::FusedReduceSum {
+                        program,
+                        axes: vec![0, 2],
+                        keep_dims: false,
+                    },
+                    &[&x[0], &x[1]],
+                    std::panic::Location::caller(),
+                )
+            },
+            |x| {
+                let product = r::zip(&x[0].map(f64::exp), &x[1], |a, b| a * b);
+                r::reduce(&product, &[0, 2], false, |v| v.iter().sum())
+            },
+        )
+        .no_grad(),
+        row(
             "FusedElementwise",
             vec![In::F(&[2, 3], -1.0, 1.0), In::F(&[3], -1.0, 1.0)],
             |x| {
