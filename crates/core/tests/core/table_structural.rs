@@ -46,6 +46,32 @@ fn max_pool_ref(x: &Nd, k: [usize; 2], s: [usize; 2], pads: [usize; 4]) -> Nd {
     Nd::new(&[x.shape[0], x.shape[1], oh, ow], out)
 }
 
+/// 2x2 windows, stride 2, no padding: the max-pool gradient rows' geometry.
+const POOL_2X2: PoolAttrs = PoolAttrs {
+    kernel: [2, 2],
+    stride: [2, 2],
+    pads: [0; 4],
+    count_include_pad: false,
+};
+
+/// Applies a max-pool gradient op to (x, dy).
+fn apply_2x2_pool_grad(op: Op, x: &[Tensor]) -> spore_core::Result<Tensor> {
+    spore_core::apply::apply(op, &[&x[0], &x[1]], std::panic::Location::caller())
+}
+
+/// Each output gradient of 2x2 / stride-2 max pooling sent to its window's first maximum.
+fn max_pool_2x2_grad_ref(x: &Nd, dy: &Nd) -> Nd {
+    let mut dx = Nd::zeros(&x.shape);
+    r::pool_windows(&x.shape, [2, 2], [2, 2], [0; 4], |p, o, cells| {
+        let best = cells
+            .iter()
+            .cloned()
+            .fold(cells[0], |b, c| if x.data[c] > x.data[b] { c } else { b });
+        dx.data[best] += dy.data[p * 4 + o];
+    });
+    dx
+}
+
 fn avg_pool_ref(x: &Nd, k: [usize; 2], s: [usize; 2], pads: [usize; 4], include_pad: bool) -> Nd {
     let mut out = vec![];
     let (oh, ow) = r::pool_windows(&x.shape, k, s, pads, |_, _, cells| {
@@ -345,29 +371,8 @@ pub fn structural_rows() -> Vec<Row> {
                 In::F(&[1, 2, 4, 4], -1.0, 1.0),
                 In::F(&[1, 2, 2, 2], -1.0, 1.0),
             ],
-            |x| {
-                spore_core::apply::apply(
-                    Op::MaxPool2dGrad(PoolAttrs {
-                        kernel: [2, 2],
-                        stride: [2, 2],
-                        pads: [0; 4],
-                        count_include_pad: false,
-                    }),
-                    &[&x[0], &x[1]],
-                    std::panic::Location::caller(),
-                )
-            },
-            |x| {
-                let mut dx = Nd::zeros(&x[0].shape);
-                let dy = &x[1];
-                r::pool_windows(&x[0].shape, [2, 2], [2, 2], [0; 4], |p, o, cells| {
-                    let best = cells.iter().cloned().fold(cells[0], |b, c| {
-                        if x[0].data[c] > x[0].data[b] { c } else { b }
-                    });
-                    dx.data[best] += dy.data[p * 4 + o];
-                });
-                dx
-            },
+            |x| apply_2x2_pool_grad(Op::MaxPool2dGrad(POOL_2X2), x),
+            |x| max_pool_2x2_grad_ref(&x[0], &x[1]),
         )
         .no_grad(),
         row(
@@ -483,28 +488,11 @@ pub fn structural_rows() -> Vec<Row> {
                 In::F(&[1, 2, 4, 4], -1.0, 0.2),
                 In::F(&[1, 2, 2, 2], -1.0, 1.0),
             ],
-            |x| {
-                spore_core::apply::apply(
-                    Op::MaxPool2dGradOfRelu(PoolAttrs {
-                        kernel: [2, 2],
-                        stride: [2, 2],
-                        pads: [0; 4],
-                        count_include_pad: false,
-                    }),
-                    &[&x[0], &x[1]],
-                    std::panic::Location::caller(),
-                )
-            },
+            |x| apply_2x2_pool_grad(Op::MaxPool2dGradOfRelu(POOL_2X2), x),
             |x| {
                 // MaxPoolGrad's reference, then zero wherever the pooled input is not
                 // positive (ReLU's gradient through its output).
-                let mut dx = Nd::zeros(&x[0].shape);
-                r::pool_windows(&x[0].shape, [2, 2], [2, 2], [0; 4], |p, o, cells| {
-                    let best = cells.iter().cloned().fold(cells[0], |b, c| {
-                        if x[0].data[c] > x[0].data[b] { c } else { b }
-                    });
-                    dx.data[best] += x[1].data[p * 4 + o];
-                });
+                let dx = max_pool_2x2_grad_ref(&x[0], &x[1]);
                 r::zip(&dx, &x[0], |d, y| if y > 0.0 { d } else { 0.0 })
             },
         )
