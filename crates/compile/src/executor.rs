@@ -160,6 +160,7 @@ impl Executable {
         // then split work with a `join` on the local deque instead of handing every op
         // from the caller's thread to the pool and sleeping until it is done (two context
         // switches per op, a large share of a small network's step).
+        spore_core::threads::join_kernel_pool_once();
         let result = if rayon::current_thread_index().is_some() {
             self.run_pooled(inputs, outputs, iteration)
         } else {

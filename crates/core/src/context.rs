@@ -334,25 +334,13 @@ pub fn set_context(update: ContextUpdate) -> Result<()> {
     if let Some(p) = update.save_graphs_path {
         next.save_graphs_path = p;
     }
+    // The first `set_context` of a program (usually its first line) is where the main
+    // thread joins the kernel pool, before any kernel builds the pool without it.
     if let Some(n) = update.num_threads {
-        if n == 0 {
-            return Err(Error::invalid(
-                "set_context: num_threads must be at least 1",
-            ));
-        }
-        // Rayon's global pool can be built once; later requests must agree with it.
-        if rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build_global()
-            .is_err()
-            && rayon::current_num_threads() != n
-        {
-            return Err(Error::invalid(format!(
-                "set_context: num_threads can only be set before the first parallel kernel runs (it is {}, asked {n})",
-                rayon::current_num_threads()
-            )));
-        }
+        crate::threads::join_kernel_pool(Some(n))?;
         next.num_threads = Some(n);
+    } else {
+        crate::threads::join_kernel_pool_once();
     }
     if let Some(p) = update.print_file_path {
         next.print_file_path = p;

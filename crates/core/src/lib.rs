@@ -32,6 +32,7 @@ pub mod parameter;
 pub mod prims;
 pub mod rng;
 pub mod tensor;
+pub mod threads;
 pub mod trace;
 
 pub use apply::{is_grad_enabled, no_grad, with_grad_enabled};

@@ -145,8 +145,9 @@ fn measure(p: Protocol, mut step: impl FnMut() -> Result<()>) -> Result<Measurem
         fastest = fastest.min(t.elapsed().as_secs_f64());
     }
     let n = ((p.repeat_s / fastest.max(1e-7)).ceil() as usize).clamp(1, 1_000_000);
-    let (calls0, bytes0) = (ALLOC_CALLS.load(Relaxed), ALLOC_BYTES.load(Relaxed));
+    // Allocated before the counters are read: the harness's own vector is not the step's.
     let mut repeats_ms = Vec::with_capacity(p.repeats);
+    let (calls0, bytes0) = (ALLOC_CALLS.load(Relaxed), ALLOC_BYTES.load(Relaxed));
     for _ in 0..p.repeats {
         let t = Instant::now();
         for _ in 0..n {
@@ -376,10 +377,8 @@ fn main() -> Result<()> {
     let threads: usize = arg(&args, "--threads")
         .and_then(|t| t.parse().ok())
         .unwrap_or(2);
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build_global()
-        .ok();
+    // The main thread is one of the kernel pool's workers (see `spore::core::threads`).
+    spore::core::threads::join_kernel_pool(Some(threads))?;
     let Some(which) = arg(&args, "--child") else {
         return run_parent(&args);
     };

@@ -39,10 +39,8 @@ fn main() -> Result<()> {
             .and_then(|v| v.parse().ok())
             .unwrap_or(threads);
     }
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build_global()
-        .ok();
+    // The main thread is one of the kernel pool's workers (see `spore::core::threads`).
+    spore::core::threads::join_kernel_pool(Some(threads))?;
     println!("threads: {threads}");
 
     let n = 2048;

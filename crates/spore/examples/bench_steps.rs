@@ -101,10 +101,11 @@ fn profiler_overhead() {
 }
 
 fn main() {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(2)
-        .build_global()
-        .ok();
+    // The main thread is one of the kernel pool's workers (see `spore::core::threads`).
+    if let Err(e) = spore::core::threads::join_kernel_pool(Some(2)) {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
     compile_time("lenet b32", || LeNet5::new(10).unwrap(), &[32, 1, 32, 32]);
     compile_time("mlp b64", || Mlp::new().unwrap(), &[64, 1, 28, 28]);
     profiler_overhead();

@@ -7,10 +7,8 @@ use spore::prelude::*;
 use spore_core::debug::profiler::Profiler;
 
 fn main() -> Result<()> {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(2)
-        .build_global()
-        .ok();
+    // The main thread is one of the kernel pool's workers (see `spore::core::threads`).
+    spore::core::threads::join_kernel_pool(Some(2))?;
     if std::env::args().any(|a| a == "--graph") {
         set_context(ContextUpdate::new().mode(Mode::Graph))?;
     }

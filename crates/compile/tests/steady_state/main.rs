@@ -1,7 +1,8 @@
 //! A compiled training step allocates nothing in steady state: no buffers, no tensor
 //! headers, no shape vectors, no scratch. A counting global allocator sees every heap
-//! allocation of the process, which is why this is a binary of its own with one test
-//! (libtest runs the tests of a binary on parallel threads, which would be counted too).
+//! allocation of the process, which is why this is a binary of its own without libtest
+//! (`harness = false`): libtest runs tests on parallel threads, which would be counted
+//! too, and never on the main thread, which is the thread a training loop runs on.
 
 #[path = "../common/train_steps.rs"]
 mod train_steps;
@@ -73,27 +74,25 @@ fn steady_allocations(
     let inputs = [x, y];
     let mut outputs: Vec<Tensor> = Vec::with_capacity(1);
     let mut losses = Vec::with_capacity(steps);
-    // Run on a worker of the kernel pool, as a training loop inside `install` would: a call
-    // from outside hands each run to the pool through its injection queue, whose blocks
-    // rayon allocates (one per 63 calls), which is rayon's cost, not the step's.
-    let counted = rayon::scope(|_| {
-        for _ in 0..3 {
-            exe.run_into(&inputs, &mut outputs).unwrap();
-        }
-        let (calls, bytes) = (CALLS.load(Relaxed), BYTES.load(Relaxed));
-        for _ in 0..steps {
-            exe.run_into(&inputs, &mut outputs).unwrap();
-            // Read without allocating: the loss's storage is a one-element f32 buffer.
-            let loss = outputs[0]
-                .storage()
-                .unwrap()
-                .buffer
-                .as_slice::<f32>()
-                .unwrap()[0];
-            losses.push(loss as f64);
-        }
-        (CALLS.load(Relaxed) - calls, BYTES.load(Relaxed) - bytes)
-    });
+    // Called from the main thread, which has joined the kernel pool (see `main`): no
+    // hand-off to the pool's injection queue, which would allocate a block of slots every
+    // 63 runs; more steps than that are counted.
+    for _ in 0..3 {
+        exe.run_into(&inputs, &mut outputs).unwrap();
+    }
+    let (calls, bytes) = (CALLS.load(Relaxed), BYTES.load(Relaxed));
+    for _ in 0..steps {
+        exe.run_into(&inputs, &mut outputs).unwrap();
+        // Read without allocating: the loss's storage is a one-element f32 buffer.
+        let loss = outputs[0]
+            .storage()
+            .unwrap()
+            .buffer
+            .as_slice::<f32>()
+            .unwrap()[0];
+        losses.push(loss as f64);
+    }
+    let counted = (CALLS.load(Relaxed) - calls, BYTES.load(Relaxed) - bytes);
     (counted, losses)
 }
 
@@ -107,7 +106,36 @@ fn mlp_dropout(p: &[Tensor], x: &Tensor) -> spore_core::Result<Tensor> {
     h.matmul(&p[2].transpose()?)?.add(&p[3])
 }
 
-#[test]
+/// Steps counted per network: more than the 63 runs after which a hand-off through
+/// rayon's injection queue would allocate.
+const STEPS: usize = 70;
+
+fn main() {
+    // What a program's `set_context` does on its first call.
+    let joined = spore_core::threads::join_kernel_pool(Some(2)).unwrap();
+    assert!(joined, "the main thread did not join the kernel pool");
+    assert_eq!(rayon::current_thread_index(), Some(0));
+    set_context_checks_the_pool_size();
+    compiled_training_steps_allocate_nothing_in_steady_state();
+    println!("test compiled_training_steps_allocate_nothing_in_steady_state ... ok");
+}
+
+/// Once the pool exists, `set_context` accepts its size and refuses any other.
+fn set_context_checks_the_pool_size() {
+    use spore_core::context::{ContextUpdate, set_context};
+    set_context(ContextUpdate::new().num_threads(2)).unwrap();
+    let err = set_context(ContextUpdate::new().num_threads(3)).unwrap_err();
+    assert!(
+        err.to_string().contains(
+            "num_threads can only be set before the first parallel kernel runs (it is 2, asked 3)"
+        ),
+        "{err}"
+    );
+    let err = set_context(ContextUpdate::new().num_threads(0)).unwrap_err();
+    assert!(err.to_string().contains("at least 1, got 0"), "{err}");
+    assert_eq!(rayon::current_thread_index(), Some(0));
+}
+
 fn compiled_training_steps_allocate_nothing_in_steady_state() {
     for (name, forward, shapes, x_shape) in [
         ("MLP", mlp as Forward, MLP_SHAPES, MLP_INPUT),
@@ -119,19 +147,19 @@ fn compiled_training_steps_allocate_nothing_in_steady_state() {
             MLP_INPUT,
         ),
     ] {
-        let ((calls, bytes), losses) = steady_allocations(forward, shapes, x_shape, 10);
+        let ((calls, bytes), losses) = steady_allocations(forward, shapes, x_shape, STEPS);
         if spore_kernels::matmul::own_f32_gemm() {
             assert_eq!(
                 (calls, bytes),
                 (0, 0),
-                "{name}: 10 steady-state steps made {calls} allocations ({bytes} bytes)"
+                "{name}: {STEPS} steady-state steps made {calls} allocations ({bytes} bytes)"
             );
         } else {
             // The `gemm` crate (other CPUs, or SPORE_GEMM=crate) allocates its packing
             // buffers in every call; nothing else may.
             eprintln!(
                 "{name}: f32 GEMM runs on the gemm crate here, which allocates per call: \
-                 {calls} allocations in 10 steps, not checked"
+                 {calls} allocations in {STEPS} steps, not checked"
             );
         }
         // The steps really trained on recycled memory only: the same batch every step, so
@@ -146,7 +174,7 @@ fn compiled_training_steps_allocate_nothing_in_steady_state() {
                 "{name}: the same mask twice? {losses:?}"
             );
         } else {
-            assert!(losses[9] < losses[0], "{name}: losses {losses:?}");
+            assert!(losses[STEPS - 1] < losses[0], "{name}: losses {losses:?}");
         }
     }
 }
