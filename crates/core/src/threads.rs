@@ -30,7 +30,8 @@ use crate::error::{Error, Result};
 
 static TRIED: AtomicBool = AtomicBool::new(false);
 
-/// Builds rayon's global pool with `num_threads` threads (the CPU count when `None`),
+/// Builds rayon's global pool with `num_threads` threads (when `None`, `RAYON_NUM_THREADS`
+/// or else the CPU count, as rayon would),
 /// the calling thread among them when it is the main thread and the pool has at least
 /// two. Returns whether the calling thread is now a worker of the pool.
 ///
@@ -47,11 +48,20 @@ pub fn join_kernel_pool(num_threads: Option<usize>) -> Result<bool> {
     if rayon::current_thread_index().is_some() || TRIED.swap(true, Ordering::AcqRel) {
         return check_size(num_threads).map(|()| false);
     }
-    let n = num_threads.unwrap_or_else(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-    });
+    // Rayon's own default when no size is asked: `RAYON_NUM_THREADS`, else the CPU count.
+    let n = num_threads
+        .or_else(|| {
+            std::env::var("RAYON_NUM_THREADS")
+                .ok()?
+                .parse()
+                .ok()
+                .filter(|&n| n > 0)
+        })
+        .unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        });
     let is_main = std::thread::current().name() == Some("main");
     let builder = rayon::ThreadPoolBuilder::new().num_threads(n);
     let joined = if is_main && n >= 2 {
