@@ -32,7 +32,7 @@ STEP_BENCHES = [
     ("mlp_infer_b64", "MLP 784-512-512-10 inference, batch 64"),
     ("resnet18_train_b32", "ResNet-18 (CIFAR-10 form) train step, batch 32"),
 ]
-ALL_BENCHES = [b for b, _ in STEP_BENCHES] + ["gemm_2048", "pipeline_mnist"]
+ALL_BENCHES = [b for b, _ in STEP_BENCHES] + ["gemm_2048", "fma_peak", "pipeline_mnist"]
 SHORT = {"lenet5_train_b32": "LeNet5 train", "mlp_train_b64": "MLP train", "mlp_infer_b64": "MLP infer",
          "resnet18_train_b32": "ResNet-18 train"}
 MODE_NAME = {"pynative": "PyNative", "graph": "Graph"}
@@ -103,6 +103,7 @@ def norm(r, lib, bench, mode, source):
         peak = None
     return {"lib": lib, "bench": bench, "mode": mode, "source": source, "error": r.get("error"),
             "median_ms": num(r, "median_ms"), "first_ms": num(r, "first_ms"), "gflops": num(r, "gflops"),
+            "gflop_per_step": num(r, "gflop_per_step"),
             "samples_per_s": num(r, "samples_per_s"), "peak_mb": peak, "foreign": foreign,
             "alloc": num(r, "steady_alloc_bytes"), "version": r.get("version"), "raw": r}
 
@@ -119,7 +120,7 @@ def load_all(d, problems):
             problems.append(f"spore.jsonl: unknown bench {bench!r}")
             continue
         mode = r.get("mode", "n/a")
-        mode = "-" if mode in ("n/a", None, "") or bench in ("gemm_2048", "pipeline_mnist") else mode
+        mode = "-" if mode in ("n/a", None, "") or bench in ("gemm_2048", "fma_peak", "pipeline_mnist") else mode
         if bench == "pipeline_mnist" and "workers" in r:
             mode = f"workers={r['workers']}"
         put(norm(r, "spore", bench, mode, "spore"))
@@ -316,6 +317,48 @@ def gemm_table(ctx, notes):
                      else f"| {name_md} | {fmt_ms(r['median_ms'])} | — | — |")
             if r.get("foreign") is not None and r["foreign"] > NOISY:
                 notes.append(f"{name}, GEMM: other processes used {r['foreign']:.0%} of the CPU while timing")
+    L.append("")
+    return L
+
+
+def ceiling_table(ctx):
+    """Each workload's useful FLOP rate (its products' and convolutions' FLOP, counted on
+    Spore's compiled graph, over the step's time) as a share of the FMA peak of this run."""
+    peak = ctx.get("spore", "fma_peak", "-")
+    L = ["### Compute ceiling", ""]
+    if not ok(peak) or not peak["gflops"]:
+        reason = ctx.cell_error(peak) if peak is not None else ctx.missing("spore", "fma_peak")
+        L += [f"FMA peak not measured: {md(reason)}", ""]
+        return L
+    P = peak["gflops"]
+    L += [f"FMA peak of this machine: **{P:.0f} GFLOP/s** (`fma_peak`: every thread runs only independent "
+          "8-lane multiply-adds in registers; no GEMM or convolution can exceed it). *GFLOP/step* counts "
+          "the products and convolutions of Spore's compiled step (`Graph::flops`); elementwise work is "
+          "not counted, so a rate is useful FLOP over the whole step's time. *At peak*: the step's "
+          "products alone at the FMA peak, a floor no framework can beat on this machine.", "",
+          "| workload | GFLOP/step | at peak | goal | goal as % of peak | Spore best | % of peak | "
+          "PyTorch eager | % of peak |", "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    goals = {"lenet5_train_b32": 1.0, "mlp_train_b64": 1.3, "mlp_infer_b64": 0.5, "resnet18_train_b32": 600}
+    for bench, _ in STEP_BENCHES:
+        g = ctx.get("spore", bench, "graph")
+        flop = g["gflop_per_step"] if ok(g) and g.get("gflop_per_step") else None
+        if flop is None:
+            L.append(f"| {SHORT[bench]} | — | | | | | | | |")
+            continue
+        floor = flop / P * 1e3
+        spore = [r["median_ms"] for r in (ctx.get("spore", bench, m) for m in ("pynative", "graph"))
+                 if ok(r) and r["median_ms"]]
+        best_ms = min(spore) if spore else None
+        t = ctx.get("torch", bench, "eager")
+        t_ms = t["median_ms"] if ok(t) and t["median_ms"] else None
+        goal = goals[bench]
+        pct = lambda ms: f"{100 * floor / ms:.0f} %" if ms else "—"
+        ms = lambda v: f"{fmt_ms(v)} ms" if v else "—"
+        L.append(f"| {SHORT[bench]} | {flop:.3g} | {ms(floor)} | {ms(goal)} | {pct(goal)} | "
+                 f"{ms(best_ms)} | {pct(best_ms)} | {ms(t_ms)} | {pct(t_ms)} |")
+    gemm = ctx.get("spore", "gemm_2048", "-")
+    if ok(gemm) and gemm["gflops"]:
+        L += ["", f"Spore's GEMM 2048³ reaches {gemm['gflops']:.0f} GFLOP/s, {100 * gemm['gflops'] / P:.0f} % of the peak."]
     L.append("")
     return L
 
@@ -608,6 +651,8 @@ def generate(args):
             L += step_table(ctx, bench, label, notes)
     if "gemm_2048" in args.selected:
         L += gemm_table(ctx, notes)
+    if "fma_peak" in args.selected:
+        L += ceiling_table(ctx)
     if "pipeline_mnist" in args.selected:
         L += pipeline_table(ctx)
     if notes:

@@ -23,7 +23,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ALL_BENCHES="lenet5_train_b32 mlp_train_b64 mlp_infer_b64 resnet18_train_b32 gemm_2048 pipeline_mnist"
+ALL_BENCHES="lenet5_train_b32 mlp_train_b64 mlp_infer_b64 resnet18_train_b32 gemm_2048 fma_peak pipeline_mnist"
 
 usage() {
   cat <<EOF

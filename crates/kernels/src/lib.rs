@@ -20,6 +20,7 @@ pub mod implicit_conv;
 pub mod index;
 pub mod layout;
 pub mod matmul;
+pub mod peak;
 pub mod pool;
 mod pool2x2;
 pub mod random;

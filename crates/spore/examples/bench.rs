@@ -8,6 +8,9 @@
 //! Workloads: LeNet5 training step (batch 32, 1x32x32, Momentum 0.9, sparse softmax
 //! cross-entropy), the seed 004 MLP training step and inference (batch 64), ResNet-18
 //! (CIFAR form) training step (batch 32), fp32 GEMM 2048^3, and seed 001's data pipeline.
+//! Also the machine's FMA peak (`fma_peak`, `spore_kernels::peak`), and for every compiled
+//! step the FLOP of its products and convolutions (`gflop_per_step`, `Graph::flops`): the
+//! report states each workload's useful FLOP rate as a share of that peak.
 //!
 //! Protocol (the same as `bench/peers/py/common.py`): the first call is timed alone
 //! (`first_ms`: trace + compile + first run in Graph mode); then synced warm-up steps;
@@ -104,6 +107,7 @@ const BENCHES: &[(&str, &[&str])] = &[
     ("mlp_infer_b64", &["pynative", "graph"]),
     ("resnet18_train_b32", &["pynative", "graph"]),
     ("gemm_2048", &["n/a"]),
+    ("fma_peak", &["n/a"]),
     ("pipeline_mnist", &["n/a"]),
 ];
 
@@ -121,8 +125,11 @@ struct Measurement {
     repeats_ms: Vec<f64>,
     steady_allocs_per_step: f64,
     steady_alloc_bytes_per_step: f64,
-    /// Work per step for rates: FLOP (GEMM) or samples (pipeline).
+    /// Work per step for rates: FLOP (GEMM, FMA peak) or samples (pipeline).
     work_per_step: f64,
+    /// FLOP of the compiled step's products and convolutions (`Graph::flops`); NaN when
+    /// no graph was compiled (PyNative mode, GEMM, pipeline).
+    graph_flop_per_step: f64,
 }
 
 impl Measurement {
@@ -173,7 +180,19 @@ fn measure(p: Protocol, mut step: impl FnMut() -> Result<()>) -> Result<Measurem
         steady_allocs_per_step: (ALLOC_CALLS.load(Relaxed) - calls0) as f64 / steps,
         steady_alloc_bytes_per_step: (ALLOC_BYTES.load(Relaxed) - bytes0) as f64 / steps,
         work_per_step: 0.0,
+        graph_flop_per_step: f64::NAN,
     })
+}
+
+/// FLOP of the graph `cell` compiled for `inputs` (either training flag), or NaN when it
+/// compiled none (PyNative mode).
+fn compiled_flops(cell: &dyn Cell, inputs: &[&Tensor]) -> f64 {
+    let types: Vec<spore::core::TensorType> =
+        inputs.iter().map(|t| t.tensor_type().clone()).collect();
+    [true, false]
+        .into_iter()
+        .find_map(|training| cell.base().compiled(training)?.graph_for(&types))
+        .map_or(f64::NAN, |g| g.flops() as f64)
 }
 
 /// One fixed synthetic batch: N(0, 1) inputs and labels `i % 10`, reused every step.
@@ -189,7 +208,9 @@ fn train_step(net: Arc<dyn Cell>, x_shape: &[usize], p: Protocol) -> Result<Meas
     let loss = SoftmaxCrossEntropyWithLogits::new(true, Reduction::Mean);
     let opt = Momentum::new(net.trainable_params(), 0.01, 0.9)?;
     let step = TrainOneStepCell::new_dyn(WithLossCell::new_dyn(net, loss), opt);
-    measure(p, || step.step(&x, &y).map(drop))
+    let mut m = measure(p, || step.step(&x, &y).map(drop))?;
+    m.graph_flop_per_step = compiled_flops(&*step, &[&x, &y]);
+    Ok(m)
 }
 
 fn run_child(bench: &str, mode: &str, p: Protocol) -> Result<Measurement> {
@@ -214,7 +235,22 @@ fn run_child(bench: &str, mode: &str, p: Protocol) -> Result<Measurement> {
             let net = Mlp::new()?;
             net.set_train(false);
             let (x, _) = batch(&[64, 1, 28, 28])?;
-            measure(p, || no_grad(|| net.call1(&x)).map(drop))
+            let mut m = measure(p, || no_grad(|| net.call1(&x)).map(drop))?;
+            m.graph_flop_per_step = compiled_flops(&*net, &[&x]);
+            Ok(m)
+        }
+        "fma_peak" => {
+            // Each step: 2M rounds of 12 FMAs on every thread at once (about 4 ms).
+            let threads = rayon::current_num_threads();
+            let mut flop = 0.0;
+            let mut m = measure(p, || {
+                flop = spore::kernels::peak::fma_flops(threads, 2_000_000).ok_or_else(|| {
+                    Error::invalid("fma_peak: this CPU has no AVX2 and FMA to measure")
+                })?;
+                Ok(())
+            })?;
+            m.work_per_step = flop;
+            Ok(m)
         }
         "gemm_2048" => {
             let n = 2048;
@@ -279,7 +315,8 @@ fn child_record(bench: &str, mode: &str, m: &Measurement) -> serde_json::Value {
         "first_ms": num(m.first_ms),
         "median_ms": num(median),
         "steps_per_s": num(per_s),
-        "gflops": num(if is("gemm_2048") { m.work_per_step * per_s / 1e9 } else { 0.0 }),
+        "gflops": num(if is("gemm_2048") || is("fma_peak") { m.work_per_step * per_s / 1e9 } else { 0.0 }),
+        "gflop_per_step": num(m.graph_flop_per_step / 1e9),
         "samples_per_s": num(if is("pipeline_mnist") { m.work_per_step * per_s } else { 0.0 }),
         "peak_mem_mb": num(peak_rss_mb()),
         "peak_rss_mb": num(peak_rss_mb()),

@@ -11,6 +11,7 @@
 //! ```
 
 pub mod dot;
+pub mod flops;
 pub mod interpret;
 pub mod printer;
 pub mod verify;

@@ -250,3 +250,32 @@ fn top_level_gradients_carry_no_autodiff_links() {
         assert!((a - (v + 2.0) * v.exp()).abs() < 1e-12, "{a}");
     }
 }
+
+#[test]
+fn graph_flops_count_the_products_and_all_three_convolutions() {
+    use spore_core::TensorType;
+    use spore_core::ops::{Conv2dOptions, PadMode};
+    let t = |s: &[usize]| TensorType::new(s, DType::F32);
+    // x [2, 4, 7, 7] conv w [6, 2, 3, 3], groups 2, valid: y [2, 6, 5, 5]; then a product
+    // of the flattened y [2, 150] with m [150, 3].
+    let types = [t(&[2, 4, 7, 7]), t(&[6, 2, 3, 3]), t(&[150, 3])];
+    let step = |x: &[Tensor]| {
+        let opts = Conv2dOptions {
+            groups: 2,
+            pad_mode: PadMode::Valid,
+            ..Conv2dOptions::default()
+        };
+        let y = x[0].conv2d(&x[1], &opts)?.reshape(&[2, 150])?;
+        y.matmul(&x[2])?.sum(&[], false)
+    };
+    let forward = spore_core::trace::trace("forward", &types, |x| Ok(vec![step(x)?])).unwrap();
+    // Per output value of the convolution: 2 input channels x 3 x 3 multiply-adds.
+    let conv = 2 * (2 * 6 * 5 * 5) * (2 * 3 * 3);
+    let product = 2 * (2 * 3) * 150;
+    assert_eq!(forward.flops(), (conv + product) as u64);
+    // The gradient with respect to all three inputs adds each convolution gradient (one
+    // forward's worth each) and the two products' gradients.
+    let df = grad(step, &[0, 1, 2]);
+    let backward = spore_core::trace::trace("backward", &types, |x| df(x)).unwrap();
+    assert_eq!(backward.flops(), (3 * conv + 3 * product) as u64);
+}
