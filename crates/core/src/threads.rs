@@ -24,30 +24,46 @@
 //! test's thread, a data-loader thread) still gets its jobs run while the main thread
 //! blocks on something else.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Once;
 
 use crate::error::{Error, Result};
 
-static TRIED: AtomicBool = AtomicBool::new(false);
+/// Completed once the global pool has been built (or the one attempt to build it made).
+static BUILT: Once = Once::new();
 
 /// Builds rayon's global pool with `num_threads` threads (when `None`, `RAYON_NUM_THREADS`
-/// or else the CPU count, as rayon would),
-/// the calling thread among them when it is the main thread and the pool has at least
-/// two. Returns whether the calling thread is now a worker of the pool.
+/// or else the CPU count, as rayon would), the calling thread among them when it is the
+/// main thread and the pool has at least two. Returns whether the calling thread is a
+/// worker of the pool it runs kernels on afterwards.
 ///
 /// A pool that already exists is kept (rayon builds its global pool once): then this
-/// returns `Ok(false)`, or an error when `num_threads` asks for a different size.
+/// changes nothing, and is an error when `num_threads` asks for a different size.
 pub fn join_kernel_pool(num_threads: Option<usize>) -> Result<bool> {
     if num_threads == Some(0) {
         return Err(Error::invalid(
             "set_context: num_threads must be at least 1, got 0",
         ));
     }
-    // Once per process: after the first attempt the pool exists either way. A thread
-    // already in a pool (one of rayon's, or a local pool's under `install`) stays there.
-    if rayon::current_thread_index().is_some() || TRIED.swap(true, Ordering::AcqRel) {
-        return check_size(num_threads).map(|()| false);
+    // A thread already in a pool (one of rayon's, or a local pool's under `install`)
+    // stays there. `call_once` makes a second caller wait for the first one's pool:
+    // asking rayon for its size in between would build the default pool instead.
+    if rayon::current_thread_index().is_none() {
+        BUILT.call_once(|| build_global(num_threads));
     }
+    check_size(num_threads)?;
+    Ok(rayon::current_thread_index().is_some())
+}
+
+/// Joins the pool with the default size if no pool was built yet; a no-op (one atomic
+/// load) afterwards. Called where a compiled graph starts running.
+pub fn join_kernel_pool_once() {
+    if !BUILT.is_completed() {
+        // The only error is a size mismatch, which a `None` request cannot have.
+        let _ = join_kernel_pool(None);
+    }
+}
+
+fn build_global(num_threads: Option<usize>) {
     // Rayon's own default when no size is asked: `RAYON_NUM_THREADS`, else the CPU count.
     let n = num_threads
         .or_else(|| {
@@ -64,22 +80,12 @@ pub fn join_kernel_pool(num_threads: Option<usize>) -> Result<bool> {
         });
     let is_main = std::thread::current().name() == Some("main");
     let builder = rayon::ThreadPoolBuilder::new().num_threads(n);
-    let joined = if is_main && n >= 2 {
-        builder.use_current_thread().build_global().is_ok()
+    // An error means the pool exists already (some kernel ran first): it is kept.
+    let _ = if is_main && n >= 2 {
+        builder.use_current_thread().build_global()
     } else {
-        let _ = builder.build_global();
-        false
+        builder.build_global()
     };
-    check_size(num_threads).map(|()| joined)
-}
-
-/// Joins the pool with the default size if no pool exists yet; a no-op (one atomic
-/// load) afterwards. Called where a compiled graph starts running.
-pub fn join_kernel_pool_once() {
-    if !TRIED.load(Ordering::Acquire) {
-        // The only error is a size mismatch, which a `None` request cannot have.
-        let _ = join_kernel_pool(None);
-    }
 }
 
 fn check_size(num_threads: Option<usize>) -> Result<()> {
