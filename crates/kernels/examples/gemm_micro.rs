@@ -18,8 +18,10 @@ fn best_ms(mut f: impl FnMut()) -> f64 {
 }
 
 fn main() {
+    // The main thread as worker 0, as Spore runs kernels (`spore_core::threads`).
     rayon::ThreadPoolBuilder::new()
         .num_threads(2)
+        .use_current_thread()
         .build_global()
         .ok();
     let only = std::env::args().nth(1).unwrap_or_default();

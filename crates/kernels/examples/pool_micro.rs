@@ -26,8 +26,10 @@ fn time(mut f: impl FnMut() -> Vec<f32>) -> f64 {
 }
 
 fn main() {
+    // The main thread as worker 0, as Spore runs kernels (`spore_core::threads`).
     rayon::ThreadPoolBuilder::new()
         .num_threads(2)
+        .use_current_thread()
         .build_global()
         .ok();
     for (name, input) in [
