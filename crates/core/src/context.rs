@@ -52,7 +52,8 @@ pub struct Context {
     pub save_graphs: u8,
     pub save_graphs_path: PathBuf,
     pub seed: u64,
-    /// Threads for parallel kernels; `None` = rayon's default (one per core).
+    /// Threads for parallel kernels, the main thread among them (see
+    /// [`crate::threads`]); `None` = rayon's default (one per core).
     pub num_threads: Option<usize>,
     /// Where `ops::print` writes; `None` = standard output.
     pub print_file_path: Option<PathBuf>,
@@ -166,6 +167,8 @@ impl ContextUpdate {
         self.seed = Some(s);
         self
     }
+    /// Threads for parallel kernels. Only before the first kernel runs: the pool is built
+    /// once (see [`crate::threads::join_kernel_pool`]); a later different size is an error.
     pub fn num_threads(mut self, n: usize) -> Self {
         self.num_threads = Some(n);
         self
