@@ -1,5 +1,6 @@
 //! Times the three convolution kernels on LeNet5's and ResNet-18's shapes (batch 32).
-//! Run: `cargo run --release -p spore-kernels --example conv_micro [-- NAME_FILTER]`
+//! Run: `cargo run --release -p spore-kernels --example conv_micro [-- NAME_FILTER [fwd|dw|dx]]`
+//! (the second argument times one kernel only, e.g. to profile it with `perf record`).
 use std::time::Instant;
 
 use spore_kernels::Buffer;
@@ -64,6 +65,7 @@ fn main() {
         ("resnet l4 3x3 x3", [32, 512, 4, 4], [512, 512, 3, 3], 1, 1),
     ];
     let only = std::env::args().nth(1).unwrap_or_default();
+    let kernel = std::env::args().nth(2).unwrap_or_default();
     for (name, xs, ws, p, st) in cases.into_iter().filter(|c| c.0.contains(&only)) {
         let g = ConvGeometry::new(xs, ws, [st, st], [1, 1], [p, p, p, p], 1);
         let x: Vec<f32> = (0..xs.iter().product::<usize>())
@@ -75,9 +77,13 @@ fn main() {
         let dy = conv2d(&x, &w, &g);
         let flop = 2.0 * (g.n * g.o * g.oh * g.ow * g.c * g.kh * g.kw) as f64;
         rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap().install(|| {
-            let f = time(|| conv2d(&x, &w, &g));
-            let bf = time(|| conv2d_backward_filter(&dy, &x, &g));
-            let bi = time(|| conv2d_backward_input(&dy, &w, &g));
+            let runs = |k: &str| kernel.is_empty() || kernel == k;
+            let time_if = |k: &str, f: &mut dyn FnMut() -> Vec<f32>| {
+                if runs(k) { time(f) } else { f64::NAN }
+            };
+            let f = time_if("fwd", &mut || conv2d(&x, &w, &g));
+            let bf = time_if("dw", &mut || conv2d_backward_filter(&dy, &x, &g));
+            let bi = time_if("dx", &mut || conv2d_backward_input(&dy, &w, &g));
             println!(
                 "{name:17} fwd {f:8.3} ms ({:5.1} GF/s)  dW {bf:8.3} ms ({:5.1})  dX {bi:8.3} ms ({:5.1})",
                 flop / f / 1e6, flop / bf / 1e6, flop / bi / 1e6

@@ -309,9 +309,11 @@ fn panel_convolutions_match_naive_f64() {
     // block (ckk = 360 > 256), more than one row block of A (160 channels), positions
     // not a multiple of 16, and a batch that does not split evenly. The input gradient
     // multiplies by each group's Wᵀ packed once: with groups, and with more output
-    // channels than one depth block (330).
+    // channels than one depth block (330). Panels of 16 positions in one output row
+    // copy whole rows (`pack_whole_rows`): also with dilation (the 20-wide case).
     let cases = [
         ([3, 8, 16, 16], [24, 8, 3, 3], [1, 1], [1, 1], [1; 4], 1),
+        ([2, 3, 20, 20], [24, 3, 3, 3], [1, 1], [2, 2], [2; 4], 1),
         ([5, 40, 4, 4], [40, 40, 3, 3], [1, 1], [1, 1], [1; 4], 1),
         ([4, 8, 9, 9], [32, 8, 3, 3], [2, 2], [1, 1], [1; 4], 1),
         ([4, 8, 9, 9], [32, 8, 1, 1], [2, 2], [1, 1], [0; 4], 1),
