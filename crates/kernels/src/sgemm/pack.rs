@@ -26,6 +26,12 @@ pub(super) fn pack_a(
     let one = |(ip, panel): (usize, &mut [f32])| {
         let i0 = rows.start + ip * MR;
         let height = MR.min(rows.end - i0);
+        if height == MR
+            && ma.row_stride != 1
+            && super::kernel::transpose_pack_a(panel, a, ma, i0, p0, kc)
+        {
+            return;
+        }
         for r in 0..MR {
             if r >= height {
                 (0..kc).for_each(|p| panel[p * MR + r] = 0.0);
