@@ -32,6 +32,7 @@
 use rayon::prelude::*;
 
 use crate::conv::{ConvGeometry, GEMM_COLUMNS, batch_blocks, group_output_gradient, sum_partials};
+use crate::im2col::copy_short;
 use crate::matmul::MatRef;
 use crate::sgemm::{self, NR, PanelsA, pack_b_panel};
 use crate::{Buffer, arena};
@@ -168,7 +169,7 @@ impl<'a> ImageColumns<'a> {
             <&[f32; NR]>::try_from(src),
         ) {
             (Ok(d), Ok(s)) => *d = *s,
-            _ => out.copy_from_slice(src),
+            _ => copy_short(out, src),
         }
     }
 
