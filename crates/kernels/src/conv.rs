@@ -320,7 +320,8 @@ pub fn conv2d_backward_input<T: Num>(dy: &[T], w: &[T], g: &ConvGeometry) -> Vec
         return dx;
     }
     if let (Some(dyf), Some(wf), Some(dxf)) = (as_f32(dy), as_f32(w), as_f32_mut(&mut dx))
-        && implicit_conv::input_gradient_applies(g)
+        && (implicit_conv::input_gradient_applies(g)
+            || implicit_conv::padded_input_gradient_applies(g))
     {
         implicit_conv::input_gradient(dyf, wf, g, dxf);
         return dx;

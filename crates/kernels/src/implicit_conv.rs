@@ -1,6 +1,8 @@
 //! Convolutions of small images without a column matrix: the forward pass and the weight
 //! gradient as implicit GEMMs, whose A operand is read from the image through offset
-//! tables ([`crate::sgemm`]'s gathered product).
+//! tables ([`crate::sgemm`]'s gathered product). The input gradient's scatter-add
+//! product also serves padded stride-1 layers of any size
+//! ([`padded_input_gradient_applies`]).
 //!
 //! ```
 //! use spore_kernels::conv::ConvGeometry;
@@ -85,10 +87,43 @@ pub fn input_gradient_applies(g: &ConvGeometry) -> bool {
     small_unpadded(g) && g.cg() >= sgemm::MR && g.stride == [1, 1] && 2 * wide_len(g) <= 3 * g.ohw()
 }
 
+/// Whether [`crate::conv`] computes a padded layer's input gradient (f32) here, into a
+/// zero-bordered copy of each image gradient: stride 1, at least six input channels per
+/// group (as [`input_gradient_applies`]), at least 16 output channels (the product's
+/// depth), and wide positions adding at most an eighth (ResNet's 32x32 and 16x16 stages:
+/// 1,086 for 1,024 and 286 for 256; its 8x8 and 4x4 stages add 22 % and 37 %).
+///
+/// Why: the column matrix it replaces is `C·KH·KW x OH·OW` per image (2.4 MB in
+/// ResNet's first stage), written out by the GEMM and read back by col2im, which was
+/// 16 % (first stage) and 27 % (second) of the input gradient under `perf`.
+pub fn padded_input_gradient_applies(g: &ConvGeometry) -> bool {
+    let (hp, wp) = padded_size(g);
+    sgemm::available()
+        && g.pads != [0; 4]
+        && g.stride == [1, 1]
+        && g.n > 0
+        && g.cg() >= sgemm::MR
+        && g.og() >= NR
+        && g.ohw() > 0
+        && 8 * wide_len(g) <= 9 * g.ohw()
+        && g.cg() * hp * wp <= MAX_PADDED_IMAGE
+        && g.c * hp * wp < i32::MAX as usize
+}
+
+/// Values of one group's zero-bordered image gradient that a thread may hold (2 MB):
+/// ResNet's first stage needs 74k.
+const MAX_PADDED_IMAGE: usize = 1 << 19;
+
+/// Height and width of a (zero-bordered) input plane.
+fn padded_size(g: &ConvGeometry) -> (usize, usize) {
+    (g.h + g.pads[0] + g.pads[1], g.w + g.pads[2] + g.pads[3])
+}
+
 /// Wide positions of one image: from the first window's corner to the last one's,
-/// counting whole image rows (`OH - 1` rows of `W`, then `OW`).
+/// counting whole (zero-bordered) image rows (`OH - 1` rows of the padded width, then
+/// `OW`).
 fn wide_len(g: &ConvGeometry) -> usize {
-    (g.oh - 1) * g.w + g.ow
+    (g.oh - 1) * padded_size(g).1 + g.ow
 }
 
 /// Images whose positions form one depth of the weight gradient's product.
@@ -230,16 +265,20 @@ pub(crate) fn forward_wide(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32]
 }
 
 /// Input gradient added into `dx` (zeroed by the caller); the caller checked
-/// [`input_gradient_applies`].
+/// [`input_gradient_applies`] or [`padded_input_gradient_applies`].
 ///
 /// Per image and group, `cols [taps x wide] = Wᵀ [taps x og] * dY_wide [og x wide]`, where
 /// `dY_wide` is the output gradient spread over wide positions (zeros in the columns no
 /// window starts at), and each row of `cols` is added at its tap's offset in the image
 /// gradient inside the GEMM's tile epilogue: col2im without the column matrix, one
-/// contiguous run per tap instead of `OH` short ones.
+/// contiguous run per tap instead of `OH` short ones. A padded layer's rows are added
+/// into a zero-bordered image gradient (every window then lies inside it), whose
+/// interior is added into `dx` after each image.
 pub(crate) fn input_gradient(dy: &[f32], w: &[f32], g: &ConvGeometry, dx: &mut [f32]) {
     let (ohw, og, ckk, cg) = (g.ohw(), g.og(), g.ckk(), g.cg());
     let (hw, chw, wide) = (g.h * g.w, g.c * g.h * g.w, wide_len(g));
+    let (hp, wp) = padded_size(g);
+    let bordered = g.pads != [0; 4];
     let padded = wide.div_ceil(NR) * NR;
     // Taps ordered (filter row, filter column, channel): the six rows of a tile are then
     // six channels at one offset, whose targets lie in different planes, so no row reloads
@@ -252,7 +291,7 @@ pub(crate) fn input_gradient(dy: &[f32], w: &[f32], g: &ConvGeometry, dx: &mut [
     let mut rows = arena::for_overwrite::<i32>(ckk);
     for (t, row) in rows.iter_mut().enumerate() {
         let (c, i, j) = order(t);
-        *row = tap_offset(g, c, i, j);
+        *row = ((c * hp + i * g.dilation[0]) * wp + j * g.dilation[1]) as i32;
     }
     // A: Wᵀ of each group, rows in that order, depth = output channels.
     let a_len = packed_a_len(ckk, og);
@@ -266,20 +305,40 @@ pub(crate) fn input_gradient(dy: &[f32], w: &[f32], g: &ConvGeometry, dx: &mut [
             }
         }
     }
-    for_each_image(dx, chw, og * padded, |image, dxs, spread| {
+    let border_len = if bordered { cg * hp * wp } else { 0 };
+    for_each_image(dx, chw, og * padded + border_len, |image, dxs, scratch| {
+        let (spread, border) = scratch.split_at_mut(og * padded);
         for group in 0..g.groups {
-            // dY_wide: row oy of each output channel at oy * W, zeros elsewhere.
+            // dY_wide: row oy of each output channel at oy * (padded width), zeros elsewhere.
             spread.fill(0.0);
             for co in 0..og {
                 let plane = &dy[(image * g.o + group * og + co) * ohw..][..ohw];
                 let row = &mut spread[co * padded..][..padded];
                 for (oy, src) in plane.chunks_exact(g.ow).enumerate() {
-                    copy_short(&mut row[oy * g.w..][..g.ow], src);
+                    copy_short(&mut row[oy * wp..][..g.ow], src);
                 }
             }
             let target = &mut dxs[group * cg * hw..][..cg * hw];
             let a = (&filters[group * a_len..][..a_len], og);
-            scatter_add_gemm(target, &rows, wide, a, (spread, padded));
+            if !bordered {
+                scatter_add_gemm(target, &rows, wide, a, (spread, padded));
+                continue;
+            }
+            border.fill(0.0);
+            scatter_add_gemm(border, &rows, wide, a, (spread, padded));
+            // The border collected the taps that fell into the padding: dropped.
+            let [top, _, left, _] = g.pads;
+            for (plane, bordered_plane) in target
+                .chunks_exact_mut(hw)
+                .zip(border.chunks_exact(hp * wp))
+            {
+                for (y, out) in plane.chunks_exact_mut(g.w).enumerate() {
+                    let src = &bordered_plane[(y + top) * wp + left..][..g.w];
+                    for (d, &v) in out.iter_mut().zip(src) {
+                        *d += v;
+                    }
+                }
+            }
         }
     });
     arena::recycle(crate::Buffer::F32(filters));

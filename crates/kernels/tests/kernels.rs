@@ -310,10 +310,21 @@ fn panel_convolutions_match_naive_f64() {
     // not a multiple of 16, and a batch that does not split evenly. The input gradient
     // multiplies by each group's Wᵀ packed once: with groups, and with more output
     // channels than one depth block (330). Panels of 16 positions in one output row
-    // copy whole rows (`pack_whole_rows`): also with dilation (the 20-wide case).
+    // copy whole rows (`pack_whole_rows`): also with dilation (the 20-wide case). Padded
+    // stride-1 input gradients with six or more channels per group add into a
+    // zero-bordered image gradient (`implicit_conv`): also with dilation, asymmetric
+    // pads and groups (the 12-channel case).
     let cases = [
         ([3, 8, 16, 16], [24, 8, 3, 3], [1, 1], [1, 1], [1; 4], 1),
         ([2, 3, 20, 20], [24, 3, 3, 3], [1, 1], [2, 2], [2; 4], 1),
+        (
+            [2, 12, 40, 40],
+            [32, 6, 3, 3],
+            [1, 1],
+            [2, 2],
+            [2, 1, 1, 2],
+            2,
+        ),
         ([5, 40, 4, 4], [40, 40, 3, 3], [1, 1], [1, 1], [1; 4], 1),
         ([4, 8, 9, 9], [32, 8, 3, 3], [2, 2], [1, 1], [1; 4], 1),
         ([4, 8, 9, 9], [32, 8, 1, 1], [2, 2], [1, 1], [0; 4], 1),
@@ -342,8 +353,22 @@ fn panel_convolutions_match_naive_f64() {
         assert_f32_conv_matches_naive(&g);
     }
     let resnet = ConvGeometry::new([32, 64, 32, 32], [64, 64, 3, 3], [1, 1], [1, 1], [1; 4], 1);
+    let grouped = ConvGeometry::new(
+        [2, 12, 40, 40],
+        [32, 6, 3, 3],
+        [1, 1],
+        [2, 2],
+        [2, 1, 1, 2],
+        2,
+    );
     if spore_kernels::matmul::own_f32_gemm() {
         assert!(spore_kernels::conv_panels::applies(&resnet));
+        assert!(spore_kernels::implicit_conv::padded_input_gradient_applies(
+            &resnet
+        ));
+        assert!(spore_kernels::implicit_conv::padded_input_gradient_applies(
+            &grouped
+        ));
     }
 }
 
