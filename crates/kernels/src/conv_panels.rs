@@ -186,7 +186,7 @@ impl<'a> ImageColumns<'a> {
         let sx = self.g.stride[1];
         let mut runs = [(0, 0, 0); NR];
         let count = self.row_runs(j0, width, &mut runs);
-        if count == 1 && width == NR && sx == 1 && self.pack_whole_rows(dst, p0, kc, runs[0].2) {
+        if count == 1 && width == NR && self.pack_whole_rows(dst, p0, kc, runs[0].2) {
             return;
         }
         let runs = &runs[..count];
@@ -198,21 +198,29 @@ impl<'a> ImageColumns<'a> {
         }
     }
 
-    /// [`Self::pack_positions`] for a panel whose 16 positions lie in one output row at
-    /// unit stride (most panels of a stride-1 layer at least 16 wide): every panel row is
-    /// then one 16-value copy from `corner + tap`. Returns false, having written nothing,
-    /// where this does not apply (more in-plane taps than it tracks, or too short a
-    /// source), and the general path runs instead.
+    /// [`Self::pack_positions`] for a panel whose 16 positions lie in one output row, at
+    /// stride 1 or 2 (most panels of ResNet's layers at least 16 wide): every panel row
+    /// is then one 16-value copy from `corner + tap`, or every other value of 32.
+    /// Returns false, having written nothing, where this does not apply (another
+    /// stride, more in-plane taps than it tracks, or too short a source), and the general
+    /// path runs instead.
     ///
     /// Why a path of its own: the general one spends more on finding each tap's offset
     /// and checking bounds than on the copy (ResNet's first stage: packing was 19 % of
-    /// the forward pass under `perf`, for 64 multiply-adds per copied value).
+    /// the forward pass under `perf`, for 64 multiply-adds per copied value; its
+    /// stride-2 layers copied value by value: 32 % of layer2's).
     fn pack_whole_rows(&self, dst: &mut [f32], p0: usize, kc: usize, corner: usize) -> bool {
         let g = self.g;
         let per_plane = g.kh * g.kw;
+        let sx = g.stride[1];
         // In-plane offsets of the taps of one channel, in the weight's order.
         let mut in_plane = [0usize; 64];
-        if per_plane == 0 || per_plane > in_plane.len() || kc == 0 || dst.len() < kc * NR {
+        if !(1..=2).contains(&sx)
+            || per_plane == 0
+            || per_plane > in_plane.len()
+            || kc == 0
+            || dst.len() < kc * NR
+        {
             return false;
         }
         for (k, o) in in_plane.iter_mut().take(per_plane).enumerate() {
@@ -222,7 +230,9 @@ impl<'a> ImageColumns<'a> {
         // Offsets grow with the tap (a channel's plane holds all of its window rows), so
         // the last tap's copy is the one that reaches furthest.
         let last = p0 + kc - 1;
-        let reach = corner + (last / per_plane) * self.plane_len + in_plane[last % per_plane] + NR;
+        // A row reads NR values, or 2 * NR at stride 2 (the last one unused).
+        let reach =
+            corner + (last / per_plane) * self.plane_len + in_plane[last % per_plane] + sx * NR;
         if reach > self.src.len() {
             return false;
         }
@@ -230,9 +240,15 @@ impl<'a> ImageColumns<'a> {
         let src = self.src.as_ptr();
         for row in dst.chunks_exact_mut(NR).take(kc) {
             let at = corner + c * self.plane_len + in_plane[k];
-            // SAFETY: `at + NR <= reach <= src.len()` (offsets grow with the tap), and
-            // `row` holds NR values.
-            unsafe { copy_16(row.as_mut_ptr(), src.add(at)) };
+            // SAFETY: `at + sx * NR <= reach <= src.len()` (offsets grow with the tap),
+            // and `row` holds NR values.
+            unsafe {
+                if sx == 1 {
+                    copy_16(row.as_mut_ptr(), src.add(at))
+                } else {
+                    copy_16_even(row.as_mut_ptr(), src.add(at))
+                }
+            };
             k += 1;
             if k == per_plane {
                 k = 0;
@@ -288,6 +304,20 @@ impl<'a> ImageColumns<'a> {
 unsafe fn copy_16(dst: *mut f32, src: *const f32) {
     // SAFETY: the caller's contract; unaligned reads and writes of 16 values.
     unsafe { std::ptr::copy_nonoverlapping(src, dst, NR) }
+}
+
+/// Copies values 0, 2, .., 30 of `src` to the 16 values of `dst`.
+///
+/// # Safety
+/// `src` points to 32 valid values and `dst` to 16.
+#[inline(always)]
+unsafe fn copy_16_even(dst: *mut f32, src: *const f32) {
+    // SAFETY: the caller's contract (the arrays are read and written unaligned-safe: f32
+    // alignment only, which both pointers have).
+    let (d, s) = unsafe { (&mut *dst.cast::<[f32; NR]>(), &*src.cast::<[f32; 2 * NR]>()) };
+    for (t, v) in d.iter_mut().enumerate() {
+        *v = s[2 * t];
+    }
 }
 
 /// Whether [`crate::conv`] runs `g`'s forward pass and weight gradient (f32) here: the

@@ -310,13 +310,15 @@ fn panel_convolutions_match_naive_f64() {
     // not a multiple of 16, and a batch that does not split evenly. The input gradient
     // multiplies by each group's Wᵀ packed once: with groups, and with more output
     // channels than one depth block (330). Panels of 16 positions in one output row
-    // copy whole rows (`pack_whole_rows`): also with dilation (the 20-wide case). Padded
+    // copy whole rows (`pack_whole_rows`): also with dilation (the 20-wide case) and at
+    // stride 2 (the 34-wide case, 17 outputs per row). Padded
     // stride-1 input gradients with six or more channels per group add into a
     // zero-bordered image gradient (`implicit_conv`): also with dilation, asymmetric
     // pads and groups (the 12-channel case).
     let cases = [
         ([3, 8, 16, 16], [24, 8, 3, 3], [1, 1], [1, 1], [1; 4], 1),
         ([2, 3, 20, 20], [24, 3, 3, 3], [1, 1], [2, 2], [2; 4], 1),
+        ([2, 4, 34, 34], [24, 4, 3, 3], [2, 2], [1, 1], [1; 4], 1),
         (
             [2, 12, 40, 40],
             [32, 6, 3, 3],
