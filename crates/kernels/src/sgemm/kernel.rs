@@ -213,8 +213,10 @@ unsafe fn transpose_rows_blocks(panel: &mut [f32], a: &[f32], rows: &[usize; MR]
             // The last column stores exactly six values (four, then two).
             let last = out.add((p + 7) * MR);
             _mm_storeu_ps(last, _mm256_castps256_ps128(columns[7]));
+            // `_mm_storel_epi64` has no alignment requirement (an `f64` store would need
+            // 8-byte alignment, which `last + 4` need not have).
             let high = _mm256_extractf128_ps::<1>(columns[7]);
-            _mm_store_sd(last.add(4).cast::<f64>(), _mm_castps_pd(high));
+            _mm_storel_epi64(last.add(4).cast::<__m128i>(), _mm_castps_si128(high));
             p += 8;
         }
     }
