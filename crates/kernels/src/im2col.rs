@@ -37,7 +37,7 @@ pub(crate) fn im2col<T: Num>(x: &[T], g: &ConvGeometry, group: usize, cols: &mut
                     // Unit stride: the part of the row inside the image is a plain copy
                     // (all of it for a valid conv), the padding on either side zeros.
                     if g.stride[1] == 1 {
-                        let (lo, hi) = inside(x0, ow, g.w);
+                        let (lo, hi) = inside_strided(x0, 1, ow, g.w);
                         dst[..lo].fill(T::zero());
                         if lo < hi {
                             copy_short(
@@ -84,15 +84,6 @@ fn inside_strided(x0: isize, stride: usize, count: usize, len: usize) -> (usize,
         lo.clamp(0, count as isize) as usize,
         hi.clamp(0, count as isize) as usize,
     );
-    (lo, hi.max(lo))
-}
-
-/// The output columns `lo..hi` whose input column `x0 + ox` (unit stride) lies inside an
-/// image row of width `w`; `lo == hi` when none does.
-#[inline]
-fn inside(x0: isize, ow: usize, w: usize) -> (usize, usize) {
-    let lo = (-x0).clamp(0, ow as isize) as usize;
-    let hi = (w as isize - x0).clamp(0, ow as isize) as usize;
     (lo, hi.max(lo))
 }
 

@@ -140,7 +140,7 @@ fn tap_offsets(g: &ConvGeometry) -> Vec<i32> {
         for i in 0..g.kh {
             for j in 0..g.kw {
                 if let Some(v) = t.next() {
-                    *v = tap_offset(g, c, i, j);
+                    *v = tap_offset(g, (g.h, g.w), c, i, j);
                 }
             }
         }
@@ -148,10 +148,11 @@ fn tap_offsets(g: &ConvGeometry) -> Vec<i32> {
     taps
 }
 
-/// Offset of tap (channel `c`, filter row `i`, filter column `j`) from a window's corner.
-fn tap_offset(g: &ConvGeometry, c: usize, i: usize, j: usize) -> i32 {
+/// Offset of tap (channel `c`, filter row `i`, filter column `j`) from a window's corner,
+/// in planes of `h x w` values (the image's, or a zero-bordered copy's).
+fn tap_offset(g: &ConvGeometry, (h, w): (usize, usize), c: usize, i: usize, j: usize) -> i32 {
     let [dy, dx] = g.dilation;
-    ((c * g.h + i * dy) * g.w + j * dx) as i32
+    ((c * h + i * dy) * w + j * dx) as i32
 }
 
 /// Runs `f(image, out, scratch)` for every image of the batch, with `out` that image's
@@ -291,7 +292,7 @@ pub(crate) fn input_gradient(dy: &[f32], w: &[f32], g: &ConvGeometry, dx: &mut [
     let mut rows = arena::for_overwrite::<i32>(ckk);
     for (t, row) in rows.iter_mut().enumerate() {
         let (c, i, j) = order(t);
-        *row = ((c * hp + i * g.dilation[0]) * wp + j * g.dilation[1]) as i32;
+        *row = tap_offset(g, (hp, wp), c, i, j);
     }
     // A: Wᵀ of each group, rows in that order, depth = output channels.
     let a_len = packed_a_len(ckk, og);
