@@ -30,12 +30,18 @@
 //! gathers hit L1. LeNet's `conv2` qualifies; its forward pass and weight gradient went
 //! from 0.171 and 0.165 ms to 0.104 and 0.100 ms (batch 32, 2 threads,
 //! `cargo run --release -p spore-kernels --example conv_micro lenet`).
+//!
+//! Layers with fewer output channels ([`wide_applies`], LeNet's `conv1`) run on wide
+//! positions: both passes read the image shifted by each tap's offset in place, the
+//! forward pass as B of a shifted product, the weight gradient as the columns of dot
+//! products ([`filter_gradient_wide`]).
 
 use rayon::prelude::*;
 
 use crate::arena;
-use crate::conv::{ConvGeometry, batch_blocks};
+use crate::conv::{ConvGeometry, batch_blocks, sum_partials};
 use crate::im2col::copy_short;
+use crate::sgemm::dot::{Columns, dot_columns};
 use crate::sgemm::gather::{Gathered, gather_gemm, packed_b_index, packed_b_len};
 use crate::sgemm::scatter::{packed_a_index, packed_a_len, scatter_add_gemm};
 use crate::sgemm::shifted::{Shifted, shifted_gemm};
@@ -70,9 +76,10 @@ fn small_unpadded(g: &ConvGeometry) -> bool {
         && image * std::mem::size_of::<f32>() <= MAX_IMAGE_BYTES
 }
 
-/// Whether [`crate::conv`] computes `g`'s forward pass (f32) on wide positions here: the
-/// small, unpadded, stride-1 layers with fewer than 16 output channels per group, which
-/// [`applies`] leaves out, as long as the wide positions add at most a quarter.
+/// Whether [`crate::conv`] computes `g`'s forward pass and weight gradient (f32) on wide
+/// positions here: the small, unpadded, stride-1 layers with fewer than 16 output
+/// channels per group, which [`applies`] leaves out, as long as the wide positions add at
+/// most a quarter.
 pub fn wide_applies(g: &ConvGeometry) -> bool {
     small_unpadded(g) && g.stride == [1, 1] && g.og() < NR && 4 * wide_len(g) <= 5 * g.ohw()
 }
@@ -408,4 +415,55 @@ pub(crate) fn filter_gradient(dy: &[f32], x: &[f32], g: &ConvGeometry, dw: &mut 
     for v in [taps, positions] {
         arena::recycle(crate::Buffer::I32(v));
     }
+}
+
+/// Weight gradient into `dw` on wide positions; the caller checked [`wide_applies`] (the
+/// layers whose forward pass runs on wide positions too).
+///
+/// Per image and group, `dW [og x taps] += dY_wide [og x wide] · B`, where column `tap` of
+/// B is the image read from the tap's offset: every output is a dot product of two
+/// contiguous runs, and nothing is copied but the output gradient, spread over the wide
+/// positions (zeros in the `KW - 1` columns per row that no window starts at). Why: with
+/// fewer than 16 output channels, the gathered product of [`filter_gradient`] wastes most
+/// of each panel, and im2col wrote 25 copies of LeNet's `conv1` images (2.5 MB per step)
+/// that took 44 % of its weight gradient under `perf`.
+///
+/// The zero columns meet real image values (the next row's first ones), so an infinite
+/// or NaN value there would turn the gradient NaN where im2col would not see it: the
+/// forward pass of that image is then not finite either.
+pub(crate) fn filter_gradient_wide(dy: &[f32], x: &[f32], g: &ConvGeometry, dw: &mut [f32]) {
+    let (ohw, og, ckk, cg) = (g.ohw(), g.og(), g.ckk(), g.cg());
+    let (hw, wide) = (g.h * g.w, wide_len(g));
+    let (blocks, per) = batch_blocks(g.n);
+    let taps = tap_offsets(g);
+    let part_len = g.groups * og * ckk;
+    let spread_len = og * wide;
+    let mut partials = arena::for_overwrite::<f32>(blocks * part_len);
+    // Zeroed once: the columns no window starts at are never written, so they stay zero.
+    let mut spread = arena::zeroed::<f32>(blocks * spread_len);
+    partials
+        .par_chunks_mut(part_len)
+        .zip(spread.par_chunks_mut(spread_len))
+        .enumerate()
+        .for_each(|(b, (part, dy_wide))| {
+            let images = b * per..((b + 1) * per).min(g.n);
+            for (s, image) in images.enumerate() {
+                for group in 0..g.groups {
+                    for (co, row) in dy_wide.chunks_exact_mut(wide).enumerate() {
+                        let plane = &dy[(image * g.o + group * og + co) * ohw..][..ohw];
+                        for (oy, out) in plane.chunks_exact(g.ow).enumerate() {
+                            copy_short(&mut row[oy * g.w..][..g.ow], out);
+                        }
+                    }
+                    let src = &x[(image * g.c + group * cg) * hw..][..cg * hw];
+                    let dwg = &mut part[group * og * ckk..][..og * ckk];
+                    let columns = Columns { src, starts: &taps };
+                    dot_columns(dwg, ckk, (og, wide), s > 0, (dy_wide, wide), columns);
+                }
+            }
+        });
+    sum_partials(dw, &partials);
+    arena::recycle(crate::Buffer::F32(partials));
+    arena::recycle(crate::Buffer::F32(spread));
+    arena::recycle(crate::Buffer::I32(taps));
 }

@@ -380,7 +380,9 @@ fn implicit_gemm_convolutions_match_naive_f64() {
     // GEMM (where the CPU has AVX2/FMA): LeNet's conv2, strides, dilations, groups, a
     // short last panel of output channels (20), an odd batch, positions not a multiple
     // of six, and a 1x1 output. Stride-1 ones with fewer channels run their forward pass
-    // on wide positions: LeNet's conv1, dilations, groups of 5 channels. Stride-1 ones
+    // and weight gradient on wide positions: LeNet's conv1, dilations, groups of 5
+    // channels, and 40x40 images whose 1,518 wide positions take two depth passes of the
+    // dot kernel, in an odd batch. Stride-1 ones
     // with at least six input channels per group take the scattered input gradient:
     // LeNet's conv2, and groups of 7 channels with a dilation.
     let cases = [
@@ -392,6 +394,7 @@ fn implicit_gemm_convolutions_match_naive_f64() {
         ([32, 1, 32, 32], [6, 1, 5, 5], [1, 1], [1, 1], 1),
         ([2, 3, 9, 30], [7, 3, 2, 3], [1, 1], [2, 2], 1),
         ([3, 4, 10, 20], [10, 2, 3, 3], [1, 1], [1, 1], 2),
+        ([3, 2, 40, 40], [4, 2, 3, 3], [1, 1], [1, 1], 1),
     ];
     for (xs, ws, stride, dilation, groups) in cases {
         let g = ConvGeometry::new(xs, ws, stride, dilation, [0; 4], groups);
@@ -409,7 +412,27 @@ fn implicit_gemm_convolutions_match_naive_f64() {
         assert!(spore_kernels::implicit_conv::wide_applies(&conv1));
         let dilated = ConvGeometry::new([2, 3, 9, 30], [7, 3, 2, 3], [1, 1], [2, 2], [0; 4], 1);
         assert!(spore_kernels::implicit_conv::wide_applies(&dilated));
+        let deep = ConvGeometry::new([3, 2, 40, 40], [4, 2, 3, 3], [1, 1], [1, 1], [0; 4], 1);
+        assert!(spore_kernels::implicit_conv::wide_applies(&deep));
     }
+}
+
+/// Scratch taken from the buffer pool holds the last user's values: the weight gradient
+/// on wide positions (which overwrites its per-thread partial sums on each block's first
+/// image) computed twice in one pool, the second time on the first one's recycled
+/// buffers, gives the same result both times.
+#[test]
+fn wide_weight_gradient_ignores_recycled_scratch() {
+    let g = ConvGeometry::new([4, 1, 12, 12], [3, 1, 3, 3], [1, 1], [1, 1], [0; 4], 1);
+    let x: Vec<f32> = values(4 * 144, 11).iter().map(|&v| v as f32).collect();
+    let dy: Vec<f32> = values(4 * 3 * 100, 12).iter().map(|&v| v as f32).collect();
+    let mut pool = spore_kernels::arena::BufferPool::default();
+    let (first, second) = spore_kernels::arena::with_pool(&mut pool, || {
+        let first = conv2d_backward_filter(&dy, &x, &g);
+        let second = conv2d_backward_filter(&dy, &x, &g);
+        (first, second)
+    });
+    assert_eq!(first, second);
 }
 
 #[test]

@@ -59,6 +59,75 @@ pub(super) fn run(p: &Product, threads: usize) {
     }
 }
 
+/// B of a [`dot_columns`] product, described by where its columns start: column `j` is
+/// `src[starts[j]..]`, contiguous along the depth.
+#[derive(Clone, Copy)]
+pub(crate) struct Columns<'a> {
+    pub src: &'a [f32],
+    pub starts: &'a [i32],
+}
+
+/// `C[m x n] (+)= A[m x k] * B` on this thread: row `i` of A is `a[i * lda..][..k]`,
+/// column `j` of B is `b.src[b.starts[j]..][..k]` (columns may overlap: a convolution's
+/// weight gradient reads the image shifted by each tap's offset), and C's rows are `ldc`
+/// apart.
+///
+/// # Panics
+/// When a row of A or a column of B reaches past its slice, a start is negative, or C
+/// cannot hold the product (the kernel reads through raw pointers; checked once here).
+pub(crate) fn dot_columns(
+    c: &mut [f32],
+    ldc: usize,
+    (m, k): (usize, usize),
+    accumulate: bool,
+    (a, lda): (&[f32], usize),
+    b: Columns,
+) {
+    let n = b.starts.len();
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(super::available(), "dot_columns: needs AVX2 and FMA");
+    assert!(
+        b.starts
+            .iter()
+            .all(|&s| s >= 0 && s as usize + k <= b.src.len()),
+        "dot_columns: a column of B reaches past its source"
+    );
+    assert!(
+        lda >= k && a.len() >= (m - 1) * lda + k,
+        "dot_columns: A too short"
+    );
+    assert!(
+        ldc >= n && c.len() >= (m - 1) * ldc + n,
+        "dot_columns: C too short"
+    );
+    for p0 in (0..k).step_by(KD) {
+        let kd = KD.min(k - p0);
+        let acc = accumulate || p0 > 0;
+        for j0 in (0..n).step_by(TC) {
+            let width = TC.min(n - j0);
+            // SAFETY: every start plus `k` lies inside `src` (checked above).
+            let columns = std::array::from_fn(|j| unsafe {
+                b.src
+                    .as_ptr()
+                    .add(b.starts[j0 + j.min(width - 1)] as usize + p0)
+            });
+            for i0 in (0..m).step_by(TR) {
+                let height = TR.min(m - i0);
+                // SAFETY: rows i0..i0 + height of A and the tile's columns hold `kd`
+                // values from `p0`, and the tile of C lies inside `c` (checked above);
+                // AVX2 and FMA were detected.
+                unsafe {
+                    let ap = a.as_ptr().add(i0 * lda + p0);
+                    let cp = c.as_mut_ptr().add(i0 * ldc + j0);
+                    dispatch(height, width, kd, ap, lda as isize, &columns, cp, ldc, acc);
+                }
+            }
+        }
+    }
+}
+
 /// The tiles of column blocks `cols` x row blocks `rows` over depth `depth`.
 fn tiles(p: &Product, cols: Range<usize>, rows: Range<usize>, depth: Range<usize>, acc: bool) {
     let kd = depth.len();
@@ -75,9 +144,20 @@ fn tiles(p: &Product, cols: Range<usize>, rows: Range<usize>, depth: Range<usize
             // tile of C is inside `c` (row stride n); AVX2+FMA were detected.
             unsafe {
                 let (ap, bp) = (p.a.as_ptr().offset(a0), p.b.as_ptr().offset(b0));
+                let ldb = p.mb.col_stride;
+                let columns = std::array::from_fn(|j| bp.offset(j.min(width - 1) as isize * ldb));
                 let c = p.dst.0.add(i0 * p.n + j0);
-                let (lda, ldb) = (p.ma.row_stride, p.mb.col_stride);
-                dispatch(height, width, kd, ap, lda, bp, ldb, c, p.n, acc);
+                dispatch(
+                    height,
+                    width,
+                    kd,
+                    ap,
+                    p.ma.row_stride,
+                    &columns,
+                    c,
+                    p.n,
+                    acc,
+                );
             }
         }
     }
@@ -94,8 +174,7 @@ unsafe fn dispatch(
     k: usize,
     a: *const f32,
     lda: isize,
-    b: *const f32,
-    ldb: isize,
+    b: &[*const f32; TC],
     c: *mut f32,
     ldc: usize,
     acc: bool,
@@ -103,7 +182,7 @@ unsafe fn dispatch(
     macro_rules! go {
         ($($r:literal, $c:literal);*) => {
             match (height, width) {
-                $(($r, $c) => unsafe { tile::<$r, $c>(k, a, lda, b, ldb, c, ldc, acc) },)*
+                $(($r, $c) => unsafe { tile::<$r, $c>(k, a, lda, b, c, ldc, acc) },)*
                 _ => unreachable!("tiles are at most {TR}x{TC}"),
             }
         };
@@ -111,21 +190,19 @@ unsafe fn dispatch(
     go!(3, 4; 3, 3; 3, 2; 3, 1; 2, 4; 2, 3; 2, 2; 2, 1; 1, 4; 1, 3; 1, 2; 1, 1)
 }
 
-/// `C[R x C] (+)= A[R x k] * B[k x C]` with rows of A (`lda` apart) and columns of B
-/// (`ldb` apart) contiguous.
+/// `C[R x C] (+)= A[R x k] * B[k x C]` with rows of A (`lda` apart) contiguous, and
+/// column `j` of B contiguous from `b[j]` (the first `C` are used).
 ///
 /// # Safety
 /// AVX2 and FMA are available; the R rows and C columns of length `k` are readable and
 /// C's R rows of C values (`ldc` apart) writable.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-#[allow(clippy::too_many_arguments)]
 unsafe fn tile<const R: usize, const C: usize>(
     k: usize,
     a: *const f32,
     lda: isize,
-    b: *const f32,
-    ldb: isize,
+    b: &[*const f32; TC],
     c: *mut f32,
     ldc: usize,
     acc: bool,
@@ -144,7 +221,7 @@ unsafe fn tile<const R: usize, const C: usize>(
                 *v = _mm256_loadu_ps(a.offset(i as isize * lda).add(p));
             }
             for j in 0..C {
-                let bj = _mm256_loadu_ps(b.offset(j as isize * ldb).add(p));
+                let bj = _mm256_loadu_ps(b[j].add(p));
                 for (row, &ai) in sums.iter_mut().zip(&av) {
                     row[j] = _mm256_fmadd_ps(ai, bj, row[j]);
                 }
@@ -154,7 +231,7 @@ unsafe fn tile<const R: usize, const C: usize>(
         for (i, row) in sums.iter().enumerate() {
             let ai = a.offset(i as isize * lda);
             for (j, &s) in row.iter().enumerate() {
-                let bj = b.offset(j as isize * ldb);
+                let bj = b[j];
                 let mut total = hsum(s);
                 for q in k8..k {
                     total += *ai.add(q) * *bj.add(q);
@@ -178,13 +255,11 @@ fn hsum(v: __m256) -> f32 {
 
 /// Never called: [`super::available`] is false off x86-64.
 #[cfg(not(target_arch = "x86_64"))]
-#[allow(clippy::too_many_arguments)]
 unsafe fn tile<const R: usize, const C: usize>(
     _k: usize,
     _a: *const f32,
     _lda: isize,
-    _b: *const f32,
-    _ldb: isize,
+    _b: &[*const f32; TC],
     _c: *mut f32,
     _ldc: usize,
     _acc: bool,

@@ -19,7 +19,7 @@
 //! `gemm` stays the path for f64, for machines without AVX2, and for other architectures.
 
 mod blocked;
-mod dot;
+pub(crate) mod dot;
 pub(crate) mod gather;
 mod kernel;
 mod pack;
