@@ -424,6 +424,9 @@ fn implicit_gemm_convolutions_match_naive_f64() {
 #[test]
 fn wide_weight_gradient_ignores_recycled_scratch() {
     let g = ConvGeometry::new([4, 1, 12, 12], [3, 1, 3, 3], [1, 1], [1, 1], [0; 4], 1);
+    if spore_kernels::matmul::own_f32_gemm() {
+        assert!(spore_kernels::implicit_conv::wide_applies(&g));
+    }
     let x: Vec<f32> = values(4 * 144, 11).iter().map(|&v| v as f32).collect();
     let dy: Vec<f32> = values(4 * 3 * 100, 12).iter().map(|&v| v as f32).collect();
     let mut pool = spore_kernels::arena::BufferPool::default();

@@ -7,6 +7,9 @@
 //! it into column panels cost more than the multiply-adds (LeNet's weight gradients).
 //! Seven loads feed twelve fused multiply-adds, so the loop is bound by arithmetic, as
 //! long as its sixteen vectors stay in registers (see [`tile`]).
+//!
+//! B's columns may also start anywhere ([`dot_columns`]): a convolution's weight gradient
+//! on wide positions reads them from the image in place, one per filter tap.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
