@@ -88,6 +88,9 @@ pub enum Op {
     },
     MatMul,
     Conv2d(ConvAttrs),
+    /// `relu(Conv2d(x, w))` as one op: made by the graph compiler's fusion (after autodiff)
+    /// where a ReLU is a convolution's only reader.
+    Conv2dRelu(ConvAttrs),
     Conv2dBackpropInput {
         attrs: ConvAttrs,
         input_shape: [usize; 4],
@@ -263,6 +266,7 @@ impl Op {
             Op::Concat { .. } => "Concat",
             Op::MatMul => "MatMul",
             Op::Conv2d(_) => "Conv2D",
+            Op::Conv2dRelu(_) => "Conv2DReLU",
             Op::Conv2dBackpropInput { .. } => "Conv2DBackpropInput",
             Op::Conv2dBackpropFilter { .. } => "Conv2DBackpropFilter",
             Op::MaxPool2d(_) => "MaxPool",
@@ -299,7 +303,7 @@ impl Op {
     /// Number of inputs, or `None` for custom ops (which check their own).
     pub fn arity(&self) -> Option<usize> {
         Some(match self {
-            Op::Binary(_) | Op::Compare(_) | Op::MatMul | Op::Conv2d(_) => 2,
+            Op::Binary(_) | Op::Compare(_) | Op::MatMul | Op::Conv2d(_) | Op::Conv2dRelu(_) => 2,
             Op::Conv2dBackpropInput { .. } | Op::Conv2dBackpropFilter { .. } => 2,
             Op::MaxPool2dGrad(_) | Op::MaxPool2dGradOfRelu(_) | Op::Gather { .. } => 2,
             Op::Select | Op::ScatterAdd { .. } => 3,

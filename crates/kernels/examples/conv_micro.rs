@@ -1,11 +1,17 @@
 //! Times the three convolution kernels on LeNet5's and ResNet-18's shapes (batch 32).
-//! Run: `cargo run --release -p spore-kernels --example conv_micro [-- NAME_FILTER [fwd|dw|dx]]`
-//! (the second argument times one kernel only, e.g. to profile it with `perf record`).
+//! Run: `cargo run --release -p spore-kernels --example conv_micro [-- NAME_FILTER [fwd|dw|dx|relu]]`
+//! (the second argument times one kernel only, e.g. to profile it with `perf record`;
+//! `relu` compares the forward pass followed by a ReLU op with the fused `conv2d_relu`).
 use std::time::Instant;
 
 use spore_kernels::Buffer;
+use spore_kernels::UnaryFn;
 use spore_kernels::arena::{self, BufferPool};
-use spore_kernels::conv::{ConvGeometry, conv2d, conv2d_backward_filter, conv2d_backward_input};
+use spore_kernels::conv::{
+    ConvGeometry, conv2d, conv2d_backward_filter, conv2d_backward_input, conv2d_relu,
+};
+use spore_kernels::elementwise::unary;
+use spore_kernels::layout::Layout;
 
 /// Best of 60 calls after 5 warm-up calls. Outputs go back to a buffer pool, as in a
 /// compiled graph, so that the figures exclude the system allocator.
@@ -77,6 +83,21 @@ fn main() {
         let dy = conv2d(&x, &w, &g);
         let flop = 2.0 * (g.n * g.o * g.oh * g.ow * g.c * g.kh * g.kw) as f64;
         rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap().install(|| {
+            if kernel == "relu" {
+                let layout = Layout::contiguous(&[g.n, g.o, g.oh, g.ow]);
+                let separate = time(|| {
+                    let y = Buffer::F32(conv2d(&x, &w, &g));
+                    let out = unary(UnaryFn::Relu, &y, &layout).expect("relu of f32");
+                    arena::recycle(y);
+                    match out {
+                        Buffer::F32(v) => v,
+                        _ => unreachable!("relu keeps f32"),
+                    }
+                });
+                let fused = time(|| conv2d_relu(&x, &w, &g));
+                println!("{name:17} fwd + ReLU op {separate:8.3} ms  conv2d_relu {fused:8.3} ms");
+                return;
+            }
             let runs = |k: &str| kernel.is_empty() || kernel == k;
             let time_if = |k: &str, f: &mut dyn FnMut() -> Vec<f32>| {
                 if runs(k) { time(f) } else { f64::NAN }

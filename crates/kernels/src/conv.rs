@@ -13,7 +13,7 @@ use rayon::prelude::*;
 use crate::arena;
 use crate::buffer::Buffer;
 use crate::conv_panels;
-use crate::elementwise::{BinaryFn, Num};
+use crate::elementwise::{BinaryFn, Num, UnaryFn};
 use crate::im2col::{col2im, im2col};
 use crate::implicit_conv;
 use crate::matmul::{MatRef, as_f32, as_f32_mut, gemm_into, parallelism_for};
@@ -235,6 +235,37 @@ fn gather_dy<T: Num>(dy: &[T], g: &ConvGeometry, s0: usize, k: usize, group: usi
 
 /// Forward convolution: x [N, C, H, W] contiguous, w [O, C/g, KH, KW] contiguous ->
 /// y [N, O, OH, OW].
+/// `relu(conv2d(x, w))`, for a convolution whose only reader is a ReLU (the graph
+/// compiler folds the two). On wide positions (LeNet's `conv1`) the ReLU is applied as
+/// the output rows are copied out of the product, in L1; elsewhere it is a pass over the
+/// output right after the convolution, while it is still in cache. Why: a separate ReLU
+/// op read and wrote `conv1`'s 602 KB output once more per step (about 3 % of LeNet's
+/// step under `perf`).
+pub fn conv2d_relu<T: Num>(x: &[T], w: &[T], g: &ConvGeometry) -> Vec<T> {
+    let out_len = g.n * g.o * g.ohw();
+    let wide = !implicit_conv::applies(g) && implicit_conv::wide_applies(g);
+    if wide
+        && out_len > 0
+        && g.ckk() > 0
+        && let (Some(xf), Some(wf)) = (as_f32(x), as_f32(w))
+    {
+        let mut y = arena::for_overwrite::<T>(out_len);
+        if let Some(yf) = as_f32_mut(&mut y) {
+            implicit_conv::forward_wide(xf, wf, g, yf, true);
+            return y;
+        }
+    }
+    let mut y = conv2d(x, w, g);
+    let relu = |chunk: &mut [T]| chunk.iter_mut().for_each(|v| *v = v.unary(UnaryFn::Relu));
+    if y.len() < crate::layout::PARALLEL_THRESHOLD {
+        relu(&mut y);
+    } else {
+        y.par_chunks_mut(crate::layout::PARALLEL_THRESHOLD / 4)
+            .for_each(relu);
+    }
+    y
+}
+
 pub fn conv2d<T: Num>(x: &[T], w: &[T], g: &ConvGeometry) -> Vec<T> {
     let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
     let out_len = g.o * ohw;
@@ -250,7 +281,7 @@ pub fn conv2d<T: Num>(x: &[T], w: &[T], g: &ConvGeometry) -> Vec<T> {
             return y;
         }
         if implicit_conv::wide_applies(g) {
-            implicit_conv::forward_wide(xf, wf, g, yf);
+            implicit_conv::forward_wide(xf, wf, g, yf, false);
             return y;
         }
         if conv_panels::applies(g) {

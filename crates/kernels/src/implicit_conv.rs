@@ -38,8 +38,10 @@
 
 use rayon::prelude::*;
 
+use crate::UnaryFn;
 use crate::arena;
 use crate::conv::{ConvGeometry, batch_blocks, sum_partials};
+use crate::elementwise::Num;
 use crate::im2col::copy_short;
 use crate::sgemm::dot::{Columns, dot_columns};
 use crate::sgemm::gather::{Gathered, gather_gemm, packed_b_index, packed_b_len};
@@ -251,7 +253,9 @@ pub(crate) fn forward(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32]) {
 /// Per image and group, `Y_wide [og x wide] = W [og x taps] * B`, where row `tap` of B is
 /// the image read from the tap's offset (see [`crate::sgemm`]'s shifted product), then
 /// the `OW` real outputs of each row are copied out.
-pub(crate) fn forward_wide(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32]) {
+///
+/// With `relu`, each output is written as `relu(y)`, while its row is still in L1.
+pub(crate) fn forward_wide(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32], relu: bool) {
     let (ohw, og, ckk, cg) = (g.ohw(), g.og(), g.ckk(), g.cg());
     let (hw, out_len, wide) = (g.h * g.w, g.o * ohw, wide_len(g));
     let taps = tap_offsets(g);
@@ -264,7 +268,14 @@ pub(crate) fn forward_wide(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32]
             let yg = &mut ys[group * og * ohw..][..og * ohw];
             for (plane, rows) in yg.chunks_exact_mut(ohw).zip(yw.chunks_exact(wide)) {
                 for (oy, out) in plane.chunks_exact_mut(g.ow).enumerate() {
-                    copy_short(out, &rows[oy * g.w..][..g.ow]);
+                    let row = &rows[oy * g.w..][..g.ow];
+                    if relu {
+                        for (o, &v) in out.iter_mut().zip(row) {
+                            *o = v.unary(UnaryFn::Relu);
+                        }
+                    } else {
+                        copy_short(out, row);
+                    }
                 }
             }
         }

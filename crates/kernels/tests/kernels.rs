@@ -438,6 +438,42 @@ fn wide_weight_gradient_ignores_recycled_scratch() {
     assert_eq!(first, second);
 }
 
+/// `conv2d_relu` equals a ReLU applied to `conv2d`'s output, bit for bit, on each path:
+/// wide positions (LeNet's conv1, where the ReLU runs in the copy out), the implicit GEMM,
+/// a padded layer (panels), and f64 (im2col). Inputs hold a NaN and mixed signs.
+#[test]
+fn convolution_with_relu_equals_relu_of_the_convolution() {
+    use spore_kernels::conv::conv2d_relu;
+    let cases = [
+        ([4, 1, 32, 32], [6, 1, 5, 5], 0),
+        ([4, 6, 14, 14], [16, 6, 5, 5], 0),
+        ([2, 8, 10, 10], [24, 8, 3, 3], 1),
+    ];
+    for (xs, ws, p) in cases {
+        let g = ConvGeometry::new(xs, ws, [1, 1], [1, 1], [p; 4], 1);
+        let mut x = values(xs.iter().product(), 13);
+        x[7] = f64::NAN;
+        let w = values(ws.iter().product(), 14);
+        let relu64 = |v: f64| if v > 0.0 { v } else { 0.0 };
+        let want64: Vec<f64> = conv2d(&x, &w, &g).into_iter().map(relu64).collect();
+        assert_eq!(conv2d_relu(&x, &w, &g).len(), want64.len());
+        for (a, b) in conv2d_relu(&x, &w, &g).iter().zip(&want64) {
+            assert_eq!(a.to_bits(), b.to_bits(), "f64 {g:?}");
+        }
+        let (xf, wf): (Vec<f32>, Vec<f32>) = (
+            x.iter().map(|&v| v as f32).collect(),
+            w.iter().map(|&v| v as f32).collect(),
+        );
+        let relu32 = |v: f32| if v > 0.0 { v } else { 0.0 };
+        let want: Vec<f32> = conv2d(&xf, &wf, &g).into_iter().map(relu32).collect();
+        let got = conv2d_relu(&xf, &wf, &g);
+        assert!(want.contains(&0.0) && want.iter().any(|&v| v > 0.0));
+        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(a.to_bits(), b.to_bits(), "f32 {g:?} at {i}");
+        }
+    }
+}
+
 #[test]
 fn vectorised_2x2_max_pool_matches_the_scalar_rule_with_ties_nan_and_signed_zero() {
     use spore_kernels::pool::{PoolGeometry, max_pool2d, max_pool2d_backward};

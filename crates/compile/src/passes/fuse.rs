@@ -5,7 +5,8 @@
 //! summed chunk by chunk (BatchNorm's `Σ (x - μ)²` and the sums of its backward pass).
 //! A single add, subtract or multiply read by several such loops is recomputed in each
 //! of them instead of being stored (see [`recomputable`]). Before all that, ReLU's
-//! gradient after max pooling's joins the pooling gradient (`pool_relu`).
+//! gradient after max pooling's joins the pooling gradient (`pool_relu`), and a ReLU that
+//! is a convolution's only reader joins the convolution (`conv_relu`).
 //!
 //! ```
 //! use spore_compile::{pass::Pass, passes::{Dce, FuseElementwise}};
@@ -59,6 +60,7 @@ impl Pass for FuseElementwise {
         // First the one fusion that is not elementwise; what it leaves dead must not count
         // as readers below.
         let folded = super::pool_relu::fold_relu_gradient_into_pool_gradient(g);
+        let folded = super::conv_relu::fold_relu_into_convolution(g) || folded;
         if folded {
             super::Dce.run(g)?;
         }

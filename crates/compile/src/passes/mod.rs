@@ -1,6 +1,7 @@
 //! The graph passes, one small unit each.
 
 mod const_fold;
+mod conv_relu;
 mod cse;
 mod dce;
 mod fuse;

@@ -416,3 +416,50 @@ fn relu_gradient_folds_into_max_pool_gradient() {
         );
     }
 }
+
+/// A ReLU that is a convolution's only reader joins it (`Conv2DReLU`), on the wide-position
+/// path (one input channel, 6 outputs) and on the implicit GEMM (16 outputs), with the same
+/// values as the two ops; a convolution whose value is also returned keeps its own ReLU.
+#[test]
+fn relu_folds_into_the_convolution_it_reads() {
+    use spore_core::prims::conv::Conv2dOptions;
+    let cases = [
+        ([2, 1, 12, 12], [6, 1, 3, 3]),
+        ([2, 6, 9, 9], [16, 6, 3, 3]),
+    ];
+    for (xs, ws) in cases {
+        let types = [
+            TensorType::new(&xs, DType::F32),
+            TensorType::new(&ws, DType::F32),
+        ];
+        let opts = Conv2dOptions::default();
+        let inputs = vec![
+            Tensor::randn(&xs, DType::F32, Some(5)).unwrap(),
+            Tensor::randn(&ws, DType::F32, Some(6)).unwrap(),
+        ];
+        let mut g = trace("conv_relu", &types, |x| {
+            Ok(vec![x[0].conv2d(&x[1], &opts)?.relu()?])
+        })
+        .unwrap();
+        let before = g.interpret(&inputs).unwrap();
+        assert!(FuseElementwise.run(&mut g).unwrap());
+        Dce.run(&mut g).unwrap();
+        g.verify().unwrap();
+        let ir = g.to_ir();
+        assert!(ir.contains("= Conv2DReLU("), "{ir}");
+        assert!(!ir.contains("= Conv2D(") && !ir.contains("= ReLU("), "{ir}");
+        let after = g.interpret(&inputs).unwrap();
+        // Negative sums occur (normal inputs), so the ReLU decides some outputs.
+        assert!(before.outputs[0].to_vec::<f32>().unwrap().contains(&0.0));
+        assert_close(&after.outputs[0], &before.outputs[0], 0.0, "fused ReLU");
+
+        let mut kept = trace("conv_and_relu", &types, |x| {
+            let y = x[0].conv2d(&x[1], &opts)?;
+            Ok(vec![y.relu()?, y])
+        })
+        .unwrap();
+        FuseElementwise.run(&mut kept).unwrap();
+        let ir = kept.to_ir();
+        assert!(!ir.contains("Conv2DReLU"), "{ir}");
+    }
+}

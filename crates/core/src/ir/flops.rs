@@ -47,7 +47,9 @@ pub fn op_flops(op: &Op, args: &[&TensorType], out: &TensorType) -> u64 {
             None => 0,
         },
         // (x, w) -> y: per y value.
-        Op::Conv2d(_) if args.len() == 2 => 2 * numel(out) * per_output(args[1]),
+        Op::Conv2d(_) | Op::Conv2dRelu(_) if args.len() == 2 => {
+            2 * numel(out) * per_output(args[1])
+        }
         // (dy, w) -> dx: the forward's multiply-adds, per dy value.
         Op::Conv2dBackpropInput { .. } if args.len() == 2 => {
             2 * numel(args[0]) * per_output(args[1])

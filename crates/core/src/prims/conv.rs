@@ -137,7 +137,7 @@ pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, Strin
     super::require_float(p, "input")?;
     let dtype = p.dtype;
     match op {
-        Op::Conv2d(a) => {
+        Op::Conv2d(a) | Op::Conv2dRelu(a) => {
             let (x, w) = (shape4(p, "input")?, shape4(q, "weight")?);
             let [oh, ow] = check(a, x, w)?;
             Ok(TensorType::new(&[x[0], w[0], oh, ow], dtype))
@@ -191,6 +191,10 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Stor
         Op::Conv2d(a) => {
             let g = geometry(a, pd, qd);
             run!(|x, w| k::conv2d(x, w, &g))
+        }
+        Op::Conv2dRelu(a) => {
+            let g = geometry(a, pd, qd);
+            run!(|x, w| k::conv2d_relu(x, w, &g))
         }
         Op::Conv2dBackpropInput { attrs, input_shape } => {
             let g = geometry(attrs, *input_shape, qd);
@@ -248,6 +252,11 @@ pub(crate) fn vjp(op: &Op, inputs: &[Tensor], g: &Tensor) -> Result<Vec<Option<T
             when(np, || conv(*attrs, q, g))?,
             when(nq, || bpi(*attrs, p, g, dims(q)))?,
         ],
+        Op::Conv2dRelu(_) => {
+            return Err(crate::error::Error::invalid(
+                "Conv2DReLU has no gradient rule: fusion runs after autodiff, on compiled graphs only",
+            ));
+        }
         _ => vec![None, None],
     })
 }

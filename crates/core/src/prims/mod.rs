@@ -35,9 +35,10 @@ pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, Strin
             movement::infer(op, inputs)
         }
         Op::MatMul => matmul::infer(inputs),
-        Op::Conv2d(_) | Op::Conv2dBackpropInput { .. } | Op::Conv2dBackpropFilter { .. } => {
-            conv::infer(op, inputs)
-        }
+        Op::Conv2d(_)
+        | Op::Conv2dRelu(_)
+        | Op::Conv2dBackpropInput { .. }
+        | Op::Conv2dBackpropFilter { .. } => conv::infer(op, inputs),
         Op::MaxPool2d(_)
         | Op::MaxPool2dGrad(_)
         | Op::MaxPool2dGradOfRelu(_)
@@ -70,9 +71,10 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Stor
             movement::eval(op, inputs, out)
         }
         Op::MatMul => matmul::eval(inputs, out),
-        Op::Conv2d(_) | Op::Conv2dBackpropInput { .. } | Op::Conv2dBackpropFilter { .. } => {
-            conv::eval(op, inputs, out)
-        }
+        Op::Conv2d(_)
+        | Op::Conv2dRelu(_)
+        | Op::Conv2dBackpropInput { .. }
+        | Op::Conv2dBackpropFilter { .. } => conv::eval(op, inputs, out),
         Op::MaxPool2d(_)
         | Op::MaxPool2dGrad(_)
         | Op::MaxPool2dGradOfRelu(_)
@@ -108,9 +110,10 @@ pub(crate) fn vjp(
             movement::vjp(op, inputs, out, grad)
         }
         Op::MatMul => matmul::vjp(inputs, grad),
-        Op::Conv2d(_) | Op::Conv2dBackpropInput { .. } | Op::Conv2dBackpropFilter { .. } => {
-            conv::vjp(op, inputs, grad)
-        }
+        Op::Conv2d(_)
+        | Op::Conv2dRelu(_)
+        | Op::Conv2dBackpropInput { .. }
+        | Op::Conv2dBackpropFilter { .. } => conv::vjp(op, inputs, grad),
         Op::MaxPool2d(_)
         | Op::MaxPool2dGrad(_)
         | Op::MaxPool2dGradOfRelu(_)
