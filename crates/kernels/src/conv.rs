@@ -233,8 +233,6 @@ fn gather_dy<T: Num>(dy: &[T], g: &ConvGeometry, s0: usize, k: usize, group: usi
     }
 }
 
-/// Forward convolution: x [N, C, H, W] contiguous, w [O, C/g, KH, KW] contiguous ->
-/// y [N, O, OH, OW].
 /// `relu(conv2d(x, w))`, for a convolution whose only reader is a ReLU (the graph
 /// compiler folds the two). On wide positions (LeNet's `conv1`) the ReLU is applied as
 /// the output rows are copied out of the product, in L1; elsewhere it is a pass over the
@@ -266,6 +264,8 @@ pub fn conv2d_relu<T: Num>(x: &[T], w: &[T], g: &ConvGeometry) -> Vec<T> {
     y
 }
 
+/// Forward convolution: x [N, C, H, W] contiguous, w [O, C/g, KH, KW] contiguous ->
+/// y [N, O, OH, OW].
 pub fn conv2d<T: Num>(x: &[T], w: &[T], g: &ConvGeometry) -> Vec<T> {
     let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
     let out_len = g.o * ohw;
