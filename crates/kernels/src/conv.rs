@@ -240,20 +240,10 @@ fn gather_dy<T: Num>(dy: &[T], g: &ConvGeometry, s0: usize, k: usize, group: usi
 /// op read and wrote `conv1`'s 602 KB output once more per step (about 3 % of LeNet's
 /// step under `perf`).
 pub fn conv2d_relu<T: Num>(x: &[T], w: &[T], g: &ConvGeometry) -> Vec<T> {
-    let out_len = g.n * g.o * g.ohw();
-    let wide = !implicit_conv::applies(g) && implicit_conv::wide_applies(g);
-    if wide
-        && out_len > 0
-        && g.ckk() > 0
-        && let (Some(xf), Some(wf)) = (as_f32(x), as_f32(w))
-    {
-        let mut y = arena::for_overwrite::<T>(out_len);
-        if let Some(yf) = as_f32_mut(&mut y) {
-            implicit_conv::forward_wide(xf, wf, g, yf, true);
-            return y;
-        }
+    let (mut y, applied) = convolve(x, w, g, true);
+    if applied {
+        return y;
     }
-    let mut y = conv2d(x, w, g);
     let relu = |chunk: &mut [T]| chunk.iter_mut().for_each(|v| *v = v.unary(UnaryFn::Relu));
     if y.len() < crate::layout::PARALLEL_THRESHOLD {
         relu(&mut y);
@@ -267,26 +257,33 @@ pub fn conv2d_relu<T: Num>(x: &[T], w: &[T], g: &ConvGeometry) -> Vec<T> {
 /// Forward convolution: x [N, C, H, W] contiguous, w [O, C/g, KH, KW] contiguous ->
 /// y [N, O, OH, OW].
 pub fn conv2d<T: Num>(x: &[T], w: &[T], g: &ConvGeometry) -> Vec<T> {
+    convolve(x, w, g, false).0
+}
+
+/// The forward pass on the path that suits `g`. With `relu`, the path that copies its
+/// output row by row (wide positions) applies the ReLU as it copies; the second value
+/// says whether it did.
+fn convolve<T: Num>(x: &[T], w: &[T], g: &ConvGeometry, relu: bool) -> (Vec<T>, bool) {
     let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
     let out_len = g.o * ohw;
     // No input channels per group (ckk = 0): every output is an empty sum, zero.
     if g.n * out_len == 0 || ckk == 0 {
-        return arena::zeroed::<T>(g.n * out_len);
+        return (arena::zeroed::<T>(g.n * out_len), false);
     }
     // Not zeroed: every element is written below (a GEMM overwrites, or a copy from one).
     let mut y = arena::for_overwrite::<T>(g.n * out_len);
     if let (Some(xf), Some(wf), Some(yf)) = (as_f32(x), as_f32(w), as_f32_mut(&mut y)) {
         if implicit_conv::applies(g) {
             implicit_conv::forward(xf, wf, g, yf);
-            return y;
+            return (y, false);
         }
         if implicit_conv::wide_applies(g) {
-            implicit_conv::forward_wide(xf, wf, g, yf, false);
-            return y;
+            implicit_conv::forward_wide(xf, wf, g, yf, relu);
+            return (y, relu);
         }
         if conv_panels::applies(g) {
             conv_panels::forward(xf, wf, g, yf);
-            return y;
+            return (y, false);
         }
     }
     let l = Lowering::new::<T>(g);
@@ -339,7 +336,7 @@ pub fn conv2d<T: Num>(x: &[T], w: &[T], g: &ConvGeometry) -> Vec<T> {
             }
         });
     arena::recycle(T::into_buffer(scratch));
-    y
+    (y, false)
 }
 
 /// Gradient with respect to the input: dy [N, O, OH, OW], w -> dx [N, C, H, W].
