@@ -343,6 +343,17 @@ fn convolve<T: Num>(x: &[T], w: &[T], g: &ConvGeometry, relu: bool) -> (Vec<T>, 
 pub fn conv2d_backward_input<T: Num>(dy: &[T], w: &[T], g: &ConvGeometry) -> Vec<T> {
     let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
     let chw = g.c * g.h * g.w;
+    if let (Some(dyf), Some(wf)) = (as_f32(dy), as_f32(w))
+        && let Some(gt) = transposed_geometry(g)
+    {
+        let wt = transposed_filter(wf, g);
+        let (dx, _) = convolve(dyf, &wt, &gt, false);
+        arena::recycle(Buffer::F32(wt));
+        // `as_f32` matched, so T is f32 and this cast is the identity.
+        if let Some(dx) = T::vec_of(Buffer::F32(dx)) {
+            return dx;
+        }
+    }
     let mut dx = arena::zeroed::<T>(g.n * chw);
     if dx.is_empty() {
         return dx;
@@ -401,6 +412,70 @@ pub fn conv2d_backward_input<T: Num>(dy: &[T], w: &[T], g: &ConvGeometry) -> Vec
         arena::recycle(Buffer::F32(filters));
     }
     dx
+}
+
+/// The geometry of a stride-1 convolution's input gradient computed as a forward
+/// convolution of the output gradient with [`transposed_filter`]: `dY` [N, O, OH, OW] is
+/// its input, and each side's padding becomes `dilation·(K-1) - pad`, so that its output
+/// is [N, C, H, W] again. `None` unless that forward pass reads its column panels from
+/// the image ([`conv_panels`]: more than 18 input channels per group) and computes at
+/// most an eighth more than the gradient needs (`H·W` outputs for `OH·OW` inputs; a
+/// "same" convolution computes nothing extra).
+///
+/// Why: each of the forward pass's tiles runs over the whole depth (`O·KH·KW`), where
+/// the scatter-add product stores a tile after `O` steps and col2im adds a column matrix
+/// back into the image. ResNet-18's stride-1 3x3 input gradients took 8-20 % less time
+/// (interleaved in one process). Unpadded layers gain nothing: their full padding makes
+/// the forward pass compute on zeros (LeNet's `conv2`: 196 outputs from 100 inputs,
+/// 0.36 ms against 0.61 ms).
+fn transposed_geometry(g: &ConvGeometry) -> Option<ConvGeometry> {
+    if !sgemm::available() || g.stride != [1, 1] {
+        return None;
+    }
+    let reach = [
+        g.dilation[0] * g.kh.saturating_sub(1),
+        g.dilation[1] * g.kw.saturating_sub(1),
+    ];
+    let mut pads = [0; 4];
+    for (side, pad) in pads.iter_mut().enumerate() {
+        *pad = reach[side / 2].checked_sub(g.pads[side])?;
+    }
+    let gt = ConvGeometry::new(
+        [g.n, g.o, g.oh, g.ow],
+        [g.c, g.og(), g.kh, g.kw],
+        [1, 1],
+        g.dilation,
+        pads,
+        g.groups,
+    );
+    let extra_ok = 8 * g.h * g.w <= 9 * g.ohw();
+    (extra_ok && conv_panels::applies(&gt) && (gt.oh, gt.ow) == (g.h, g.w)).then_some(gt)
+}
+
+/// Whether [`conv2d_backward_input`] computes `g`'s input gradient (f32) as a forward
+/// convolution of the output gradient (see `transposed_geometry`): ResNet's stride-1
+/// 3x3 layers.
+pub fn input_gradient_runs_forward(g: &ConvGeometry) -> bool {
+    transposed_geometry(g).is_some()
+}
+
+/// Each group's filter transposed and turned by 180°: `W'[c][o][i][j] = W[o][c][KH-1-i]
+/// [KW-1-j]` ([C, O/groups, KH, KW]), the filter of [`transposed_geometry`]'s convolution.
+fn transposed_filter(w: &[f32], g: &ConvGeometry) -> Vec<f32> {
+    let (og, cg, kk) = (g.og(), g.cg(), g.kh * g.kw);
+    let mut wt = arena::for_overwrite::<f32>(w.len());
+    for group in 0..g.groups {
+        for o in 0..og {
+            for c in 0..cg {
+                let src = &w[((group * og + o) * cg + c) * kk..][..kk];
+                let dst = &mut wt[((group * cg + c) * og + o) * kk..][..kk];
+                for (d, &v) in dst.iter_mut().zip(src.iter().rev()) {
+                    *d = v;
+                }
+            }
+        }
+    }
+    wt
 }
 
 /// Gradient with respect to the weight: dy [N, O, OH, OW], x -> dw [O, C/g, KH, KW].

@@ -96,11 +96,14 @@ pub fn input_gradient_applies(g: &ConvGeometry) -> bool {
     small_unpadded(g) && g.cg() >= sgemm::MR && g.stride == [1, 1] && 2 * wide_len(g) <= 3 * g.ohw()
 }
 
-/// Whether [`crate::conv`] computes a padded layer's input gradient (f32) here, into a
-/// zero-bordered copy of each image gradient: stride 1, at least six input channels per
+/// Whether [`crate::conv`] can compute a padded layer's input gradient (f32) here, into
+/// a zero-bordered copy of each image gradient: stride 1, at least six input channels per
 /// group (as [`input_gradient_applies`]), at least 16 output channels (the product's
 /// depth), and wide positions adding at most an eighth (ResNet's 32x32 and 16x16 stages:
-/// 1,086 for 1,024 and 286 for 256; its 8x8 and 4x4 stages add 22 % and 37 %).
+/// 1,086 for 1,024 and 286 for 256; its 8x8 and 4x4 stages add 22 % and 37 %). Layers
+/// with more than 18 input channels per group run their input gradient as a forward
+/// convolution instead ([`crate::conv::input_gradient_runs_forward`]), which was faster
+/// on ResNet's; the rest use this path.
 ///
 /// Why: the column matrix it replaces is `C·KH·KW x OH·OW` per image (2.4 MB in
 /// ResNet's first stage), written out by the GEMM and read back by col2im, which was

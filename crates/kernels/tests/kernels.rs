@@ -312,9 +312,13 @@ fn panel_convolutions_match_naive_f64() {
     // channels than one depth block (330). Panels of 16 positions in one output row
     // copy whole rows (`pack_whole_rows`): also with dilation (the 20-wide case) and at
     // stride 2 (the 34-wide case, 17 outputs per row). Padded
-    // stride-1 input gradients with six or more channels per group add into a
+    // stride-1 input gradients with 6 to 18 channels per group add into a
     // zero-bordered image gradient (`implicit_conv`): also with dilation, asymmetric
-    // pads and groups (the 12-channel case).
+    // pads and groups (the 12-channel case). With more input channels, a stride-1 input
+    // gradient is the forward convolution of dY with the transposed, turned filter: a
+    // "same" 3x3 layer (40 channels, depth 360 past one block), groups of 20 channels
+    // with a dilation, asymmetric pads whose outputs number one less than the inputs,
+    // and pads of a full reach on one side (none in the forward convolution).
     let cases = [
         ([3, 8, 16, 16], [24, 8, 3, 3], [1, 1], [1, 1], [1; 4], 1),
         ([2, 3, 20, 20], [24, 3, 3, 3], [1, 1], [2, 2], [2; 4], 1),
@@ -328,6 +332,23 @@ fn panel_convolutions_match_naive_f64() {
             2,
         ),
         ([5, 40, 4, 4], [40, 40, 3, 3], [1, 1], [1, 1], [1; 4], 1),
+        ([3, 40, 9, 7], [24, 20, 3, 3], [1, 1], [2, 2], [2; 4], 2),
+        (
+            [3, 24, 16, 16],
+            [32, 24, 3, 3],
+            [1, 1],
+            [1, 1],
+            [0, 1, 1, 2],
+            1,
+        ),
+        (
+            [2, 20, 12, 12],
+            [16, 20, 3, 3],
+            [1, 1],
+            [1, 1],
+            [2, 0, 1, 1],
+            1,
+        ),
         ([4, 8, 9, 9], [32, 8, 3, 3], [2, 2], [1, 1], [1; 4], 1),
         ([4, 8, 9, 9], [32, 8, 1, 1], [2, 2], [1, 1], [0; 4], 1),
         (
@@ -365,6 +386,23 @@ fn panel_convolutions_match_naive_f64() {
     );
     if spore_kernels::matmul::own_f32_gemm() {
         assert!(spore_kernels::conv_panels::applies(&resnet));
+        assert!(spore_kernels::conv::input_gradient_runs_forward(&resnet));
+        for (xs, ws, dilation, pads, groups) in [
+            ([3, 40, 9, 7], [24, 20, 3, 3], [2, 2], [2; 4], 2),
+            ([3, 24, 16, 16], [32, 24, 3, 3], [1, 1], [0, 1, 1, 2], 1),
+            ([2, 20, 12, 12], [16, 20, 3, 3], [1, 1], [2, 0, 1, 1], 1),
+        ] {
+            let g = ConvGeometry::new(xs, ws, [1, 1], dilation, pads, groups);
+            assert!(
+                spore_kernels::conv::input_gradient_runs_forward(&g),
+                "{g:?}"
+            );
+        }
+        // Not for the strided, or for the unpadded (computing on a zero border).
+        let strided = ConvGeometry::new([2, 24, 9, 9], [32, 24, 3, 3], [2, 2], [1, 1], [1; 4], 1);
+        let unpadded = ConvGeometry::new([2, 24, 9, 9], [32, 24, 3, 3], [1, 1], [1, 1], [0; 4], 1);
+        assert!(!spore_kernels::conv::input_gradient_runs_forward(&strided));
+        assert!(!spore_kernels::conv::input_gradient_runs_forward(&unpadded));
         assert!(spore_kernels::implicit_conv::padded_input_gradient_applies(
             &resnet
         ));
