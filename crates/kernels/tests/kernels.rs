@@ -319,19 +319,8 @@ fn panel_convolutions_match_naive_f64() {
     // "same" 3x3 layer (40 channels, depth 360 past one block), groups of 20 channels
     // with a dilation, asymmetric pads whose outputs number one less than the inputs,
     // and pads of a full reach on one side (none in the forward convolution).
-    let cases = [
-        ([3, 8, 16, 16], [24, 8, 3, 3], [1, 1], [1, 1], [1; 4], 1),
-        ([2, 3, 20, 20], [24, 3, 3, 3], [1, 1], [2, 2], [2; 4], 1),
-        ([2, 4, 34, 34], [24, 4, 3, 3], [2, 2], [1, 1], [1; 4], 1),
-        (
-            [2, 12, 40, 40],
-            [32, 6, 3, 3],
-            [1, 1],
-            [2, 2],
-            [2, 1, 1, 2],
-            2,
-        ),
-        ([5, 40, 4, 4], [40, 40, 3, 3], [1, 1], [1, 1], [1; 4], 1),
+    // The layers whose input gradient takes the forward form (asserted below).
+    let forward_form = [
         ([3, 40, 9, 7], [24, 20, 3, 3], [1, 1], [2, 2], [2; 4], 2),
         (
             [3, 24, 16, 16],
@@ -349,6 +338,20 @@ fn panel_convolutions_match_naive_f64() {
             [2, 0, 1, 1],
             1,
         ),
+    ];
+    let cases = [
+        ([3, 8, 16, 16], [24, 8, 3, 3], [1, 1], [1, 1], [1; 4], 1),
+        ([2, 3, 20, 20], [24, 3, 3, 3], [1, 1], [2, 2], [2; 4], 1),
+        ([2, 4, 34, 34], [24, 4, 3, 3], [2, 2], [1, 1], [1; 4], 1),
+        (
+            [2, 12, 40, 40],
+            [32, 6, 3, 3],
+            [1, 1],
+            [2, 2],
+            [2, 1, 1, 2],
+            2,
+        ),
+        ([5, 40, 4, 4], [40, 40, 3, 3], [1, 1], [1, 1], [1; 4], 1),
         ([4, 8, 9, 9], [32, 8, 3, 3], [2, 2], [1, 1], [1; 4], 1),
         ([4, 8, 9, 9], [32, 8, 1, 1], [2, 2], [1, 1], [0; 4], 1),
         (
@@ -371,7 +374,7 @@ fn panel_convolutions_match_naive_f64() {
             1,
         ),
     ];
-    for (xs, ws, stride, dilation, pads, groups) in cases {
+    for (xs, ws, stride, dilation, pads, groups) in cases.into_iter().chain(forward_form) {
         let g = ConvGeometry::new(xs, ws, stride, dilation, pads, groups);
         assert_f32_conv_matches_naive(&g);
     }
@@ -387,12 +390,8 @@ fn panel_convolutions_match_naive_f64() {
     if spore_kernels::matmul::own_f32_gemm() {
         assert!(spore_kernels::conv_panels::applies(&resnet));
         assert!(spore_kernels::conv::input_gradient_runs_forward(&resnet));
-        for (xs, ws, dilation, pads, groups) in [
-            ([3, 40, 9, 7], [24, 20, 3, 3], [2, 2], [2; 4], 2),
-            ([3, 24, 16, 16], [32, 24, 3, 3], [1, 1], [0, 1, 1, 2], 1),
-            ([2, 20, 12, 12], [16, 20, 3, 3], [1, 1], [2, 0, 1, 1], 1),
-        ] {
-            let g = ConvGeometry::new(xs, ws, [1, 1], dilation, pads, groups);
+        for (xs, ws, stride, dilation, pads, groups) in forward_form {
+            let g = ConvGeometry::new(xs, ws, stride, dilation, pads, groups);
             assert!(
                 spore_kernels::conv::input_gradient_runs_forward(&g),
                 "{g:?}"
