@@ -95,6 +95,18 @@ impl BufferPool {
         self.stats
     }
 
+    /// Sets every value of every f32 buffer held free to `value`. For tests: a kernel that
+    /// reads a recycled buffer before writing it then sees `value` (say NaN), where a
+    /// buffer recycled by the same kernel would often still hold what it needs (zeros
+    /// where it never writes).
+    pub fn poison_f32(&mut self, value: f32) {
+        for buffer in self.free.values_mut().flatten() {
+            if let Buffer::F32(v) = buffer {
+                v.fill(value);
+            }
+        }
+    }
+
     /// Ends one run of the owner's graph: keeps, per (dtype, length), at most as many free
     /// buffers as the run asked for, and drops the rest. The next identical run then finds
     /// every buffer it needs, and buffers that only ever arrive (made by a kernel that does

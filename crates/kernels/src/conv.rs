@@ -354,17 +354,22 @@ pub fn conv2d_backward_input<T: Num>(dy: &[T], w: &[T], g: &ConvGeometry) -> Vec
             return dx;
         }
     }
-    let mut dx = arena::zeroed::<T>(g.n * chw);
-    if dx.is_empty() {
-        return dx;
+    if g.n * chw == 0 {
+        return arena::zeroed::<T>(0);
     }
-    if let (Some(dyf), Some(wf), Some(dxf)) = (as_f32(dy), as_f32(w), as_f32_mut(&mut dx))
+    if let (Some(dyf), Some(wf)) = (as_f32(dy), as_f32(w))
         && (implicit_conv::input_gradient_applies(g)
             || implicit_conv::padded_input_gradient_applies(g))
     {
-        implicit_conv::input_gradient(dyf, wf, g, dxf);
-        return dx;
+        // Zeroed image by image inside, in parallel, just before it is added into.
+        let mut dx = arena::for_overwrite::<f32>(g.n * chw);
+        implicit_conv::input_gradient(dyf, wf, g, &mut dx);
+        // `as_f32` matched, so T is f32 and this cast is the identity.
+        if let Some(dx) = T::vec_of(Buffer::F32(dx)) {
+            return dx;
+        }
     }
+    let mut dx = arena::zeroed::<T>(g.n * chw);
     let l = Lowering::new::<T>(g);
     let (per, nb, par) = (l.per, l.nb, l.par);
     // Each group's Wᵀ packed once for the whole batch (f32 with the blocked GEMM):

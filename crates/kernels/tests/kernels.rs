@@ -475,6 +475,54 @@ fn wide_weight_gradient_ignores_recycled_scratch() {
     assert_eq!(first, second);
 }
 
+/// The scattered input gradient writes every value of its output and of its spread
+/// output gradient, which come unset from the pool: computed once in a pool whose freed
+/// buffers are then all set to NaN, and again on those, it equals the same gradient
+/// computed without a pool. Unpadded (LeNet's `conv2`) and padded (a zero-bordered image
+/// gradient) layers.
+#[test]
+fn scattered_input_gradient_ignores_recycled_buffers() {
+    let cases = [
+        (
+            ConvGeometry::new([4, 6, 14, 14], [16, 6, 5, 5], [1, 1], [1, 1], [0; 4], 1),
+            true,
+        ),
+        (
+            ConvGeometry::new([3, 8, 16, 16], [16, 8, 3, 3], [1, 1], [1, 1], [1; 4], 1),
+            false,
+        ),
+    ];
+    for (g, unpadded) in cases {
+        if spore_kernels::matmul::own_f32_gemm() {
+            let applies = if unpadded {
+                spore_kernels::implicit_conv::input_gradient_applies(&g)
+            } else {
+                spore_kernels::implicit_conv::padded_input_gradient_applies(&g)
+            };
+            assert!(applies, "{g:?}");
+        }
+        let f32s = |v: Vec<f64>| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
+        let w = f32s(values(g.o * g.c * g.kh * g.kw, 21));
+        let dy = f32s(values(g.n * g.o * g.oh * g.ow, 22));
+        let fresh = conv2d_backward_input(&dy, &w, &g);
+        let mut pool = spore_kernels::arena::BufferPool::default();
+        let run = || {
+            let dx = conv2d_backward_input(&dy, &w, &g);
+            let copy = dx.clone();
+            spore_kernels::arena::recycle(spore_kernels::Buffer::F32(dx));
+            copy
+        };
+        spore_kernels::arena::with_pool(&mut pool, run);
+        pool.poison_f32(f32::NAN);
+        let reused = spore_kernels::arena::with_pool(&mut pool, run);
+        assert!(
+            pool.stats().hits > 0,
+            "the second run took recycled buffers"
+        );
+        assert_eq!(fresh, reused, "{g:?}");
+    }
+}
+
 /// `conv2d_relu` equals a ReLU applied to `conv2d`'s output, bit for bit, on each path:
 /// wide positions (LeNet's conv1, where the ReLU runs in the copy out), the implicit GEMM,
 /// a padded layer (panels), and f64 (im2col). Inputs hold a NaN and mixed signs.

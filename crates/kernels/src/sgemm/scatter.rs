@@ -19,6 +19,9 @@ use std::arch::x86_64::*;
 
 use super::{MR, NR, depth_blocks};
 
+/// Widest last panel that [`half_tile`] computes: one 8-lane vector per row.
+const HALF: usize = NR / 2;
+
 /// Length of a packed A of `m` rows and depth `k`: `m.div_ceil(MR)` panels, each
 /// depth-major (`MR` values per step; rows past `m` are read but their results dropped).
 pub(crate) fn packed_a_len(m: usize, k: usize) -> usize {
@@ -83,6 +86,26 @@ pub(crate) fn scatter_add_gemm(
                     unsafe { tile(kc, ap.as_ptr(), bp, ldb, &targets) };
                     continue;
                 }
+                if width <= HALF {
+                    // A narrow last panel (LeNet's `conv2`: 136 positions, 8 past the last
+                    // full panel): one vector per row, half the multiply-adds.
+                    // SAFETY: AVX2/FMA checked; `ap` and `bp` as for a full tile (8 of its
+                    // 16 columns read); this is the last panel, so each row's target ends at
+                    // rows[r] + j0 + width = rows[r] + n <= dst.len() (checked above).
+                    unsafe {
+                        half_tile(
+                            kc,
+                            ap.as_ptr(),
+                            bp,
+                            ldb,
+                            &rows[i0..][..height],
+                            base,
+                            j0,
+                            width,
+                        )
+                    };
+                    continue;
+                }
                 // Edge tile: computed into a buffer, then added value by value.
                 let mut tmp = [0.0f32; MR * NR];
                 let tmp_rows: [*mut f32; MR] = std::array::from_fn(|r| tmp[r * NR..].as_mut_ptr());
@@ -128,6 +151,68 @@ unsafe fn tile(kc: usize, a: *const f32, b: *const f32, ldb: usize, targets: &[*
     }
 }
 
+/// `dst[rows[r] + j0..][..width] += Σ_p a[p][r] · b[p][0..width]` for the (up to six)
+/// rows given, in row order, with `width <= 8`: a full vector add where `width` is 8,
+/// value by value otherwise.
+///
+/// # Safety
+/// AVX2 and FMA are available; `a` has `MR * kc` readable values, `b` `kc` rows of 8
+/// (`ldb` apart); `rows.len() <= MR`, and `dst.add(rows[r] + j0)` has `width` readable
+/// and writable values for each row.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)] // the tile's operands, as `tile`'s plus its place
+unsafe fn half_tile(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    ldb: usize,
+    rows: &[i32],
+    dst: *mut f32,
+    j0: usize,
+    width: usize,
+) {
+    // SAFETY (whole body): pointer arithmetic stays inside the ranges the caller promised.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); MR];
+        for p in 0..kc {
+            let (ap, b0) = (a.add(p * MR), _mm256_loadu_ps(b.add(p * ldb)));
+            for (r, row) in acc.iter_mut().enumerate() {
+                *row = _mm256_fmadd_ps(_mm256_broadcast_ss(&*ap.add(r)), b0, *row);
+            }
+        }
+        for (row, &offset) in acc.iter().zip(rows) {
+            let out = dst.add(offset as usize + j0);
+            if width == HALF {
+                _mm256_storeu_ps(out, _mm256_add_ps(*row, _mm256_loadu_ps(out)));
+                continue;
+            }
+            let mut lanes = [0.0f32; HALF];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), *row);
+            for (j, &v) in lanes[..width].iter().enumerate() {
+                *out.add(j) += v;
+            }
+        }
+    }
+}
+
+/// Never called: [`super::available`] is false off x86-64, and [`scatter_add_gemm`]
+/// checks it.
+#[cfg(not(target_arch = "x86_64"))]
+#[allow(clippy::too_many_arguments)]
+unsafe fn half_tile(
+    _kc: usize,
+    _a: *const f32,
+    _b: *const f32,
+    _ldb: usize,
+    _rows: &[i32],
+    _dst: *mut f32,
+    _j0: usize,
+    _width: usize,
+) {
+    unreachable!("the AVX2 microkernel exists only on x86-64")
+}
+
 /// Never called: [`super::available`] is false off x86-64, and [`scatter_add_gemm`]
 /// checks it.
 #[cfg(not(target_arch = "x86_64"))]
@@ -144,10 +229,11 @@ mod tests {
         if !super::super::available() {
             return;
         }
-        // 9 rows (a short second tile) whose targets overlap (offsets 3 apart, 37 wide),
-        // 37 columns (a short last panel), depth 2 and 600 (several depth blocks).
-        for k in [2, 600] {
-            let (m, n) = (9, 37);
+        // 9 rows (a short second tile) whose targets overlap (offsets 3 apart, n wide);
+        // n columns: a last panel of 5 (added value by value), of 8 (one vector) and of 12
+        // (through the edge buffer); depth 2 and 600 (several depth blocks).
+        for (k, n) in [(2, 37), (600, 37), (2, 40), (600, 40), (600, 44)] {
+            let m = 9;
             let rows: Vec<i32> = (0..m as i32).map(|r| (r * 3 + 40 * (r % 2)) % 90).collect();
             let mut a = vec![0.0; packed_a_len(m, k)];
             let av = |r: usize, p: usize| ((r * 5 + p * 3) % 13) as f32 - 6.0;
