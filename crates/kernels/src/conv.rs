@@ -491,11 +491,14 @@ pub fn conv2d_backward_filter<T: Num>(dy: &[T], x: &[T], g: &ConvGeometry) -> Ve
         return arena::zeroed::<T>(dw_len);
     }
     if let (Some(dyf), Some(xf)) = (as_f32(dy), as_f32(x))
-        && (implicit_conv::applies(g) || implicit_conv::wide_applies(g) || conv_panels::applies(g))
+        && (implicit_conv::applies(g)
+            || implicit_conv::padded_filter_gradient_applies(g)
+            || implicit_conv::wide_applies(g)
+            || conv_panels::applies(g))
     {
         let mut dw = arena::for_overwrite::<T>(dw_len);
         if let Some(dwf) = as_f32_mut(&mut dw) {
-            if implicit_conv::applies(g) {
+            if implicit_conv::applies(g) || implicit_conv::padded_filter_gradient_applies(g) {
                 implicit_conv::filter_gradient(dyf, xf, g, dwf);
             } else if conv_panels::applies(g) {
                 conv_panels::filter_gradient(dyf, xf, g, dwf);

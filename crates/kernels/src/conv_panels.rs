@@ -32,7 +32,7 @@
 use rayon::prelude::*;
 
 use crate::conv::{ConvGeometry, GEMM_COLUMNS, batch_blocks, group_output_gradient, sum_partials};
-use crate::im2col::copy_short;
+use crate::im2col::{border_plane, copy_short};
 use crate::matmul::MatRef;
 use crate::sgemm::{self, NR, PanelsA, pack_b_panel};
 use crate::{Buffer, arena};
@@ -87,18 +87,7 @@ impl<'a> ImageColumns<'a> {
         let padded = &mut padded[..images * cg * hp * wp];
         for (plane, dst) in padded.chunks_exact_mut(hp * wp).enumerate() {
             let (s, c) = (plane / cg, plane % cg);
-            let src = &x[((s0 + s) * g.c + group * cg + c) * hw..][..hw];
-            dst[..top * wp].fill(0.0);
-            dst[(top + g.h) * wp..].fill(0.0);
-            for (row, src) in dst[top * wp..]
-                .chunks_exact_mut(wp)
-                .zip(src.chunks_exact(g.w))
-            {
-                row[..left].fill(0.0);
-                // Inline moves for rows up to 64 values, not a `memmove` call per row.
-                copy_short(&mut row[left..left + g.w], src);
-                row[left + g.w..].fill(0.0);
-            }
+            border_plane(&x[((s0 + s) * g.c + group * cg + c) * hw..][..hw], g, dst);
         }
         ImageColumns {
             src: padded,

@@ -87,6 +87,26 @@ fn inside_strided(x0: isize, stride: usize, count: usize, len: usize) -> (usize,
     (lo, hi.max(lo))
 }
 
+/// Copies one `H x W` plane into `dst`, a zero-bordered plane of `(H + top + bottom) x
+/// (W + left + right)` values (`g.pads`), writing the border's zeros too: every window
+/// of a padded convolution then lies inside it.
+pub(crate) fn border_plane(src: &[f32], g: &ConvGeometry, dst: &mut [f32]) {
+    let [top, bottom, left, right] = g.pads;
+    let wp = g.w + left + right;
+    let dst = &mut dst[..(g.h + top + bottom) * wp];
+    dst[..top * wp].fill(0.0);
+    dst[(top + g.h) * wp..].fill(0.0);
+    for (row, src) in dst[top * wp..]
+        .chunks_exact_mut(wp)
+        .zip(src.chunks_exact(g.w))
+    {
+        row[..left].fill(0.0);
+        // Inline moves for rows up to 64 values, not a `memmove` call per row.
+        copy_short(&mut row[left..left + g.w], src);
+        row[left + g.w..].fill(0.0);
+    }
+}
+
 /// `dst.copy_from_slice(src)` for the short rows of small images: fixed 8-element blocks
 /// (the last one overlapping) compile to inline vector moves, where a `memmove` call per
 /// row of 10-30 elements costs more than the copy (it was most of LeNet's im2col time).

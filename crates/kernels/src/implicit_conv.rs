@@ -35,6 +35,11 @@
 //! positions: both passes read the image shifted by each tap's offset in place, the
 //! forward pass as B of a shifted product, the weight gradient as the columns of dot
 //! products ([`filter_gradient_wide`]).
+//!
+//! The gathered weight gradient also serves larger padded layers
+//! ([`padded_filter_gradient_applies`], ResNet's first two stages), read from
+//! zero-bordered copies of the images: there its depth is the output positions, so each
+//! of a tile's six rows streams through one run of the image.
 
 use rayon::prelude::*;
 
@@ -42,7 +47,7 @@ use crate::UnaryFn;
 use crate::arena;
 use crate::conv::{ConvGeometry, batch_blocks, sum_partials};
 use crate::elementwise::Num;
-use crate::im2col::copy_short;
+use crate::im2col::{border_plane, copy_short};
 use crate::sgemm::dot::{Columns, dot_columns};
 use crate::sgemm::gather::{Gathered, gather_gemm, packed_b_index, packed_b_len};
 use crate::sgemm::scatter::{packed_a_index, packed_a_len, scatter_add_gemm};
@@ -144,15 +149,16 @@ fn chunk_images(g: &ConvGeometry, per: usize) -> usize {
 }
 
 /// Offset of each tap (input channel of the group, filter row, filter column) from a
-/// window's corner, in one image's group planes.
-fn tap_offsets(g: &ConvGeometry) -> Vec<i32> {
+/// window's corner, in one image's group planes of `plane` (height, width): the image's
+/// own, or a zero-bordered copy's ([`padded_size`]).
+fn tap_offsets(g: &ConvGeometry, plane: (usize, usize)) -> Vec<i32> {
     let mut taps = arena::for_overwrite::<i32>(g.ckk());
     let mut t = taps.iter_mut();
     for c in 0..g.cg() {
         for i in 0..g.kh {
             for j in 0..g.kw {
                 if let Some(v) = t.next() {
-                    *v = tap_offset(g, (g.h, g.w), c, i, j);
+                    *v = tap_offset(g, plane, c, i, j);
                 }
             }
         }
@@ -192,10 +198,14 @@ fn for_each_image(
     arena::recycle(crate::Buffer::F32(scratch));
 }
 
-/// Offset of each output position's window corner, for `images` consecutive images
-/// (`chw` values apart): image-major, then row, then column.
-fn position_offsets(g: &ConvGeometry, images: usize) -> Vec<i32> {
-    let chw = g.c * g.h * g.w;
+/// Offset of each output position's window corner, for `images` consecutive images:
+/// image-major, then row, then column. `(image_len, row_len)`: the values between images
+/// and between rows (the batch's `C·H·W` and `W`, or zero-bordered copies').
+fn position_offsets(
+    g: &ConvGeometry,
+    images: usize,
+    (image_len, row_len): (usize, usize),
+) -> Vec<i32> {
     let [sy, sx] = g.stride;
     let mut positions = arena::for_overwrite::<i32>(images * g.ohw());
     let mut p = positions.iter_mut();
@@ -203,7 +213,7 @@ fn position_offsets(g: &ConvGeometry, images: usize) -> Vec<i32> {
         for oy in 0..g.oh {
             for ox in 0..g.ow {
                 if let Some(v) = p.next() {
-                    *v = (s * chw + oy * sy * g.w + ox * sx) as i32;
+                    *v = (s * image_len + oy * sy * row_len + ox * sx) as i32;
                 }
             }
         }
@@ -215,8 +225,8 @@ fn position_offsets(g: &ConvGeometry, images: usize) -> Vec<i32> {
 pub(crate) fn forward(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32]) {
     let (ohw, og, ckk, cg) = (g.ohw(), g.og(), g.ckk(), g.cg());
     let (hw, out_len) = (g.h * g.w, g.o * ohw);
-    let taps = tap_offsets(g);
-    let positions = position_offsets(g, 1);
+    let taps = tap_offsets(g, (g.h, g.w));
+    let positions = position_offsets(g, 1, (g.c * g.h * g.w, g.w));
     // B: the filter of each group with taps as rows and output channels as columns.
     let filter_len = packed_b_len(ckk, og);
     let mut filters = arena::zeroed::<f32>(g.groups * filter_len);
@@ -261,7 +271,7 @@ pub(crate) fn forward(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32]) {
 pub(crate) fn forward_wide(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32], relu: bool) {
     let (ohw, og, ckk, cg) = (g.ohw(), g.og(), g.ckk(), g.cg());
     let (hw, out_len, wide) = (g.h * g.w, g.o * ohw, wide_len(g));
-    let taps = tap_offsets(g);
+    let taps = tap_offsets(g, (g.h, g.w));
     for_each_image(y, out_len, og * wide, |image, ys, yw| {
         for group in 0..g.groups {
             let src = &x[(image * g.c + group * cg) * hw..][..cg * hw];
@@ -376,25 +386,39 @@ pub(crate) fn input_gradient(dy: &[f32], w: &[f32], g: &ConvGeometry, dx: &mut [
     arena::recycle(crate::Buffer::I32(rows));
 }
 
-/// Weight gradient into `dw` ([O, C/groups, KH, KW]); the caller checked [`applies`].
+/// Weight gradient into `dw` ([O, C/groups, KH, KW]); the caller checked [`applies`] or
+/// [`padded_filter_gradient_applies`]. A padded layer's images are first copied into
+/// zero-bordered planes (one image per product), so that every window lies inside them.
 pub(crate) fn filter_gradient(dy: &[f32], x: &[f32], g: &ConvGeometry, dw: &mut [f32]) {
     let (ohw, og, ckk, cg) = (g.ohw(), g.og(), g.ckk(), g.cg());
     let hw = g.h * g.w;
+    let bordered = g.pads != [0; 4];
+    let (hp, wp) = padded_size(g);
     let (blocks, per) = batch_blocks(g.n);
     let chunk = chunk_images(g, per);
-    let taps = tap_offsets(g);
-    let positions = position_offsets(g, chunk);
-    // Per block of the batch: its dWᵀ ([groups][taps x og]) and room for one packed dYᵀ.
+    // A padded layer's images are read from zero-bordered copies of their group's planes.
+    let (plane, image_len, row_len) = if bordered {
+        ((hp, wp), cg * hp * wp, wp)
+    } else {
+        ((g.h, g.w), g.c * hw, g.w)
+    };
+    let taps = tap_offsets(g, plane);
+    let positions = position_offsets(g, chunk, (image_len, row_len));
+    // Per block of the batch: its dWᵀ ([groups][taps x og]), room for one packed dYᵀ and
+    // for one zero-bordered image.
     let part_len = g.groups * ckk * og;
     let packed_len = packed_b_len(chunk * ohw, og);
+    let border_len = if bordered { chunk * cg * hp * wp } else { 0 };
+    let scratch_len = packed_len + border_len;
     let mut partials = arena::for_overwrite::<f32>(blocks * part_len);
     // Columns past `og` in the last panel are never written: their products are dropped.
-    let mut scratch = arena::for_overwrite::<f32>(blocks * packed_len);
+    let mut scratch = arena::for_overwrite::<f32>(blocks * scratch_len);
     partials
         .par_chunks_mut(part_len)
-        .zip(scratch.par_chunks_mut(packed_len))
+        .zip(scratch.par_chunks_mut(scratch_len))
         .enumerate()
-        .for_each(|(b, (part, packed))| {
+        .for_each(|(b, (part, scratch))| {
+            let (packed, border) = scratch.split_at_mut(packed_len);
             let end = ((b + 1) * per).min(g.n);
             let mut s0 = b * per;
             let mut first = true;
@@ -411,8 +435,22 @@ pub(crate) fn filter_gradient(dy: &[f32], x: &[f32], g: &ConvGeometry, dw: &mut 
                             }
                         }
                     }
+                    let src = if bordered {
+                        let planes = border.chunks_exact_mut(hp * wp).take(images * cg);
+                        for (plane, dst) in planes.enumerate() {
+                            let (s, c) = (plane / cg, plane % cg);
+                            border_plane(
+                                &x[((s0 + s) * g.c + group * cg + c) * hw..][..hw],
+                                g,
+                                dst,
+                            );
+                        }
+                        &border[..]
+                    } else {
+                        &x[(s0 * g.c + group * cg) * hw..]
+                    };
                     let a = Gathered {
-                        src: &x[(s0 * g.c + group * cg) * hw..],
+                        src,
                         rows: &taps,
                         depth: &positions[..depth],
                     };
@@ -440,6 +478,37 @@ pub(crate) fn filter_gradient(dy: &[f32], x: &[f32], g: &ConvGeometry, dw: &mut 
     }
 }
 
+/// Whether [`crate::conv`] computes a padded layer's weight gradient (f32) here, with
+/// [`filter_gradient`]'s gathered product over zero-bordered copies of the images: at
+/// least 16 output channels per group (B's panels), at least 144 taps (24 row tiles share
+/// each packed panel of `dYᵀ`), at least 256 output positions per image, and a `dWᵀ` of
+/// at most [`MAX_GATHERED_GRADIENT`] values. That is ResNet-18's first two stages (its
+/// 32x32 and 16x16 outputs).
+///
+/// Why: the gathered product reads A straight from the bordered image, where the panel
+/// path ([`crate::conv_panels`]) copies every tap's run of positions into panels and
+/// transposes them (19 % of ResNet's first-stage weight gradient under `perf`). Alternating
+/// both paths call by call in one process (median of 20 calls each, three runs): the
+/// first stage's 3x3 layers took 8-10 % less time, the 64->128 stride-2 layer 15-17 %
+/// less, the second stage's 3x3 layers 2-9 % less. The third stage's took 9 % (stride 2)
+/// and 30 % more: its `dWᵀ` (295k and 590k values) no longer stays in L2 while every depth
+/// block adds into it.
+pub fn padded_filter_gradient_applies(g: &ConvGeometry) -> bool {
+    let (hp, wp) = padded_size(g);
+    sgemm::available()
+        && g.pads != [0; 4]
+        && g.n > 0
+        && g.og() >= NR
+        && g.ckk() >= 24 * sgemm::MR
+        && g.ohw() >= 256
+        && g.ckk() * g.og() <= MAX_GATHERED_GRADIENT
+        && g.cg() * hp * wp * chunk_images(g, batch_blocks(g.n).1) < i32::MAX as usize
+}
+
+/// Largest `dWᵀ` (taps x output channels of a group) of [`padded_filter_gradient_applies`]:
+/// 640 KB, ResNet's second stage (1,152 x 128).
+const MAX_GATHERED_GRADIENT: usize = 160 << 10;
+
 /// Weight gradient into `dw` on wide positions; the caller checked [`wide_applies`] (the
 /// layers whose forward pass runs on wide positions too).
 ///
@@ -458,7 +527,7 @@ pub(crate) fn filter_gradient_wide(dy: &[f32], x: &[f32], g: &ConvGeometry, dw: 
     let (ohw, og, ckk, cg) = (g.ohw(), g.og(), g.ckk(), g.cg());
     let (hw, wide) = (g.h * g.w, wide_len(g));
     let (blocks, per) = batch_blocks(g.n);
-    let taps = tap_offsets(g);
+    let taps = tap_offsets(g, (g.h, g.w));
     let part_len = g.groups * og * ckk;
     let spread_len = og * wide;
     let mut partials = arena::for_overwrite::<f32>(blocks * part_len);

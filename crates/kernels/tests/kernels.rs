@@ -411,6 +411,47 @@ fn panel_convolutions_match_naive_f64() {
     }
 }
 
+/// Padded layers with at least 144 taps, 16 output channels per group and 256 output
+/// positions take the gathered weight gradient over zero-bordered images (where the CPU
+/// has AVX2/FMA): a "same" 3x3 layer, stride 2, a dilation with asymmetric pads and a
+/// short last panel of output channels (20), groups, and a batch that does not split
+/// evenly. A layer whose `dWᵀ` would not stay in L2 keeps the panel path.
+#[test]
+fn gathered_weight_gradient_of_padded_layers_matches_naive_f64() {
+    let cases = [
+        ([2, 16, 16, 16], [16, 16, 3, 3], [1, 1], [1, 1], [1; 4], 1),
+        ([3, 16, 32, 32], [32, 16, 3, 3], [2, 2], [1, 1], [1; 4], 1),
+        (
+            [2, 16, 20, 18],
+            [20, 16, 3, 3],
+            [1, 1],
+            [2, 2],
+            [0, 1, 1, 2],
+            1,
+        ),
+        ([3, 32, 16, 16], [32, 16, 3, 3], [1, 1], [1, 1], [1; 4], 2),
+    ];
+    for (xs, ws, stride, dilation, pads, groups) in cases {
+        let g = ConvGeometry::new(xs, ws, stride, dilation, pads, groups);
+        if spore_kernels::matmul::own_f32_gemm() {
+            assert!(
+                spore_kernels::implicit_conv::padded_filter_gradient_applies(&g),
+                "{g:?}"
+            );
+        }
+        assert_f32_conv_matches_naive(&g);
+    }
+    let wide_gradient = ConvGeometry::new(
+        [1, 128, 16, 16],
+        [256, 128, 3, 3],
+        [1, 1],
+        [1, 1],
+        [1; 4],
+        1,
+    );
+    assert!(!spore_kernels::implicit_conv::padded_filter_gradient_applies(&wide_gradient));
+}
+
 #[test]
 fn implicit_gemm_convolutions_match_naive_f64() {
     // Unpadded small images with at least 16 output channels per group take the implicit
