@@ -105,7 +105,7 @@ pub(super) fn write_edge(
 /// Packs a full B panel of a transposed B (`mb.row_stride == 1`: each column contiguous
 /// along the depth) by 8x8 register transposes, eight times fewer loads than an element
 /// gather. Returns false (nothing written) where it does not apply.
-pub(super) fn transpose_pack(
+pub(crate) fn transpose_pack(
     dst: &mut [f32],
     b: &[f32],
     mb: crate::matmul::MatRef,
