@@ -377,6 +377,11 @@ fn panel_convolutions_match_naive_f64() {
     for (xs, ws, stride, dilation, pads, groups) in cases.into_iter().chain(forward_form) {
         let g = ConvGeometry::new(xs, ws, stride, dilation, pads, groups);
         assert_f32_conv_matches_naive(&g);
+        // Their weight gradients stay on the panels (fewer than 144 taps or 256 positions).
+        assert!(
+            !spore_kernels::implicit_conv::padded_filter_gradient_applies(&g),
+            "{g:?}"
+        );
     }
     let resnet = ConvGeometry::new([32, 64, 32, 32], [64, 64, 3, 3], [1, 1], [1, 1], [1; 4], 1);
     let grouped = ConvGeometry::new(
