@@ -389,7 +389,8 @@ pub(crate) fn input_gradient(dy: &[f32], w: &[f32], g: &ConvGeometry, dx: &mut [
 
 /// Weight gradient into `dw` ([O, C/groups, KH, KW]); the caller checked [`applies`] or
 /// [`padded_filter_gradient_applies`]. A padded layer's images are first copied into
-/// zero-bordered planes (one image per product), so that every window lies inside them.
+/// zero-bordered planes (those of one product's images at a time), so that every window
+/// lies inside them.
 pub(crate) fn filter_gradient(dy: &[f32], x: &[f32], g: &ConvGeometry, dw: &mut [f32]) {
     let (ohw, og, ckk, cg) = (g.ohw(), g.og(), g.ckk(), g.cg());
     let hw = g.h * g.w;
