@@ -1,5 +1,5 @@
 //! Spore's graph compiler: the pass pipeline ([`pass`], [`passes`]), memory planning
-//! ([`plan`]), the [`executor`], and [`jit`], which ties them to tracing.
+//! ([`plan`]), the [`executor`], and [`jit()`], which ties them to tracing.
 //!
 //! ```
 //! use spore_compile::jit::jit;

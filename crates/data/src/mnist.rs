@@ -22,7 +22,7 @@ pub enum Usage {
     All,
 }
 
-/// Images ([N, rows, cols] u8, row-major) and labels ([N] u8).
+/// Images (`[N, rows, cols]` u8, row-major) and labels (`[N]` u8).
 #[derive(Clone, Debug)]
 pub struct Mnist {
     pub images: Vec<u8>,

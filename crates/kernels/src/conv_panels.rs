@@ -24,8 +24,8 @@
 //! panels. Writing each panel from the image instead keeps the copy in L1 and does it
 //! once; the padding becomes zeros written where a window leaves the image.
 //!
-//! [`ImageColumns::pack_positions`] writes the forward pass's panels (taps down, 16
-//! positions across: each row a short run of one image row), [`ImageColumns::pack_taps`]
+//! `ImageColumns::pack_positions` writes the forward pass's panels (taps down, 16
+//! positions across: each row a short run of one image row), `ImageColumns::pack_taps`
 //! the weight gradient's (positions down, 16 taps across: each tap's run of positions,
 //! then an 8x8-block transpose).
 

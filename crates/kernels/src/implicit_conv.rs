@@ -1,6 +1,6 @@
 //! Convolutions of small images without a column matrix: the forward pass and the weight
 //! gradient as implicit GEMMs, whose A operand is read from the image through offset
-//! tables ([`crate::sgemm`]'s gathered product). The input gradient's scatter-add
+//! tables (`crate::sgemm`'s gathered product). The input gradient's scatter-add
 //! product also serves padded stride-1 layers of any size
 //! ([`padded_input_gradient_applies`]).
 //!
@@ -34,7 +34,7 @@
 //! Layers with fewer output channels ([`wide_applies`], LeNet's `conv1`) run on wide
 //! positions: both passes read the image shifted by each tap's offset in place, the
 //! forward pass as B of a shifted product, the weight gradient as the columns of dot
-//! products ([`filter_gradient_wide`]).
+//! products (`filter_gradient_wide`).
 //!
 //! The gathered weight gradient also serves larger padded layers
 //! ([`padded_filter_gradient_applies`], ResNet's first two stages), read from
@@ -509,11 +509,11 @@ fn pack_output_gradient(
 }
 
 /// Whether [`crate::conv`] computes a padded layer's weight gradient (f32) here, with
-/// [`filter_gradient`]'s gathered product over zero-bordered copies of the images: at
+/// `filter_gradient`'s gathered product over zero-bordered copies of the images: at
 /// least 16 output channels per group (B's panels), at least 144 taps (24 row tiles share
 /// each packed panel of `dYᵀ`), at least 256 output positions per image, and a `dWᵀ` of
-/// at most [`MAX_GATHERED_GRADIENT`] values. That is ResNet-18's first two stages (its
-/// 32x32 and 16x16 outputs).
+/// at most 160k values (640 KB). That is ResNet-18's first two stages (its 32x32 and
+/// 16x16 outputs).
 ///
 /// Why: the gathered product reads A straight from the bordered image, where the panel
 /// path ([`crate::conv_panels`]) copies every tap's run of positions into panels and

@@ -17,7 +17,7 @@
 /// Independent accumulators per thread (each one 8-lane vector).
 const CHAINS: usize = 12;
 
-/// Runs `iterations` rounds of [`CHAINS`] 8-lane FMAs on each of `threads` threads at once
+/// Runs `iterations` rounds of `CHAINS` 8-lane FMAs on each of `threads` threads at once
 /// and returns the FLOP done (2 per lane per FMA), or `None` where the CPU has no AVX2 and
 /// FMA (the rate is then not measurable this way).
 pub fn fma_flops(threads: usize, iterations: u64) -> Option<f64> {
@@ -45,7 +45,7 @@ fn available() -> bool {
     }
 }
 
-/// `iterations` rounds of [`CHAINS`] dependent-free FMAs; returns a value that depends on
+/// `iterations` rounds of `CHAINS` dependent-free FMAs; returns a value that depends on
 /// all of them, so that the compiler keeps the loop.
 ///
 /// # Safety

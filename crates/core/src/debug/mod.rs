@@ -1,5 +1,5 @@
 //! Observability: the Dump tool ([`dump`]), the profiler ([`profiler`]) and the Print
-//! operator's output ([`print`]). Eager `apply` and the graph executor report every op
+//! operator's output ([`mod@print`]). Eager `apply` and the graph executor report every op
 //! here, but only when something is enabled: disabled, the cost is one atomic load.
 //!
 //! ```

@@ -18,7 +18,7 @@ use crate::error::Result;
 use crate::op::{Op, PrintSegment};
 use crate::tensor::{Storage, Tensor, TensorType};
 
-/// An argument of [`print`]: text or a tensor.
+/// An argument of [`print()`]: text or a tensor.
 #[derive(Clone, Debug)]
 pub enum PrintArg<'a> {
     Text(String),

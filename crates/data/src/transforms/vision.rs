@@ -82,7 +82,7 @@ enum Size {
 
 /// Resizes to `(height, width)`, or the shorter side to `size` keeping the aspect ratio.
 /// Bilinear on UInt8/Float32, nearest on any dtype; bit-exact with OpenCV
-/// (see [`resize`](super::resize)).
+/// (see [`super::resize`]).
 #[derive(Clone, Debug)]
 pub struct Resize {
     size: Size,
