@@ -362,10 +362,9 @@ pub fn conv2d_backward_input<T: Num>(dy: &[T], w: &[T], g: &ConvGeometry) -> Vec
             || implicit_conv::padded_input_gradient_applies(g))
     {
         // Zeroed image by image inside, in parallel, just before it is added into.
-        let mut dx = arena::for_overwrite::<f32>(g.n * chw);
-        implicit_conv::input_gradient(dyf, wf, g, &mut dx);
-        // `as_f32` matched, so T is f32 and this cast is the identity.
-        if let Some(dx) = T::vec_of(Buffer::F32(dx)) {
+        let mut dx = arena::for_overwrite::<T>(g.n * chw);
+        if let Some(dxf) = as_f32_mut(&mut dx) {
+            implicit_conv::input_gradient(dyf, wf, g, dxf);
             return dx;
         }
     }
@@ -490,15 +489,13 @@ pub fn conv2d_backward_filter<T: Num>(dy: &[T], x: &[T], g: &ConvGeometry) -> Ve
     if g.n == 0 || ohw == 0 || dw_len == 0 {
         return arena::zeroed::<T>(dw_len);
     }
+    let gathered = implicit_conv::applies(g) || implicit_conv::padded_filter_gradient_applies(g);
     if let (Some(dyf), Some(xf)) = (as_f32(dy), as_f32(x))
-        && (implicit_conv::applies(g)
-            || implicit_conv::padded_filter_gradient_applies(g)
-            || implicit_conv::wide_applies(g)
-            || conv_panels::applies(g))
+        && (gathered || implicit_conv::wide_applies(g) || conv_panels::applies(g))
     {
         let mut dw = arena::for_overwrite::<T>(dw_len);
         if let Some(dwf) = as_f32_mut(&mut dw) {
-            if implicit_conv::applies(g) || implicit_conv::padded_filter_gradient_applies(g) {
+            if gathered {
                 implicit_conv::filter_gradient(dyf, xf, g, dwf);
             } else if conv_panels::applies(g) {
                 conv_panels::filter_gradient(dyf, xf, g, dwf);
