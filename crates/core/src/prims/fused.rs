@@ -79,13 +79,17 @@ pub(crate) fn thread_blocks(n: usize) -> (usize, usize) {
 pub(crate) struct Operands<'a, T: Clone> {
     loaded: SmallVec<[(Cow<'a, [T]>, Layout); 8]>,
     in_place: SmallVec<[bool; 8]>,
+    /// Inputs of one value broadcast over the whole result, held as one chunk of copies
+    /// and read in place for every chunk. Why: filling a register with the same value
+    /// for every chunk was a pass of its own (Momentum's factors, ReLU's zero).
+    repeated: SmallVec<[bool; 8]>,
     /// The input whose buffer the result is written into, if any (see [`LENT`]).
     lent_input: Option<usize>,
 }
 
 impl<'a, T: Num> Operands<'a, T> {
     pub(crate) fn load(inputs: &[&'a Tensor], shape: &[usize], lent_input: Option<usize>) -> Self {
-        let loaded: SmallVec<[(Cow<'a, [T]>, Layout); 8]> = inputs
+        let mut loaded: SmallVec<[(Cow<'a, [T]>, Layout); 8]> = inputs
             .iter()
             .map(|t| {
                 let s = t.buf();
@@ -102,6 +106,21 @@ impl<'a, T: Num> Operands<'a, T> {
                 (values, coalesce(&s.layout.broadcast_to(shape)))
             })
             .collect();
+        let numel: usize = shape.iter().product();
+        let mut repeated = SmallVec::new();
+        for (values, layout) in &mut loaded {
+            // A result of one chunk fills the register once anyway.
+            let one_value = numel > CHUNK && layout.strides.iter().all(|&s| s == 0);
+            if one_value {
+                let copies =
+                    arena::collect_exact(CHUNK, std::iter::repeat_n(values[layout.offset], CHUNK));
+                if let Cow::Owned(v) = std::mem::replace(values, Cow::Owned(copies)) {
+                    arena::recycle(T::into_buffer(v));
+                }
+                *layout = Layout::contiguous(&[CHUNK]);
+            }
+            repeated.push(one_value);
+        }
         let in_place = loaded
             .iter()
             .enumerate()
@@ -110,6 +129,7 @@ impl<'a, T: Num> Operands<'a, T> {
         Operands {
             loaded,
             in_place,
+            repeated,
             lent_input,
         }
     }
@@ -290,7 +310,9 @@ impl FusedProgram {
         for (k, ins) in self.instrs.iter().enumerate() {
             let (before, after) = regs.split_at_mut(self.num_inputs + k);
             let src = |r: usize| -> &[T] {
-                if r < self.num_inputs && operands.in_place[r] {
+                if r < self.num_inputs && operands.repeated[r] {
+                    &operands.loaded[r].0[..len]
+                } else if r < self.num_inputs && operands.in_place[r] {
                     let (vals, layout) = &operands.loaded[r];
                     &vals[layout.offset + start..][..len]
                 } else {

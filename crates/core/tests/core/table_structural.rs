@@ -554,6 +554,44 @@ pub fn structural_rows() -> Vec<Row> {
             |x| r::zip(&x[0], &x[1], |a, b| if a > b { a.exp() * b } else { a - b }),
         )
         .no_grad(),
+        // A scalar read by every kind of instruction over ten chunks in two thread
+        // blocks: it is held as one chunk of copies, read again for every chunk.
+        row(
+            "FusedElementwise",
+            vec![In::F(&[5, 1000], -1.0, 1.0), In::F(&[], -0.5, 0.5)],
+            |x| {
+                use spore_core::prims::fused::{FusedInstr as I, FusedProgram};
+                use spore_kernels::{BinaryFn, CompareFn, UnaryFn};
+                // select(a > s, a * s, neg(s) - a)
+                let p = FusedProgram {
+                    num_inputs: 2,
+                    instrs: vec![
+                        I::Compare(CompareFn::Greater, 0, 1),
+                        I::Binary(BinaryFn::Mul, 0, 1),
+                        I::Unary(UnaryFn::Neg, 1),
+                        I::Binary(BinaryFn::Sub, 4, 0),
+                        I::Select(2, 3, 5),
+                    ],
+                    compute: x[0].dtype(),
+                    out_dtype: x[0].dtype(),
+                };
+                spore_core::apply::apply(
+                    Op::Fused(p),
+                    &[&x[0], &x[1]],
+                    std::panic::Location::caller(),
+                )
+            },
+            |x| {
+                let s = x[1].data[0];
+                let v = x[0]
+                    .data
+                    .iter()
+                    .map(|&a| if a > s { a * s } else { -s - a })
+                    .collect();
+                Nd::new(&[5, 1000], v)
+            },
+        )
+        .no_grad(),
         // Composite operations, checked the same way.
         row(
             "softmax",
