@@ -54,6 +54,24 @@ const POOL_2X2: PoolAttrs = PoolAttrs {
     count_include_pad: false,
 };
 
+/// Runs a two-input fused program `instrs` (in the inputs' float dtype) on `x`.
+fn run_fused(
+    x: &[Tensor],
+    instrs: Vec<spore_core::prims::fused::FusedInstr>,
+) -> spore_core::Result<Tensor> {
+    let program = spore_core::prims::fused::FusedProgram {
+        num_inputs: 2,
+        instrs,
+        compute: x[0].dtype(),
+        out_dtype: x[0].dtype(),
+    };
+    spore_core::apply::apply(
+        Op::Fused(program),
+        &[&x[0], &x[1]],
+        std::panic::Location::caller(),
+    )
+}
+
 /// Applies a max-pool gradient op to (x, dy).
 fn apply_2x2_pool_grad(op: Op, x: &[Tensor]) -> spore_core::Result<Tensor> {
     spore_core::apply::apply(op, &[&x[0], &x[1]], std::panic::Location::caller())
@@ -530,25 +548,18 @@ pub fn structural_rows() -> Vec<Row> {
             "FusedElementwise",
             vec![In::F(&[2, 3], -1.0, 1.0), In::F(&[3], -1.0, 1.0)],
             |x| {
-                use spore_core::prims::fused::{FusedInstr as I, FusedProgram};
+                use spore_core::prims::fused::FusedInstr as I;
                 use spore_kernels::{BinaryFn, CompareFn, UnaryFn};
                 // select(a > b, exp(a) * b, a - b)
-                let p = FusedProgram {
-                    num_inputs: 2,
-                    instrs: vec![
+                run_fused(
+                    x,
+                    vec![
                         I::Compare(CompareFn::Greater, 0, 1),
                         I::Unary(UnaryFn::Exp, 0),
                         I::Binary(BinaryFn::Mul, 3, 1),
                         I::Binary(BinaryFn::Sub, 0, 1),
                         I::Select(2, 4, 5),
                     ],
-                    compute: x[0].dtype(),
-                    out_dtype: x[0].dtype(),
-                };
-                spore_core::apply::apply(
-                    Op::Fused(p),
-                    &[&x[0], &x[1]],
-                    std::panic::Location::caller(),
                 )
             },
             |x| r::zip(&x[0], &x[1], |a, b| if a > b { a.exp() * b } else { a - b }),
@@ -560,25 +571,18 @@ pub fn structural_rows() -> Vec<Row> {
             "FusedElementwise",
             vec![In::F(&[5, 1000], -1.0, 1.0), In::F(&[], -0.5, 0.5)],
             |x| {
-                use spore_core::prims::fused::{FusedInstr as I, FusedProgram};
+                use spore_core::prims::fused::FusedInstr as I;
                 use spore_kernels::{BinaryFn, CompareFn, UnaryFn};
                 // select(a > s, a * s, neg(s) - a)
-                let p = FusedProgram {
-                    num_inputs: 2,
-                    instrs: vec![
+                run_fused(
+                    x,
+                    vec![
                         I::Compare(CompareFn::Greater, 0, 1),
                         I::Binary(BinaryFn::Mul, 0, 1),
                         I::Unary(UnaryFn::Neg, 1),
                         I::Binary(BinaryFn::Sub, 4, 0),
                         I::Select(2, 3, 5),
                     ],
-                    compute: x[0].dtype(),
-                    out_dtype: x[0].dtype(),
-                };
-                spore_core::apply::apply(
-                    Op::Fused(p),
-                    &[&x[0], &x[1]],
-                    std::panic::Location::caller(),
                 )
             },
             |x| {
