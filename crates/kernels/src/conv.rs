@@ -18,6 +18,7 @@ use crate::im2col::{col2im, im2col};
 use crate::implicit_conv;
 use crate::matmul::{MatRef, as_f32, as_f32_mut, gemm_into, parallelism_for};
 use crate::sgemm::{self, PanelsA};
+use crate::winograd;
 use gemm::Parallelism;
 
 /// Every size a convolution needs, resolved once (pads are explicit: top, bottom, left, right).
@@ -273,6 +274,10 @@ fn convolve<T: Num>(x: &[T], w: &[T], g: &ConvGeometry, relu: bool) -> (Vec<T>, 
     // Not zeroed: every element is written below (a GEMM overwrites, or a copy from one).
     let mut y = arena::for_overwrite::<T>(g.n * out_len);
     if let (Some(xf), Some(wf), Some(yf)) = (as_f32(x), as_f32(w), as_f32_mut(&mut y)) {
+        if winograd::applies(g) {
+            winograd::forward(xf, wf, g, yf);
+            return (y, false);
+        }
         if implicit_conv::applies(g) {
             implicit_conv::forward(xf, wf, g, yf);
             return (y, false);
@@ -488,6 +493,15 @@ pub fn conv2d_backward_filter<T: Num>(dy: &[T], x: &[T], g: &ConvGeometry) -> Ve
     let dw_len = g.o * ckk;
     if g.n == 0 || ohw == 0 || dw_len == 0 {
         return arena::zeroed::<T>(dw_len);
+    }
+    if let (Some(dyf), Some(xf)) = (as_f32(dy), as_f32(x))
+        && winograd::applies(g)
+    {
+        let mut dw = arena::for_overwrite::<T>(dw_len);
+        if let Some(dwf) = as_f32_mut(&mut dw) {
+            winograd::filter_gradient(dyf, xf, g, dwf);
+            return dw;
+        }
     }
     let gathered = implicit_conv::applies(g) || implicit_conv::padded_filter_gradient_applies(g);
     if let (Some(dyf), Some(xf)) = (as_f32(dy), as_f32(x))

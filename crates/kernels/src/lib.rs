@@ -26,6 +26,7 @@ mod pool2x2;
 pub mod random;
 pub mod reduce;
 mod sgemm;
+pub mod winograd;
 
 pub use buffer::Buffer;
 pub use dtype::{DType, Element};
