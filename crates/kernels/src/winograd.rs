@@ -19,13 +19,15 @@
 //! `Y = Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A`. Summed over input channels, the elementwise product
 //! becomes one matrix product per tile position ξ (36 of them):
 //! `M[ξ] (O x tiles) = U[ξ] (O x C) · V[ξ] (C x tiles)`, with `U` the transformed filters
-//! and `V` the transformed input tiles. The products run on Spore's GEMM; the transforms
-//! are vector loops over a row of tiles.
+//! and `V` the transformed input tiles. The products run on Spore's GEMM, with `U`
+//! written straight into its packed layout; the transforms take eight tiles per vector
+//! (each lane one tile: four-value loads per tile row, transposed 4x4 in registers).
 //!
 //! Why F(4x4, 3x3) and not F(2x2, 3x3): it needs 36 multiply-adds per 16 outputs and
 //! channel pair (the direct form needs 144; F(2x2) needs 64 per 16 outputs), and inflates
 //! the input less (36 values per 16 outputs against 64). Its rounding error is larger
-//! (coefficients up to 8 and 1/24), still about 1e-6 of the output's scale in f32.
+//! (coefficients up to 8 and 1/24): at most 3e-7 per summed term in the tests, against
+//! f64.
 //!
 //! Why this is worth it: ResNet-18's 3x3 layers already ran near the machine's FMA peak
 //! (150-180 GFLOP/s), so only fewer multiply-adds could make them faster.
@@ -146,6 +148,7 @@ mod x86 {
     use super::*;
     use crate::arena;
     use crate::matmul::{MatRef, gemm_into};
+    use crate::sgemm::{MR, PanelsA, blocked_with, depth_blocks, pack_b_panel, prepacked_a_len};
 
     /// [`super::forward`] in blocks of images whose `V` and `M` take about `block_bytes`.
     pub(super) fn forward(
@@ -159,27 +162,30 @@ mod x86 {
         let per_image = th * tw;
         let (c, o) = (g.c, g.o);
         let threads = rayon::current_num_threads().max(1);
-        let per_block = (block_bytes / ((c + o) * XI * per_image * 4)).clamp(1, g.n.max(1));
+        let per_block = images_per_block(g, block_bytes);
         let max_cols = (per_block * per_image).next_multiple_of(LANES);
         let padded_len = per_block * (g.h + 2) * (g.w + 2) + SLACK;
         // Every buffer from the pool, taken on this thread (see `arena`).
-        let mut u = arena::for_overwrite::<f32>(o * XI * c);
+        // U: each ξ's filters packed once for the GEMM, as `sgemm::prepack_a` lays them
+        // out. Why: packing them per product was a second pass over 37 MB in ResNet's
+        // last stage, 22 % of its forward pass.
+        let packed = prepacked_a_len(o, c);
+        let mut u = arena::for_overwrite::<f32>(XI * packed);
         let mut v = arena::for_overwrite::<f32>(c * XI * max_cols);
         let mut m = arena::for_overwrite::<f32>(XI * o * max_cols);
         let scratch_len = filter_scratch(c).max(padded_len);
         let mut scratch = arena::for_overwrite::<f32>(threads * scratch_len);
-        per_thread(
-            &mut u,
-            XI * c,
-            &mut scratch,
-            scratch_len,
-            |first, chunk, s| {
-                for (i, uo) in chunk.chunks_mut(XI * c).enumerate() {
-                    // SAFETY: `applies` checked that the CPU has AVX2 and FMA.
-                    unsafe { transform_filter(&w[(first + i) * c * 9..][..c * 9], uo, s) };
-                }
-            },
-        );
+        let panels = o.div_ceil(MR);
+        let per = panels.div_ceil(threads);
+        let filters = Dst(u.as_mut_ptr());
+        (0..threads).into_par_iter().for_each(|t| {
+            let filters = &filters; // the whole `Dst` (Sync), not its raw pointer field
+            for panel in (t * per).min(panels)..((t + 1) * per).min(panels) {
+                // SAFETY: `applies` checked that the CPU has AVX2 and FMA; each row
+                // panel of every ξ is written by one thread only, inside `u`.
+                unsafe { transform_filter_panel(w, o, c, panel, filters.0) };
+            }
+        });
         let dst = Dst(y.as_mut_ptr());
         for s0 in (0..g.n).step_by(per_block) {
             let images = per_block.min(g.n - s0);
@@ -208,17 +214,16 @@ mod x86 {
             m.par_chunks_mut(o * block.cols)
                 .enumerate()
                 .for_each(|(xi, mx)| {
-                    let ux = MatRef {
-                        offset: xi * c,
-                        row_stride: (XI * c) as isize,
-                        col_stride: 1,
-                    };
                     let vx = MatRef {
                         offset: xi * block.cols,
                         row_stride: (XI * block.cols) as isize,
                         col_stride: 1,
                     };
-                    gemm_into(mx, false, o, block.cols, c, u, ux, v, vx, Parallelism::None);
+                    let ux = PanelsA::Prepacked(&u[xi * packed..][..packed]);
+                    let mut panels = |dst: &mut [f32], p0, kc, j0, width| {
+                        pack_b_panel(dst, v, vx, p0, kc, j0, width)
+                    };
+                    blocked_with(mx, false, o, block.cols, c, ux, &mut panels);
                 });
             let m = &*m;
             let per = o.div_ceil(threads);
@@ -248,7 +253,7 @@ mod x86 {
         let per_image = th * tw;
         let (c, o) = (g.c, g.o);
         let threads = rayon::current_num_threads().max(1);
-        let per_block = (block_bytes / ((c + o) * XI * per_image * 4)).clamp(1, g.n.max(1));
+        let per_block = images_per_block(g, block_bytes);
         let max_cols = (per_block * per_image).next_multiple_of(LANES);
         let padded_len = per_block * (g.h + 2) * (g.w + 2) + SLACK;
         let mut du = arena::for_overwrite::<f32>(XI * o * c);
@@ -335,6 +340,14 @@ mod x86 {
         for buf in [du, v, dm, scratch] {
             arena::recycle(crate::Buffer::F32(buf));
         }
+    }
+
+    /// Images per block: as many as keep the block's `V` and `M` (or `dM`) within
+    /// `block_bytes`, at least one.
+    pub(super) fn images_per_block(g: &ConvGeometry, block_bytes: usize) -> usize {
+        let (th, tw) = tiles(g);
+        let image_bytes = (g.c + g.o) * XI * th * tw * std::mem::size_of::<f32>();
+        (block_bytes / image_bytes).clamp(1, g.n.max(1))
     }
 
     /// A raw pointer to the output that may cross threads: each thread writes the planes
@@ -438,36 +451,148 @@ mod x86 {
         (9 + ALPHA * 3) * c
     }
 
-    /// `U[ξ][c] = (G w[c] Gᵀ)[ξ]` for one output channel's filters `w` ([C, 3, 3]) into
-    /// `u` ([XI, C]), vectorised over input channels.
+    // The packed filters' panels are six rows (`store_panel`).
+    const _: () = assert!(MR == 6);
+
+    /// Writes `U[ξ] = G w Gᵀ` of output channels `MR·panel..` (rows past `o` zero) into
+    /// every ξ's packed filters at `u` (`XI` blocks of `prepacked_a_len(o, c)`, each laid
+    /// out as `sgemm::prepack_a` does): eight input channels at a time, then one by one.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA; `u` holds the `XI` packed blocks; no other thread
+    /// writes this panel.
     #[target_feature(enable = "avx2,fma")]
-    fn transform_filter(w: &[f32], u: &mut [f32], scratch: &mut [f32]) {
-        let c = w.len() / 9;
-        let (taps, rows) = scratch[..filter_scratch(c)].split_at_mut(9 * c);
-        // taps[k][ch]: one tap of every channel side by side.
-        for (ch, f) in w.chunks_exact(9).enumerate() {
-            for (k, &v) in f.iter().enumerate() {
-                taps[k * c + ch] = v;
+    unsafe fn transform_filter_panel(w: &[f32], o: usize, c: usize, panel: usize, u: *mut f32) {
+        let (len, rows) = (prepacked_a_len(o, c), o.div_ceil(MR) * MR);
+        for (p0, kc) in depth_blocks(c) {
+            // This panel's [kc][MR] values of ξ start at `start(ξ)`.
+            let start = |xi: usize| xi * len + p0 * rows + panel * MR * kc;
+            let mut ch = p0;
+            // Depth blocks start at multiples of 256: eight channels never straddle two.
+            while ch + LANES <= p0 + kc {
+                // values[ξ][r]: ξ of output channel `MR·panel + r`, eight input channels.
+                let mut values = [[_mm256_setzero_ps(); MR]; XI];
+                for r in 0..MR.min(o - panel * MR) {
+                    let oc = panel * MR + r;
+                    let transformed = transform_filters8(&w[(oc * c + ch) * 9..][..LANES * 9]);
+                    for (slot, value) in values.iter_mut().zip(transformed) {
+                        slot[r] = value;
+                    }
+                }
+                for (xi, &column) in values.iter().enumerate() {
+                    // SAFETY: the caller's contract; eight depth steps of MR values
+                    // inside this panel's block.
+                    unsafe { store_panel(column, u.add(start(xi) + (ch - p0) * MR)) };
+                }
+                ch += LANES;
+            }
+            for ch in ch..p0 + kc {
+                for r in 0..MR {
+                    let oc = panel * MR + r;
+                    let values = if oc < o {
+                        transform_filter1(&w[(oc * c + ch) * 9..][..9])
+                    } else {
+                        [0.0; XI]
+                    };
+                    for (xi, &value) in values.iter().enumerate() {
+                        // SAFETY: as above.
+                        unsafe { *u.add(start(xi) + (ch - p0) * MR + r) = value };
+                    }
+                }
             }
         }
-        // rows[i][l][ch] = Σ_k G[i][k] · w[ch][k][l]
-        for i in 0..ALPHA {
-            for l in 0..3 {
-                let dst = &mut rows[(i * 3 + l) * c..][..c];
-                combine(
-                    dst,
-                    (0..3).map(|k| (G[i][k], &taps[(k * 3 + l) * c..][..c])),
-                );
+    }
+
+    /// `G w Gᵀ` of eight consecutive 3x3 filters (`w`, 72 values), one per lane.
+    #[target_feature(enable = "avx2,fma")]
+    fn transform_filters8(w: &[f32]) -> [__m256; XI] {
+        let mut taps = [[0.0f32; LANES]; 9];
+        for (lane, filter) in w.chunks_exact(9).enumerate() {
+            for (k, &value) in filter.iter().enumerate() {
+                taps[k][lane] = value;
             }
         }
-        // U[i·α + j][ch] = Σ_l G[j][l] · rows[i][l][ch]
-        for i in 0..ALPHA {
+        let taps = taps.map(|t| load8(&t));
+        // rows[i][l] = Σ_k G[i][k] · w[k][l], then U[i·α + j] = Σ_l G[j][l] · rows[i][l]
+        let mut rows = [[_mm256_setzero_ps(); 3]; ALPHA];
+        for (i, row) in rows.iter_mut().enumerate() {
+            for (l, value) in row.iter_mut().enumerate() {
+                *value = weigh(&G[i], [taps[l], taps[3 + l], taps[6 + l]]);
+            }
+        }
+        let mut u = [_mm256_setzero_ps(); XI];
+        for (i, row) in rows.iter().enumerate() {
             for j in 0..ALPHA {
-                let dst = &mut u[(i * ALPHA + j) * c..][..c];
-                combine(
-                    dst,
-                    (0..3).map(|l| (G[j][l], &rows[(i * 3 + l) * c..][..c])),
-                );
+                u[i * ALPHA + j] = weigh(&G[j], *row);
+            }
+        }
+        u
+    }
+
+    /// `Σ coef[k] · v[k]` over the nonzero coefficients.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn weigh(coef: &[f32; 3], v: [__m256; 3]) -> __m256 {
+        let mut sum = _mm256_setzero_ps();
+        for (&k, v) in coef.iter().zip(v) {
+            if k != 0.0 {
+                sum = _mm256_fmadd_ps(_mm256_set1_ps(k), v, sum);
+            }
+        }
+        sum
+    }
+
+    /// `G w Gᵀ` of one 3x3 filter, for the channels past the last group of eight.
+    fn transform_filter1(w: &[f32]) -> [f32; XI] {
+        let mut rows = [[0.0f32; 3]; ALPHA];
+        for (i, row) in rows.iter_mut().enumerate() {
+            for (l, value) in row.iter_mut().enumerate() {
+                *value = (0..3).map(|k| G[i][k] * w[k * 3 + l]).sum();
+            }
+        }
+        std::array::from_fn(|xi| (0..3).map(|l| G[xi % ALPHA][l] * rows[xi / ALPHA][l]).sum())
+    }
+
+    /// Stores six rows of eight depth steps (`rows[r]`, lane = step) depth-major, as a
+    /// packed panel holds them: step `s`'s six values at `dst + 6·s`.
+    ///
+    /// # Safety
+    /// AVX2 is available; `dst` has 48 writable values.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn store_panel(rows: [__m256; MR], dst: *mut f32) {
+        let quads = transpose4([rows[0], rows[1], rows[2], rows[3]]);
+        // Rows 4 and 5 of steps (0, 1 | 4, 5) and (2, 3 | 6, 7), paired.
+        let pairs = [
+            _mm256_unpacklo_ps(rows[4], rows[5]),
+            _mm256_unpackhi_ps(rows[4], rows[5]),
+        ];
+        for step in 0..LANES {
+            let half = |v: __m256| {
+                if step < 4 {
+                    _mm256_castps256_ps128(v)
+                } else {
+                    _mm256_extractf128_ps::<1>(v)
+                }
+            };
+            let quad = half(quads[step % 4]);
+            let pair = half(pairs[(step % 4) / 2]);
+            let pair = if step % 2 == 0 {
+                pair
+            } else {
+                _mm_movehl_ps(pair, pair)
+            };
+            // SAFETY: the caller's contract. The pair is stored as four values; its
+            // last two land on the next step's first two, stored after it. The last
+            // step stores its pair one value at a time, staying inside the 48.
+            unsafe {
+                let at = dst.add(step * MR);
+                _mm_storeu_ps(at, quad);
+                if step + 1 < LANES {
+                    _mm_storeu_ps(at.add(4), pair);
+                } else {
+                    _mm_store_ss(at.add(4), pair);
+                    _mm_store_ss(at.add(5), _mm_movehdup_ps(pair));
+                }
             }
         }
     }
@@ -893,16 +1018,19 @@ mod tests {
         if !enabled() {
             return;
         }
-        // (batch, channels in, out, height, width, bytes per block)
+        // (batch, channels in, out, height, width, bytes per block, images per block)
         let cases = [
-            (3, 17, 19, 8, 12, 1),       // one image per block; 6 tiles per image
-            (5, 16, 16, 4, 4, 1 << 20),  // one block; 5 tiles, 3 lanes of padding
-            (4, 16, 20, 4, 36, 300_000), // 9 tiles per row; blocks of 2 images
-            (7, 24, 16, 12, 8, 500_000), // blocks of 3, 3 and 1 images
+            (3, 17, 19, 8, 12, 1, 1),       // 6 tiles per image
+            (5, 16, 16, 4, 4, 1 << 20, 5),  // 5 tiles, 3 lanes of padding
+            (4, 16, 20, 4, 36, 100_000, 2), // 9 tiles per row
+            (7, 24, 16, 12, 8, 120_000, 3), // blocks of 3, 3 and 1 images
+            // two depth blocks of packed filters (256 and 74 channels)
+            (2, 330, 17, 4, 4, 1 << 20, 2),
         ];
-        for (n, c, o, h, w, block_bytes) in cases {
+        for (n, c, o, h, w, block_bytes, per_block) in cases {
             let g = ConvGeometry::new([n, c, h, w], [o, c, 3, 3], [1, 1], [1, 1], [1; 4], 1);
             assert!(applies(&g), "{g:?}");
+            assert_eq!(x86::images_per_block(&g, block_bytes), per_block, "{g:?}");
             let x = values(n * c * h * w, 1);
             let wt = values(o * c * 9, 2);
             let dy = values(n * o * h * w, 3);
