@@ -158,23 +158,18 @@ mod x86 {
         y: &mut [f32],
         block_bytes: usize,
     ) {
-        let (th, tw) = tiles(g);
-        let per_image = th * tw;
         let (c, o) = (g.c, g.o);
-        let threads = rayon::current_num_threads().max(1);
-        let per_block = images_per_block(g, block_bytes);
-        let max_cols = (per_block * per_image).next_multiple_of(LANES);
-        let padded_len = per_block * (g.h + 2) * (g.w + 2) + SLACK;
+        let plan = Plan::new(g, block_bytes);
+        let threads = plan.threads;
         // Every buffer from the pool, taken on this thread (see `arena`).
         // U: each ξ's filters packed once for the GEMM, as `sgemm::prepack_a` lays them
         // out. Why: packing them per product was a second pass over 37 MB in ResNet's
         // last stage, 22 % of its forward pass.
         let packed = prepacked_a_len(o, c);
         let mut u = arena::for_overwrite::<f32>(XI * packed);
-        let mut v = arena::for_overwrite::<f32>(c * XI * max_cols);
-        let mut m = arena::for_overwrite::<f32>(XI * o * max_cols);
-        let scratch_len = filter_scratch(c).max(padded_len);
-        let mut scratch = arena::for_overwrite::<f32>(threads * scratch_len);
+        let mut v = arena::for_overwrite::<f32>(c * XI * plan.max_cols);
+        let mut m = arena::for_overwrite::<f32>(XI * o * plan.max_cols);
+        let mut scratch = arena::for_overwrite::<f32>(threads * plan.scratch_len);
         let panels = o.div_ceil(MR);
         let per = panels.div_ceil(threads);
         let filters = Dst(u.as_mut_ptr());
@@ -187,28 +182,9 @@ mod x86 {
             }
         });
         let dst = Dst(y.as_mut_ptr());
-        for s0 in (0..g.n).step_by(per_block) {
-            let images = per_block.min(g.n - s0);
-            let block = Block {
-                g,
-                s0,
-                images,
-                tiles: images * per_image,
-                cols: (images * per_image).next_multiple_of(LANES),
-            };
+        for block in plan.blocks(g) {
             let v = &mut v[..c * XI * block.cols];
-            per_thread(
-                v,
-                XI * block.cols,
-                &mut scratch,
-                scratch_len,
-                |first, chunk, s| {
-                    for (i, vc) in chunk.chunks_mut(XI * block.cols).enumerate() {
-                        // SAFETY: as above.
-                        unsafe { transform_input(x, &block, first + i, vc, s) };
-                    }
-                },
-            );
+            transform_inputs(x, &block, v, &mut scratch, plan.scratch_len);
             let m = &mut m[..XI * o * block.cols];
             let (v, u) = (&*v, &*u);
             m.par_chunks_mut(o * block.cols)
@@ -249,41 +225,17 @@ mod x86 {
         dw: &mut [f32],
         block_bytes: usize,
     ) {
-        let (th, tw) = tiles(g);
-        let per_image = th * tw;
         let (c, o) = (g.c, g.o);
-        let threads = rayon::current_num_threads().max(1);
-        let per_block = images_per_block(g, block_bytes);
-        let max_cols = (per_block * per_image).next_multiple_of(LANES);
-        let padded_len = per_block * (g.h + 2) * (g.w + 2) + SLACK;
+        let plan = Plan::new(g, block_bytes);
+        let scratch_len = plan.scratch_len;
         let mut du = arena::for_overwrite::<f32>(XI * o * c);
-        let mut v = arena::for_overwrite::<f32>(c * XI * max_cols);
-        let mut dm = arena::for_overwrite::<f32>(o * XI * max_cols);
-        let scratch_len = filter_scratch(c).max(padded_len);
-        let mut scratch = arena::for_overwrite::<f32>(threads * scratch_len);
-        for (index, s0) in (0..g.n).step_by(per_block).enumerate() {
-            let images = per_block.min(g.n - s0);
-            let block = Block {
-                g,
-                s0,
-                images,
-                tiles: images * per_image,
-                cols: (images * per_image).next_multiple_of(LANES),
-            };
+        let mut v = arena::for_overwrite::<f32>(c * XI * plan.max_cols);
+        let mut dm = arena::for_overwrite::<f32>(o * XI * plan.max_cols);
+        let mut scratch = arena::for_overwrite::<f32>(plan.threads * scratch_len);
+        for (index, block) in plan.blocks(g).enumerate() {
             let cols = block.cols;
             let v = &mut v[..c * XI * cols];
-            per_thread(
-                v,
-                XI * cols,
-                &mut scratch,
-                scratch_len,
-                |first, chunk, s| {
-                    for (i, vc) in chunk.chunks_mut(XI * cols).enumerate() {
-                        // SAFETY: `applies` checked that the CPU has AVX2 and FMA.
-                        unsafe { transform_input(x, &block, first + i, vc, s) };
-                    }
-                },
-            );
+            transform_inputs(x, &block, v, &mut scratch, scratch_len);
             let dm = &mut dm[..o * XI * cols];
             per_thread(
                 dm,
@@ -292,7 +244,7 @@ mod x86 {
                 scratch_len,
                 |first, chunk, _| {
                     for (i, dmo) in chunk.chunks_mut(XI * cols).enumerate() {
-                        // SAFETY: as above.
+                        // SAFETY: `applies` checked that the CPU has AVX2 and FMA.
                         unsafe { transform_output_gradient(dy, &block, first + i, dmo) };
                     }
                 },
@@ -342,6 +294,64 @@ mod x86 {
         }
     }
 
+    /// The sizes both kernels share: how the batch splits into blocks, the most columns
+    /// a block has, and the scratch each thread needs.
+    struct Plan {
+        per_image: usize,
+        per_block: usize,
+        max_cols: usize,
+        scratch_len: usize,
+        threads: usize,
+    }
+
+    impl Plan {
+        fn new(g: &ConvGeometry, block_bytes: usize) -> Plan {
+            let (th, tw) = tiles(g);
+            let per_block = images_per_block(g, block_bytes);
+            let padded_len = per_block * (g.h + 2) * (g.w + 2) + SLACK;
+            Plan {
+                per_image: th * tw,
+                per_block,
+                max_cols: (per_block * th * tw).next_multiple_of(LANES),
+                scratch_len: filter_scratch(g.c).max(padded_len),
+                threads: rayon::current_num_threads().max(1),
+            }
+        }
+
+        /// The batch's blocks of images, in order.
+        fn blocks<'a>(&self, g: &'a ConvGeometry) -> impl Iterator<Item = Block<'a>> {
+            let (per_block, per_image) = (self.per_block, self.per_image);
+            (0..g.n).step_by(per_block).map(move |s0| {
+                let images = per_block.min(g.n - s0);
+                Block {
+                    g,
+                    s0,
+                    images,
+                    tiles: images * per_image,
+                    cols: (images * per_image).next_multiple_of(LANES),
+                }
+            })
+        }
+    }
+
+    /// `V` of one block (`v`, [C, XI, cols]): every input channel's tiles transformed,
+    /// the threads splitting the channels.
+    fn transform_inputs(
+        x: &[f32],
+        block: &Block,
+        v: &mut [f32],
+        scratch: &mut [f32],
+        scratch_len: usize,
+    ) {
+        let row = XI * block.cols;
+        per_thread(v, row, scratch, scratch_len, |first, chunk, s| {
+            for (i, vc) in chunk.chunks_mut(row).enumerate() {
+                // SAFETY: the kernels run only where `applies` checked AVX2 and FMA.
+                unsafe { transform_input(x, block, first + i, vc, s) };
+            }
+        });
+    }
+
     /// Images per block: as many as keep the block's `V` and `M` (or `dM`) within
     /// `block_bytes`, at least one.
     pub(super) fn images_per_block(g: &ConvGeometry, block_bytes: usize) -> usize {
@@ -350,12 +360,13 @@ mod x86 {
         (block_bytes / image_bytes).clamp(1, g.n.max(1))
     }
 
-    /// A raw pointer to the output that may cross threads: each thread writes the planes
-    /// of its own output channels.
+    /// A raw pointer that may cross threads: to the output, where each thread writes the
+    /// planes of its own output channels, or to the packed filters, where each thread
+    /// writes its own row panels.
     #[derive(Clone, Copy)]
     struct Dst(*mut f32);
-    // SAFETY: threads write disjoint planes, and the pointer outlives the parallel
-    // section (it borrows the caller's `y`).
+    // SAFETY: threads write disjoint parts, and the pointer outlives the parallel
+    // section (it borrows the caller's `y` or `u`).
     unsafe impl Send for Dst {}
     unsafe impl Sync for Dst {}
 
