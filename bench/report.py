@@ -337,7 +337,7 @@ def ceiling_table(ctx):
           "not counted, so a rate is useful FLOP over the whole step's time. *At peak*: the step's "
           "products alone at the FMA peak, a floor for any framework that computes them as direct "
           "products. Spore's 3x3 stride-1 convolutions run as Winograd F(4x4, 3x3) "
-          "(`crates/kernels/src/winograd.rs`), 4x fewer multiply-adds than the FLOP counted here, "
+          "(`crates/kernels/src/winograd/`), 4x fewer multiply-adds than the FLOP counted here, "
           "so its ResNet-18 step can go below that floor (above 100 % of peak).", "",
           "| workload | GFLOP/step | at peak | goal | goal as % of peak | Spore best | % of peak | "
           "PyTorch eager | % of peak |", "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]

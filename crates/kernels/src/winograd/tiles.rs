@@ -1,0 +1,217 @@
+//! The tile transforms, eight tiles per vector: inputs (`V = Bᵀ d B`), outputs (`Y = Aᵀ M
+//! A`) and output gradients (`dM = A dY Aᵀ`), and the walk over a block's tiles.
+
+use std::arch::x86_64::*;
+
+use super::simd::*;
+use super::*;
+
+/// One block of images: `tiles` tiles, stored in `cols` columns (a multiple of
+/// [`LANES`]; the columns past `tiles` repeat the last tile).
+pub(super) struct Block<'a> {
+    pub(super) g: &'a ConvGeometry,
+    pub(super) s0: usize,
+    pub(super) images: usize,
+    pub(super) tiles: usize,
+    pub(super) cols: usize,
+}
+
+/// Walks a block's tiles in column order, eight at a time: where each tile's 6x6
+/// input starts in the padded planes of one channel, and where its 4x4 output starts
+/// in the block's outputs of one channel (from image `s0`'s plane of that channel).
+/// Why a walk: dividing the column by the tile counts cost 8 % of a layer's time.
+pub(super) struct TileWalk {
+    th: usize,
+    tw: usize,
+    pw: usize,
+    phw: usize,
+    w: usize,
+    ohw: usize,
+    images: usize,
+    at: (usize, usize, usize),
+    last: (usize, usize),
+}
+
+impl TileWalk {
+    fn new(b: &Block) -> TileWalk {
+        let (th, tw) = tiles(b.g);
+        let (pw, w) = (b.g.w + 2, b.g.w);
+        TileWalk {
+            th,
+            tw,
+            pw,
+            phw: (b.g.h + 2) * pw,
+            w,
+            ohw: b.g.o * b.g.h * w,
+            images: b.images,
+            at: (0, 0, 0),
+            last: (0, 0),
+        }
+    }
+
+    /// The next eight tiles' (source, target) offsets; past the last tile, the last
+    /// tile's again.
+    #[inline(always)]
+    fn next_lanes(&mut self) -> ([usize; LANES], [usize; LANES]) {
+        let (mut source, mut target) = ([0; LANES], [0; LANES]);
+        for l in 0..LANES {
+            let (k, ty, tx) = self.at;
+            if k < self.images {
+                self.last = (
+                    k * self.phw + M * (ty * self.pw + tx),
+                    k * self.ohw + M * (ty * self.w + tx),
+                );
+                self.at = if tx + 1 < self.tw {
+                    (k, ty, tx + 1)
+                } else if ty + 1 < self.th {
+                    (k, ty + 1, 0)
+                } else {
+                    (k + 1, 0, 0)
+                };
+            }
+            (source[l], target[l]) = self.last;
+        }
+        (source, target)
+    }
+}
+
+/// Transforms input channel `ch` of every tile of the block into `vc` ([XI, cols]):
+/// copies the channel's planes into `padded` with a zero border, then takes eight
+/// tiles at a time, each lane one tile.
+#[target_feature(enable = "avx2,fma")]
+pub(super) fn transform_input(x: &[f32], b: &Block, ch: usize, vc: &mut [f32], padded: &mut [f32]) {
+    let g = b.g;
+    let (h, w, pw) = (g.h, g.w, g.w + 2);
+    let phw = (h + 2) * pw;
+    for k in 0..b.images {
+        let plane = &x[((b.s0 + k) * g.c + ch) * h * w..][..h * w];
+        let dst = &mut padded[k * phw..][..phw];
+        dst[..pw].fill(0.0);
+        dst[(h + 1) * pw..].fill(0.0);
+        for (r, src) in plane.chunks_exact(w).enumerate() {
+            let row = &mut dst[(r + 1) * pw..][..pw];
+            row[0] = 0.0;
+            row[pw - 1] = 0.0;
+            // Four at a time (`applies` made `w` a multiple of 4): for 32 values a
+            // `copy_from_slice` became a `memmove` call, 5 % of the layer's time.
+            for (d, s) in row[1..=w].chunks_exact_mut(4).zip(src.chunks_exact(4)) {
+                store4(d, load4(s));
+            }
+        }
+    }
+    padded[b.images * phw..][..SLACK].fill(0.0);
+    let padded = &padded[..b.images * phw + SLACK];
+    // The furthest value a tile reads: its last row's second group of four.
+    let reach = 5 * pw + 8;
+    let mut walk = TileWalk::new(b);
+    for t in (0..b.cols).step_by(LANES) {
+        let (base, _) = walk.next_lanes();
+        for &at in &base {
+            assert!(
+                at + reach <= padded.len(),
+                "winograd: tile outside its image"
+            );
+        }
+        // d[r][q]: row r, column q of each lane's 6x6 tile, rows transformed.
+        let mut d = [[_mm256_setzero_ps(); ALPHA]; ALPHA];
+        for (r, dr) in d.iter_mut().enumerate() {
+            let mut front = [_mm256_setzero_ps(); 4];
+            let mut back = [_mm256_setzero_ps(); 4];
+            for l in 0..4 {
+                // SAFETY: every read is below `base + reach`, checked above.
+                unsafe {
+                    let lo = padded.as_ptr().add(base[l] + r * pw);
+                    let hi = padded.as_ptr().add(base[l + 4] + r * pw);
+                    front[l] = _mm256_loadu2_m128(hi, lo);
+                    back[l] = _mm256_loadu2_m128(hi.add(4), lo.add(4));
+                }
+            }
+            let [q0, q1, q2, q3] = transpose4(front);
+            let [q4, q5, _, _] = transpose4(back);
+            *dr = bt([q0, q1, q2, q3, q4, q5]);
+        }
+        for j in 0..ALPHA {
+            let col = bt([d[0][j], d[1][j], d[2][j], d[3][j], d[4][j], d[5][j]]);
+            for (i, value) in col.into_iter().enumerate() {
+                store8(&mut vc[(i * ALPHA + j) * b.cols + t..][..LANES], value);
+            }
+        }
+    }
+}
+
+/// Writes output channel `oc` of every image of the block from the products `m`
+/// ([XI, O, cols]): `Y = Aᵀ M A` for eight tiles at a time, stored row by row.
+///
+/// # Safety
+/// `y` is the whole output ([N, O, H, W]); no other thread writes channel `oc`.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn transform_output(m: &[f32], b: &Block, oc: usize, y: *mut f32) {
+    let g = b.g;
+    let (o, w, hw) = (g.o, g.w, g.h * g.w);
+    let plane = ((b.s0 * o) + oc) * hw;
+    let mut walk = TileWalk::new(b);
+    for t in (0..b.cols).step_by(LANES) {
+        let (_, target) = walk.next_lanes();
+        // by_row[a][j] = Σ_i Aᵀ[a][i] · M[i·α + j]
+        let mut by_row = [[_mm256_setzero_ps(); ALPHA]; M];
+        for j in 0..ALPHA {
+            let mut products = [_mm256_setzero_ps(); ALPHA];
+            for (i, p) in products.iter_mut().enumerate() {
+                *p = load8(&m[((i * ALPHA + j) * o + oc) * b.cols + t..][..LANES]);
+            }
+            for (row, value) in by_row.iter_mut().zip(at(products)) {
+                row[j] = value;
+            }
+        }
+        let lanes = (b.tiles - t).min(LANES);
+        for (a, row) in by_row.into_iter().enumerate() {
+            let row = at(row);
+            let quads = transpose4(row);
+            for (l, &dst) in target[..lanes].iter().enumerate() {
+                let quad = quads[l % 4];
+                let half = if l < 4 {
+                    _mm256_castps256_ps128(quad)
+                } else {
+                    _mm256_extractf128_ps::<1>(quad)
+                };
+                // SAFETY: the caller's contract; the four values are inside row
+                // `M·ty + a` of the tile's plane.
+                unsafe { _mm_storeu_ps(y.add(plane + dst + a * w), half) };
+            }
+        }
+    }
+}
+
+/// Transforms output channel `oc` of the block's output gradient into `dmo` ([XI,
+/// cols]): `dM = A dY Aᵀ` per tile, the adjoint of [`transform_output`], eight tiles
+/// at a time (the columns past the last tile are zero).
+#[target_feature(enable = "avx2,fma")]
+pub(super) fn transform_output_gradient(dy: &[f32], b: &Block, oc: usize, dmo: &mut [f32]) {
+    let g = b.g;
+    let (o, w, hw) = (g.o, g.w, g.h * g.w);
+    let planes = &dy[(b.s0 * o + oc) * hw..(b.s0 + b.images) * o * hw];
+    let mut walk = TileWalk::new(b);
+    for t in (0..b.cols).step_by(LANES) {
+        let (_, target) = walk.next_lanes();
+        // by_row[a][j] = Σ_b Aᵀ[b][j] · dY[a][b]
+        let mut by_row = [[_mm256_setzero_ps(); ALPHA]; M];
+        for (a, row) in by_row.iter_mut().enumerate() {
+            let at = |l: usize| &planes[target[l] + a * w..][..4];
+            let quads: [__m256; 4] = [0, 1, 2, 3].map(|l| {
+                // SAFETY: `at` checked four values in each half.
+                unsafe { _mm256_loadu2_m128(at(l + 4).as_ptr(), at(l).as_ptr()) }
+            });
+            *row = a_t(transpose4(quads));
+        }
+        for j in 0..ALPHA {
+            let col = a_t([by_row[0][j], by_row[1][j], by_row[2][j], by_row[3][j]]);
+            for (i, value) in col.into_iter().enumerate() {
+                store8(&mut dmo[(i * ALPHA + j) * b.cols + t..][..LANES], value);
+            }
+        }
+    }
+    // The padding columns repeat the last tile; zero here, they add nothing to dU.
+    for row in dmo.chunks_exact_mut(b.cols) {
+        row[b.tiles..].fill(0.0);
+    }
+}
