@@ -1,7 +1,9 @@
 //! Where one LeNet5 training step (batch 32) spends its time, op by op (Spore's own
 //! profiler), in PyNative mode, or in Graph mode with `--graph`; `--mlp` profiles the
-//! seed 004 MLP (batch 64) instead, `--resnet` ResNet-18 (batch 32, 3 steps).
-//! Run: `cargo run --release --example profile_lenet [-- --graph] [--mlp | --resnet]`
+//! seed 004 MLP (batch 64) instead, `--resnet` ResNet-18 (batch 32, 3 steps); `--infer`
+//! profiles the network's inference (forward, no gradients) instead of a training step.
+//! Run: `cargo run --release --example profile_lenet [-- --graph] [--mlp | --resnet]
+//! [--infer]`
 
 use spore::prelude::*;
 use spore_core::debug::profiler::Profiler;
@@ -20,19 +22,29 @@ fn main() -> Result<()> {
     } else {
         (LeNet5::new(10)?, [32, 1, 32, 32], 20)
     };
+    let x = Tensor::randn(&x_shape, DType::F32, Some(3))?;
+    let infer = flag("--infer");
+    if infer {
+        net.set_train(false);
+    }
     let loss = SoftmaxCrossEntropyWithLogits::new(true, Reduction::Mean);
     let opt = Momentum::new(net.trainable_params(), 0.01, 0.9)?;
-    let step = TrainOneStepCell::new_dyn(WithLossCell::new_dyn(net, loss), opt);
-    let x = Tensor::randn(&x_shape, DType::F32, Some(3))?;
+    let step = TrainOneStepCell::new_dyn(WithLossCell::new_dyn(net.clone(), loss), opt);
     let batch = x_shape[0] as i32;
     let y = Tensor::from_vec((0..batch).map(|i| i % 10).collect(), &[x_shape[0]])?;
+    let run = || -> Result<()> {
+        match infer {
+            true => no_grad(|| net.call1(&x)).map(drop),
+            false => step.step(&x, &y).map(drop),
+        }
+    };
     for _ in 0..steps {
-        step.step(&x, &y)?;
+        run()?;
     }
     let p = Profiler::new(std::env::temp_dir().join("spore-profile-lenet"));
     p.start();
     for _ in 0..steps {
-        step.step(&x, &y)?;
+        run()?;
         p.step_end(std::time::Duration::ZERO);
     }
     p.stop();

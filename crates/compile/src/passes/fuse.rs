@@ -247,5 +247,5 @@ fn build_program(g: &Graph, group: &Group) -> (FusedProgram, Vec<ValueId>) {
         compute: group.dtype,
         out_dtype: g.nodes[root].ty().dtype,
     };
-    (program, inputs)
+    (program.contracted(), inputs)
 }

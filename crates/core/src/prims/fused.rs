@@ -30,7 +30,7 @@ use rayon::prelude::*;
 use smallvec::SmallVec;
 use spore_kernels::arena;
 
-use spore_kernels::elementwise::{binary_slice, unary_slice};
+use spore_kernels::elementwise::{binary_slice, mul_add_slice, unary_slice};
 use spore_kernels::{BinaryFn, Buffer, CompareFn, DType, Dims, Layout, Num, Strides, UnaryFn};
 
 use super::broadcast_shapes;
@@ -45,6 +45,45 @@ pub enum FusedInstr {
     Compare(CompareFn, usize, usize),
     /// `cond != 0 ? a : b`
     Select(usize, usize, usize),
+    /// `a * b + c` (`subtract: false`) or `c - a * b` (`subtract: true`), the product
+    /// rounded first: what a `Mul` read only by an `Add` or `Sub` becomes (see
+    /// [`FusedProgram::contracted`]).
+    MulAdd {
+        a: usize,
+        b: usize,
+        c: usize,
+        subtract: bool,
+    },
+}
+
+impl FusedInstr {
+    /// The registers the instruction reads.
+    pub fn operands(&self) -> SmallVec<[usize; 3]> {
+        match *self {
+            FusedInstr::Unary(_, a) => SmallVec::from_slice(&[a]),
+            FusedInstr::Binary(_, a, b) | FusedInstr::Compare(_, a, b) => {
+                SmallVec::from_slice(&[a, b])
+            }
+            FusedInstr::Select(cond, a, b) => SmallVec::from_slice(&[cond, a, b]),
+            FusedInstr::MulAdd { a, b, c, .. } => SmallVec::from_slice(&[a, b, c]),
+        }
+    }
+
+    /// The same instruction reading register `map(r)` for each register `r` it reads.
+    pub(crate) fn renumbered(&self, map: impl Fn(usize) -> usize) -> FusedInstr {
+        match *self {
+            FusedInstr::Unary(f, a) => FusedInstr::Unary(f, map(a)),
+            FusedInstr::Binary(f, a, b) => FusedInstr::Binary(f, map(a), map(b)),
+            FusedInstr::Compare(f, a, b) => FusedInstr::Compare(f, map(a), map(b)),
+            FusedInstr::Select(c, a, b) => FusedInstr::Select(map(c), map(a), map(b)),
+            FusedInstr::MulAdd { a, b, c, subtract } => FusedInstr::MulAdd {
+                a: map(a),
+                b: map(b),
+                c: map(c),
+                subtract,
+            },
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -204,12 +243,7 @@ impl FusedProgram {
         }
         for (k, ins) in self.instrs.iter().enumerate() {
             let limit = self.num_inputs + k;
-            let (regs, used) = match *ins {
-                FusedInstr::Unary(_, a) => ([a, 0, 0], 1),
-                FusedInstr::Binary(_, a, b) | FusedInstr::Compare(_, a, b) => ([a, b, 0], 2),
-                FusedInstr::Select(c, a, b) => ([c, a, b], 3),
-            };
-            if regs[..used].iter().any(|&r| r >= limit) {
+            if ins.operands().iter().any(|&r| r >= limit) {
                 return Err(format!("instruction {k} reads a register not yet written"));
             }
         }
@@ -329,6 +363,9 @@ impl FusedProgram {
                 FusedInstr::Binary(f, a, b) => binary_slice(f, src(a), src(b), d),
                 FusedInstr::Compare(f, a, b) => compare_slice(f, src(a), src(b), d),
                 FusedInstr::Select(cnd, a, b) => select_slice(src(cnd), src(a), src(b), d),
+                FusedInstr::MulAdd { a, b, c, subtract } => {
+                    mul_add_slice(src(a), src(b), src(c), subtract, d)
+                }
             }
         }
     }

@@ -6,6 +6,7 @@ pub mod conv;
 pub mod custom;
 pub mod elementwise;
 pub mod fused;
+mod fused_contract;
 pub mod fused_reduce;
 pub mod index;
 pub mod matmul;
