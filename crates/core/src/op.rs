@@ -87,6 +87,12 @@ pub enum Op {
         axis: usize,
     },
     MatMul,
+    /// `A · B + beta · D` for matrices, `D` shaped as the product and `beta` stored as f64
+    /// bits: an optimizer's `m * 0.9 + dW` with the addend read in the product's own
+    /// epilogue (built by the graph compiler; see `prims::matmul`).
+    MatMulAdd {
+        beta_bits: u64,
+    },
     Conv2d(ConvAttrs),
     /// `relu(Conv2d(x, w))` as one op: made by the graph compiler's fusion (after autodiff)
     /// where a ReLU is a convolution's only reader.
@@ -192,6 +198,7 @@ pub const PRIMITIVE_NAMES: &[&str] = &[
     "Pad",
     "Concat",
     "MatMul",
+    "MatMulAdd",
     "Conv2D",
     "Conv2DBackpropInput",
     "Conv2DBackpropFilter",
@@ -265,6 +272,7 @@ impl Op {
             Op::Pad { .. } => "Pad",
             Op::Concat { .. } => "Concat",
             Op::MatMul => "MatMul",
+            Op::MatMulAdd { .. } => "MatMulAdd",
             Op::Conv2d(_) => "Conv2D",
             Op::Conv2dRelu(_) => "Conv2DReLU",
             Op::Conv2dBackpropInput { .. } => "Conv2DBackpropInput",
@@ -306,7 +314,7 @@ impl Op {
             Op::Binary(_) | Op::Compare(_) | Op::MatMul | Op::Conv2d(_) | Op::Conv2dRelu(_) => 2,
             Op::Conv2dBackpropInput { .. } | Op::Conv2dBackpropFilter { .. } => 2,
             Op::MaxPool2dGrad(_) | Op::MaxPool2dGradOfRelu(_) | Op::Gather { .. } => 2,
-            Op::Select | Op::ScatterAdd { .. } => 3,
+            Op::Select | Op::ScatterAdd { .. } | Op::MatMulAdd { .. } => 3,
             Op::Concat { .. } | Op::Custom(_) | Op::Print(_) => return None,
             Op::Fused(_) | Op::FusedReduceSum { .. } => return None,
             _ => 1,

@@ -75,15 +75,64 @@ pub fn gemm_into<T: Num>(
     mb: MatRef,
     par: Parallelism,
 ) {
+    gemm_with(c, accumulate, None, m, n, k, (a, ma), (b, mb), par);
+}
+
+/// `c = a · b + beta · d` (`c` and `d` both `m x n`, row-major, stride `n`), each
+/// `beta · d` rounded before it is added, so the result has the bits of a product
+/// followed by a separate multiply-add pass. On Spore's own GEMM the addend joins the
+/// tiles' epilogue: D is read while C is written, and no pass over C follows (an
+/// optimizer's `m * 0.9 + dW`: one sweep over memory instead of three).
+///
+/// # Panics
+/// As [`gemm_into`], and when `d` has fewer than `m * n` values.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_plus_into<T: Num>(
+    c: &mut [T],
+    (d, beta): (&[T], T),
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[T],
+    ma: MatRef,
+    b: &[T],
+    mb: MatRef,
+    par: Parallelism,
+) {
+    assert!(d.len() >= m * n, "gemm_plus_into: addend too small");
+    gemm_with(c, false, Some((d, beta)), m, n, k, (a, ma), (b, mb), par);
+}
+
+/// [`gemm_into`] and [`gemm_plus_into`].
+#[allow(clippy::too_many_arguments)]
+fn gemm_with<T: Num>(
+    c: &mut [T],
+    accumulate: bool,
+    addend: Option<(&[T], T)>,
+    m: usize,
+    n: usize,
+    k: usize,
+    (a, ma): (&[T], MatRef),
+    (b, mb): (&[T], MatRef),
+    par: Parallelism,
+) {
     assert!(c.len() >= m * n, "gemm_into: output too small");
     if m == 0 || n == 0 {
         return;
     }
+    // Everything but Spore's own GEMM adds the addend in a pass after the product.
+    let add_after = |c: &mut [T]| {
+        if let Some((d, beta)) = addend {
+            for (c, &d) in c[..m * n].iter_mut().zip(d) {
+                *c = c.binary(BinaryFn::Add, beta.binary(BinaryFn::Mul, d));
+            }
+        }
+    };
     if k == 0 {
         if !accumulate {
             c[..m * n].iter_mut().for_each(|x| *x = T::zero());
         }
-        return;
+        return add_after(c);
     }
     let is_f32 = T::DTYPE == crate::DType::F32;
     let is_f64 = T::DTYPE == crate::DType::F64;
@@ -112,7 +161,8 @@ pub fn gemm_into<T: Num>(
                 Parallelism::Rayon(t) => t,
                 Parallelism::None => 1,
             };
-            sgemm::sgemm(c, accumulate, m, n, k, a, ma, b, mb, threads);
+            let addend = addend.and_then(|(d, beta)| Some((as_f32(d)?, as_f32(&[beta])?[0])));
+            sgemm::sgemm(c, accumulate, addend, m, n, k, a, ma, b, mb, threads);
             return;
         }
         let (one, zero) = (T::one(), T::zero());
@@ -141,7 +191,7 @@ pub fn gemm_into<T: Num>(
                 par,
             );
         }
-        return;
+        return add_after(c);
     }
     for i in 0..m {
         for j in 0..n {
@@ -158,6 +208,7 @@ pub fn gemm_into<T: Num>(
             c[i * n + j] = s;
         }
     }
+    add_after(c);
 }
 
 /// `s` as `f32` values when `T` is `f32`.
@@ -260,6 +311,67 @@ pub fn matmul(
                 "MatMul: unsupported dtypes {} and {}",
                 a.dtype(),
                 b.dtype()
+            ));
+        }
+    })
+}
+
+/// `a · b + beta · d` for matrices (`[m, k] x [k, n]`, no batch axes) with `d` a
+/// contiguous `m x n` buffer of the same float dtype: see [`gemm_plus_into`].
+///
+/// ```
+/// use spore_kernels::{matmul, Buffer, Layout};
+/// let a = Buffer::F32(vec![1.0, 2.0, 3.0, 4.0]);
+/// let l = Layout::contiguous(&[2, 2]);
+/// let d = Buffer::F32(vec![10.0, 20.0, 30.0, 40.0]);
+/// let c = matmul::matmul_plus(&a, &l, &a, &l, &d, 0.5).unwrap();
+/// assert_eq!(c, Buffer::F32(vec![12.0, 20.0, 30.0, 42.0]));
+/// ```
+pub fn matmul_plus(
+    a: &Buffer,
+    la: &Layout,
+    b: &Buffer,
+    lb: &Layout,
+    d: &Buffer,
+    beta: f64,
+) -> Result<Buffer, String> {
+    fn go<T: Num>(a: &[T], la: &Layout, b: &[T], lb: &Layout, d: &[T], beta: T) -> Vec<T> {
+        let (m, k, n) = (la.shape[0], la.shape[1], lb.shape[1]);
+        let mut out = crate::arena::for_overwrite::<T>(m * n);
+        let mat = |l: &Layout| MatRef {
+            offset: l.offset,
+            row_stride: l.strides[0],
+            col_stride: l.strides[1],
+        };
+        let par = parallelism_for(m * n * k);
+        gemm_plus_into(&mut out, (d, beta), m, n, k, a, mat(la), b, mat(lb), par);
+        out
+    }
+    let (m, n) = (la.shape.first(), lb.shape.get(1));
+    if la.rank() != 2 || lb.rank() != 2 || la.shape[1] != lb.shape[0] {
+        return Err(format!(
+            "MatMulAdd: expected two matrices [m, k] x [k, n], got {:?} x {:?}",
+            la.shape, lb.shape
+        ));
+    }
+    let cells = m.copied().unwrap_or(0) * n.copied().unwrap_or(0);
+    if d.len() != cells {
+        return Err(format!(
+            "MatMulAdd: the addend has {} values, the product {cells}",
+            d.len()
+        ));
+    }
+    Ok(match (a, b, d) {
+        (Buffer::F32(a), Buffer::F32(b), Buffer::F32(d)) => {
+            Buffer::F32(go(a, la, b, lb, d, beta as f32))
+        }
+        (Buffer::F64(a), Buffer::F64(b), Buffer::F64(d)) => Buffer::F64(go(a, la, b, lb, d, beta)),
+        _ => {
+            return Err(format!(
+                "MatMulAdd: unsupported dtypes {}, {} and {} (f32 or f64 expected)",
+                a.dtype(),
+                b.dtype(),
+                d.dtype()
             ));
         }
     })

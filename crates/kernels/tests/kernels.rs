@@ -3,7 +3,7 @@
 
 use gemm::Parallelism;
 use spore_kernels::conv::{ConvGeometry, conv2d, conv2d_backward_filter, conv2d_backward_input};
-use spore_kernels::matmul::{MatRef, gemm_into};
+use spore_kernels::matmul::{MatRef, gemm_into, gemm_plus_into};
 use spore_kernels::random::philox;
 
 #[test]
@@ -126,6 +126,79 @@ fn convolution_without_input_channels_is_zero() {
     let dw = conv2d_backward_filter::<f32>(&y, &[], &g);
     assert!(dw.is_empty());
     assert!(conv2d_backward_input::<f32>(&y, &[], &g).is_empty());
+}
+
+/// `gemm_plus_into` (the addend in the tiles' epilogue) equals a product followed by a
+/// separate `c += beta * d` pass bit for bit, under every strategy (dot-product: 40 rows
+/// with `Bᵀ`; thin: 5-16 rows; blocked: 19 rows and more), with edge tiles, one or
+/// several depth blocks (the addend joins only after the last), and one or two threads.
+#[test]
+fn f32_gemm_addend_equals_a_separate_pass_bit_for_bit() {
+    let shapes = [
+        (5, 17, 3),
+        (16, 25, 784),
+        (19, 35, 300),
+        (40, 30, 784),
+        (150, 110, 64),
+        (300, 40, 700),
+    ];
+    for (case, &(m, n, k)) in shapes.iter().enumerate() {
+        let f32s = |n: usize, seed: u64| -> Vec<f32> {
+            values(n, seed).iter().map(|&v| v as f32).collect()
+        };
+        let (a, b, d) = (
+            f32s(m * k, 40 + case as u64),
+            f32s(k * n, 50 + case as u64),
+            f32s(m * n, 60 + case as u64),
+        );
+        for (ta, tb, threads) in [(false, false, 1), (true, false, 2), (false, true, 2)] {
+            let ma = if ta {
+                MatRef {
+                    offset: 0,
+                    row_stride: 1,
+                    col_stride: m as isize,
+                }
+            } else {
+                MatRef {
+                    offset: 0,
+                    row_stride: k as isize,
+                    col_stride: 1,
+                }
+            };
+            let mb = if tb {
+                MatRef {
+                    offset: 0,
+                    row_stride: 1,
+                    col_stride: k as isize,
+                }
+            } else {
+                MatRef {
+                    offset: 0,
+                    row_stride: n as isize,
+                    col_stride: 1,
+                }
+            };
+            let par = if threads > 1 {
+                Parallelism::Rayon(threads)
+            } else {
+                Parallelism::None
+            };
+            let mut want = vec![f32::NAN; m * n];
+            gemm_into(&mut want, false, m, n, k, &a, ma, &b, mb, par);
+            for (w, &d) in want.iter_mut().zip(&d) {
+                *w += 0.9 * d;
+            }
+            let mut got = vec![f32::NAN; m * n];
+            gemm_plus_into(&mut got, (&d, 0.9), m, n, k, &a, ma, &b, mb, par);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(
+                    g.to_bits(),
+                    w.to_bits(),
+                    "{m}x{n}x{k} ta={ta} tb={tb} threads={threads} at {i}: {g} vs {w}"
+                );
+            }
+        }
+    }
 }
 
 /// Spore's f32 GEMM (dot-product, thin and blocked strategies, packed and in-place

@@ -5,6 +5,7 @@ mod conv_relu;
 mod cse;
 mod dce;
 mod fuse;
+mod matmul_add;
 mod pool_relu;
 mod simplify;
 

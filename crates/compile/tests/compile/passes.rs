@@ -463,3 +463,67 @@ fn relu_folds_into_the_convolution_it_reads() {
         assert!(!ir.contains("Conv2DReLU"), "{ir}");
     }
 }
+
+/// A Momentum update of a weight gradient, `m * 0.9 + dyᵀ · x`, and a product plus a
+/// tensor of its shape become `MatMulAdd`; results equal the unfused graph's bit for bit,
+/// in the interpreter and in the executor over two runs. A product also returned, one
+/// plus a broadcast bias, and one plus a tensor scaled by a non-constant keep their ops.
+#[test]
+fn scaled_addends_of_products_join_them() {
+    let types = [
+        TensorType::new(&[64, 30], DType::F32),
+        TensorType::new(&[64, 20], DType::F32),
+        TensorType::new(&[30, 20], DType::F32),
+        TensorType::new(&[30, 20], DType::F32),
+        TensorType::new(&[20, 20], DType::F32),
+    ];
+    let inputs: Vec<Tensor> = types
+        .iter()
+        .enumerate()
+        .map(|(k, t)| Tensor::randn(&t.shape, DType::F32, Some(30 + k as u64)).unwrap())
+        .collect();
+    let mut g = trace("momentum", &types, |x| {
+        let dw = x[0].transpose()?.matmul(&x[1])?;
+        let m_new = x[2].mul_scalar(0.9)?.add(&dw)?;
+        let w_new = x[3].sub(&m_new.mul_scalar(0.01)?)?;
+        let gram = x[1].transpose()?.matmul(&x[1])?.add(&x[4])?;
+        Ok(vec![m_new, w_new, gram])
+    })
+    .unwrap();
+    let before = g.interpret(&inputs).unwrap();
+    assert!(FuseElementwise.run(&mut g).unwrap());
+    Dce.run(&mut g).unwrap();
+    g.verify().unwrap();
+    let ir = g.to_ir();
+    assert_eq!(ir.matches("= MatMulAdd(").count(), 2, "{ir}");
+    assert!(!ir.contains("= MatMul("), "{ir}");
+    let after = g.interpret(&inputs).unwrap();
+    let mut exe = spore_compile::executor::Executable::new(g).unwrap();
+    for run in 0..2 {
+        let outputs = exe.run(&inputs).unwrap();
+        for (k, want) in before.outputs.iter().enumerate() {
+            assert_close(&after.outputs[k], want, 0.0, "interpreted MatMulAdd");
+            assert_close(&outputs[k], want, 0.0, &format!("executed, run {run}"));
+        }
+    }
+
+    let kept_types = [
+        TensorType::new(&[8, 16], DType::F32),
+        TensorType::new(&[16, 8], DType::F32),
+        TensorType::new(&[8], DType::F32),
+        TensorType::new(&[], DType::F32),
+        TensorType::new(&[8, 8], DType::F32),
+    ];
+    let mut kept = trace("kept", &kept_types, |x| {
+        let product = x[0].matmul(&x[1])?;
+        let returned = product.mul_scalar(0.5)?.add(&product)?;
+        let biased = x[0].matmul(&x[1])?.add(&x[2])?;
+        let scaled = x[4].mul(&x[3])?.add(&x[0].matmul(&x[1])?)?;
+        Ok(vec![returned, product, biased, scaled])
+    })
+    .unwrap();
+    FuseElementwise.run(&mut kept).unwrap();
+    Dce.run(&mut kept).unwrap();
+    let ir = kept.to_ir();
+    assert!(!ir.contains("MatMulAdd"), "{ir}");
+}

@@ -42,7 +42,7 @@ pub fn op_flops(op: &Op, args: &[&TensorType], out: &TensorType) -> u64 {
     let per_output = |w: &TensorType| w.shape.iter().skip(1).product::<usize>() as u64;
     match op {
         // [.., m, k] x [.., k, n] -> [.., m, n]: k multiply-adds per output value.
-        Op::MatMul => match args.first().and_then(|a| a.shape.last()) {
+        Op::MatMul | Op::MatMulAdd { .. } => match args.first().and_then(|a| a.shape.last()) {
             Some(&k) => 2 * numel(out) * k as u64,
             None => 0,
         },

@@ -62,6 +62,45 @@ pub(crate) fn eval(inputs: &[&Tensor], out: &TensorType) -> Result<Storage, Stri
     Ok(Storage::contiguous(buf, &out.shape))
 }
 
+/// `MatMulAdd(A, B, D)`: two matrices of one float dtype and an addend of their
+/// product's type.
+pub(crate) fn infer_plus(inputs: &[&TensorType]) -> Result<TensorType, String> {
+    let product = infer(&inputs[..2])?;
+    if product.rank() != 2 || !product.dtype.is_float() {
+        return Err(format!(
+            "expected two float matrices, got {} and {}",
+            inputs[0], inputs[1]
+        ));
+    }
+    if inputs[2] != &product {
+        return Err(format!(
+            "the addend must have the product's type {product}, got {}",
+            inputs[2]
+        ));
+    }
+    Ok(product)
+}
+
+/// `A · B + beta · D`, each `beta · D` rounded before the sum: the bits of a product and
+/// a separate multiply-add.
+pub(crate) fn eval_plus(
+    inputs: &[&Tensor],
+    beta: f64,
+    out: &TensorType,
+) -> Result<Storage, String> {
+    let (a, b, d) = (inputs[0], inputs[1], inputs[2]);
+    let addend = d.contiguous_buffer();
+    let buf = k::matmul_plus(
+        &a.buf().buffer,
+        &a.layout(),
+        &b.buf().buffer,
+        &b.layout(),
+        &addend,
+        beta,
+    )?;
+    Ok(Storage::contiguous(buf, &out.shape))
+}
+
 pub(crate) fn vjp(inputs: &[Tensor], g: &Tensor) -> Result<Vec<Option<Tensor>>> {
     let (a, b) = (&inputs[0], &inputs[1]);
     Ok(vec![

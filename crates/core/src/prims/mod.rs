@@ -36,6 +36,7 @@ pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, Strin
             movement::infer(op, inputs)
         }
         Op::MatMul => matmul::infer(inputs),
+        Op::MatMulAdd { .. } => matmul::infer_plus(inputs),
         Op::Conv2d(_)
         | Op::Conv2dRelu(_)
         | Op::Conv2dBackpropInput { .. }
@@ -72,6 +73,7 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Stor
             movement::eval(op, inputs, out)
         }
         Op::MatMul => matmul::eval(inputs, out),
+        Op::MatMulAdd { beta_bits } => matmul::eval_plus(inputs, f64::from_bits(*beta_bits), out),
         Op::Conv2d(_)
         | Op::Conv2dRelu(_)
         | Op::Conv2dBackpropInput { .. }
@@ -111,6 +113,9 @@ pub(crate) fn vjp(
             movement::vjp(op, inputs, out, grad)
         }
         Op::MatMul => matmul::vjp(inputs, grad),
+        Op::MatMulAdd { .. } => Err(crate::error::Error::invalid(
+            "MatMulAdd has no gradient rule: the graph compiler builds it after autodiff",
+        )),
         Op::Conv2d(_)
         | Op::Conv2dRelu(_)
         | Op::Conv2dBackpropInput { .. }

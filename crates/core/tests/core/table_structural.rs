@@ -72,6 +72,14 @@ fn run_fused(
     )
 }
 
+/// Runs `MatMulAdd` (`args[0] · args[1] + beta * args[2]`).
+fn run_matmul_add(args: &[&Tensor], beta: f64) -> spore_core::Result<Tensor> {
+    let op = Op::MatMulAdd {
+        beta_bits: beta.to_bits(),
+    };
+    spore_core::apply::apply(op, args, std::panic::Location::caller())
+}
+
 /// Applies a max-pool gradient op to (x, dy).
 fn apply_2x2_pool_grad(op: Op, x: &[Tensor]) -> spore_core::Result<Tensor> {
     spore_core::apply::apply(op, &[&x[0], &x[1]], std::panic::Location::caller())
@@ -237,6 +245,37 @@ pub fn structural_rows() -> Vec<Row> {
             |x| x[0].transpose()?.matmul(&x[1]),
             |x| r::matmul(&r::permute(&x[0], &[1, 0]), &x[1]),
         ),
+        // xᵀ · dy + 0.9 m, a Momentum update of a weight gradient: the blocked product
+        // with the addend in its epilogue (f32), or the product then a pass (f64).
+        row(
+            "MatMulAdd",
+            vec![
+                In::F(&[9, 20], -1.0, 1.0),
+                In::F(&[9, 17], -1.0, 1.0),
+                In::F(&[20, 17], -1.0, 1.0),
+            ],
+            |x| run_matmul_add(&[&x[0].transpose()?, &x[1], &x[2]], 0.9),
+            |x| {
+                let product = r::matmul(&r::permute(&x[0], &[1, 0]), &x[1]);
+                r::zip(&product, &x[2], |p, d| p + 0.9 * d)
+            },
+        )
+        .no_grad(),
+        // x · wᵀ + dᵀ: the dot-product path, and an addend that is a transposed view.
+        row(
+            "MatMulAdd",
+            vec![
+                In::F(&[3, 40], -1.0, 1.0),
+                In::F(&[5, 40], -1.0, 1.0),
+                In::F(&[5, 3], -1.0, 1.0),
+            ],
+            |x| run_matmul_add(&[&x[0], &x[1].transpose()?, &x[2].transpose()?], -2.0),
+            |x| {
+                let product = r::matmul(&x[0], &r::permute(&x[1], &[1, 0]));
+                r::zip(&product, &r::permute(&x[2], &[1, 0]), |p, d| p - 2.0 * d)
+            },
+        )
+        .no_grad(),
         row(
             "Conv2D",
             vec![In::F(&X_SHAPE, -1.0, 1.0), In::F(&W_SHAPE, -1.0, 1.0)],

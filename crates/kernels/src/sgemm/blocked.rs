@@ -112,6 +112,7 @@ pub(crate) fn blocked_with(
     let product = Product {
         dst: Dst(c.as_mut_ptr()),
         accumulate,
+        addend: None,
         m,
         n,
         k,
@@ -146,7 +147,7 @@ fn part(p: &Product, a: PanelsA, b: PanelsB, rows: Range<usize>, cols: Range<usi
     with_scratch(&PRIVATE, b_len + a_len, |scratch| {
         let (packed_b, a_scratch) = scratch.split_at_mut(b_len);
         // The row tiles of rows `r0..` (packed in `packed_a`) against one packed B panel.
-        let tiles = |packed_a: &[f32], r0: usize, bp: &[f32], j0: usize, kc: usize, acc| {
+        let tiles = |packed_a: &[f32], r0: usize, bp: &[f32], j0: usize, kc: usize, acc, plus| {
             let width = NR.min(p.n - j0);
             for (s, ap) in packed_a.chunks_exact(MR * kc).enumerate() {
                 let i0 = r0 + s * MR;
@@ -162,6 +163,7 @@ fn part(p: &Product, a: PanelsA, b: PanelsB, rows: Range<usize>, cols: Range<usi
                         (i0, j0),
                         shape,
                         acc,
+                        plus,
                     )
                 };
             }
@@ -170,6 +172,7 @@ fn part(p: &Product, a: PanelsA, b: PanelsB, rows: Range<usize>, cols: Range<usi
             let block_cols = jb..(jb + NC / NR).min(cols.end);
             for (p0, kc) in depth_blocks(p.k) {
                 let acc = p.accumulate || p0 > 0;
+                let plus = if p0 + kc == p.k { p.addend } else { None };
                 let mut pack_b_panel = |packed_b: &mut [f32], q: usize, jp: usize| {
                     let j0 = jp * NR;
                     let panel = &mut packed_b[q * kc * NR..][..kc * NR];
@@ -208,6 +211,7 @@ fn part(p: &Product, a: PanelsA, b: PanelsB, rows: Range<usize>, cols: Range<usi
                             jp * NR,
                             kc,
                             acc,
+                            plus,
                         );
                     }
                     ip0 = ip1;

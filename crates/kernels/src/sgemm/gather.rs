@@ -190,7 +190,7 @@ unsafe fn tile(
             }
             b = b.add(NR);
         }
-        store_tile(&acc, c, ldc, accumulate);
+        store_tile(&acc, c, ldc, accumulate, None);
     }
 }
 

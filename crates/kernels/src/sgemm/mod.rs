@@ -174,13 +174,42 @@ struct Dst(*mut f32);
 unsafe impl Send for Dst {}
 unsafe impl Sync for Dst {}
 
-/// One product `C[m x n] (+)= A[m x k] * B[k x n]`, C row-major with row stride `n`.
-/// The caller checked `available()`, that `m, n, k > 0`, and that every strided access
-/// lies inside `a` and `b` and `c.len() >= m * n`.
+/// `beta * D` added to every tile of C once its last depth block is done (`C = A·B +
+/// beta·D`); `values` points at the element of D under the tile's (or C's) first one,
+/// and D's rows are as far apart as C's.
+#[derive(Clone, Copy)]
+pub(crate) struct Addend {
+    pub values: *const f32,
+    pub beta: f32,
+}
+// SAFETY: D is only read, and it outlives the parallel section (it borrows the caller's
+// slice).
+unsafe impl Send for Addend {}
+unsafe impl Sync for Addend {}
+
+impl Addend {
+    /// The addend of the tile at (`i0`, `j0`) of a C with rows `ldc` apart.
+    ///
+    /// # Safety
+    /// That element lies inside D.
+    unsafe fn at(self, i0: usize, j0: usize, ldc: usize) -> Addend {
+        Addend {
+            // SAFETY: the caller's contract.
+            values: unsafe { self.values.add(i0 * ldc + j0) },
+            beta: self.beta,
+        }
+    }
+}
+
+/// One product `C[m x n] (+)= A[m x k] * B[k x n]`, C row-major with row stride `n`,
+/// plus `beta * D` (D laid out as C) with an addend. The caller checked `available()`,
+/// that `m, n, k > 0`, that every strided access lies inside `a` and `b`, and that
+/// `c.len() >= m * n` (and `d.len() >= m * n`).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn sgemm(
     c: &mut [f32],
     accumulate: bool,
+    addend: Option<(&[f32], f32)>,
     m: usize,
     n: usize,
     k: usize,
@@ -191,11 +220,16 @@ pub(crate) fn sgemm(
     threads: usize,
 ) {
     debug_assert!(available() && m > 0 && n > 0 && k > 0 && c.len() >= m * n);
+    debug_assert!(addend.is_none_or(|(d, _)| d.len() >= m * n));
     let dst = Dst(c.as_mut_ptr());
     let threads = threads.max(1);
-    let product = Product {
+    let mut product = Product {
         dst,
         accumulate,
+        addend: addend.map(|(d, beta)| Addend {
+            values: d.as_ptr(),
+            beta,
+        }),
         m,
         n,
         k,
@@ -210,7 +244,12 @@ pub(crate) fn sgemm(
         DOT_MAX_ROWS
     };
     if ma.col_stride == 1 && mb.row_stride == 1 && k >= DOT_MIN_DEPTH && m <= dot_rows {
+        // The dot kernel has no addend in its epilogue: it is added in a pass after.
+        product.addend = None;
         dot::run(&product, threads);
+        if let Some((d, beta)) = addend {
+            add_scaled(&mut c[..m * n], &d[..m * n], beta);
+        }
     } else if m <= THIN_MAX_ROWS {
         thin::run(&product, threads);
     } else {
@@ -218,10 +257,19 @@ pub(crate) fn sgemm(
     }
 }
 
+/// `c += beta * d`, the product rounded first (as [`kernel::store_tile`] adds it).
+pub(crate) fn add_scaled(c: &mut [f32], d: &[f32], beta: f32) {
+    for (c, &d) in c.iter_mut().zip(d) {
+        *c += beta * d;
+    }
+}
+
 /// The operands of one product, shared by the three strategies.
 struct Product<'a> {
     dst: Dst,
     accumulate: bool,
+    /// Added by the tiles of the last depth block.
+    addend: Option<Addend>,
     m: usize,
     n: usize,
     k: usize,
@@ -239,10 +287,11 @@ fn split(len: usize, parts: usize, t: usize) -> Range<usize> {
 
 /// Runs the microkernel for one tile: row panel `ap` (packed, `MR x kc`) times the B panel
 /// `bp` (`kc` rows of `NR`, `ldb` apart) into C (rows `ldc` apart) at (`i0`, `j0`), of
-/// which only `height` x `width` exists (edge tiles go through a small buffer).
+/// which only `height` x `width` exists (edge tiles go through a small buffer). An addend
+/// (of the whole C) is added to the tile.
 ///
 /// # Safety
-/// As [`kernel::tile`], with the `height` x `width` tile at (`i0`, `j0`) inside C.
+/// As [`kernel::tile`], with the `height` x `width` tile at (`i0`, `j0`) inside C (and D).
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile_at(
     (dst, ldc): (Dst, usize),
@@ -253,21 +302,29 @@ unsafe fn tile_at(
     (i0, j0): (usize, usize),
     (height, width): (usize, usize),
     accumulate: bool,
+    addend: Option<Addend>,
 ) {
     // SAFETY: the caller's contract.
     unsafe {
         let c = dst.0.add(i0 * ldc + j0);
+        let addend = addend.map(|d| d.at(i0, j0, ldc));
         if height == MR && width == NR {
-            kernel::tile(kc, ap, bp, ldb, c, ldc, accumulate);
+            kernel::tile(kc, ap, bp, ldb, c, ldc, accumulate, addend);
             return;
         }
         let mut tmp = [0.0f32; MR * NR];
-        kernel::tile(kc, ap, bp, ldb, tmp.as_mut_ptr(), NR, false);
+        kernel::tile(kc, ap, bp, ldb, tmp.as_mut_ptr(), NR, false, None);
         for r in 0..height {
             let row = c.add(r * ldc);
             for q in 0..width {
-                let v = tmp[r * NR + q];
-                *row.add(q) = if accumulate { *row.add(q) + v } else { v };
+                let mut v = tmp[r * NR + q];
+                if accumulate {
+                    v += *row.add(q);
+                }
+                if let Some(d) = addend {
+                    v += d.beta * *d.values.add(r * ldc + q);
+                }
+                *row.add(q) = v;
             }
         }
     }

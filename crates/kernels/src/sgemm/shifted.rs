@@ -198,7 +198,7 @@ unsafe fn tile(kc: usize, a: *const f32, panel: Panel, c: *mut f32, ldc: usize, 
                 }
             }
         }
-        store_tile(&acc, c, ldc, accumulate);
+        store_tile(&acc, c, ldc, accumulate, None);
     }
 }
 

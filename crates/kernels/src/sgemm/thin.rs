@@ -7,7 +7,9 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use super::pack::{pack_a, pack_b};
-use super::{MR, NR, Product, SHARED, depth_blocks, max_depth_block, split, tile_at, with_scratch};
+use super::{
+    Addend, MR, NR, Product, SHARED, depth_blocks, max_depth_block, split, tile_at, with_scratch,
+};
 
 pub(super) fn run(p: &Product, threads: usize) {
     let kc_max = max_depth_block(p.k);
@@ -22,15 +24,16 @@ pub(super) fn run(p: &Product, threads: usize) {
             pack_a(packed_a, p.a, p.ma, 0..p.m, p0, kc);
             let packed_a = &*packed_a;
             let acc = p.accumulate || p0 > 0;
+            let plus = if p0 + kc == p.k { p.addend } else { None };
             if threads == 1 {
-                columns(p, packed_a, p0, kc, 0..panels_n, panels, acc);
+                columns(p, packed_a, p0, kc, 0..panels_n, panels, (acc, plus));
             } else {
                 panels
                     .par_chunks_mut(panel_len)
                     .enumerate()
                     .for_each(|(t, panel)| {
                         let cols = split(panels_n, threads, t);
-                        columns(p, packed_a, p0, kc, cols, panel, acc)
+                        columns(p, packed_a, p0, kc, cols, panel, (acc, plus))
                     });
             }
         }
@@ -38,7 +41,8 @@ pub(super) fn run(p: &Product, threads: usize) {
 }
 
 /// Every row panel times column panels `cols` over depth `p0..p0 + kc`; `panel` is this
-/// thread's room for one packed B panel.
+/// thread's room for one packed B panel. `acc`: add to C; `plus`: the addend, on the last
+/// depth block.
 fn columns(
     p: &Product,
     packed_a: &[f32],
@@ -46,7 +50,7 @@ fn columns(
     kc: usize,
     cols: Range<usize>,
     panel: &mut [f32],
-    acc: bool,
+    (acc, plus): (bool, Option<Addend>),
 ) {
     let mb = p.mb;
     for jp in cols {
@@ -76,6 +80,7 @@ fn columns(
                     (i0, j0),
                     (height, width),
                     acc,
+                    plus,
                 )
             };
         }
