@@ -15,6 +15,7 @@ use gemm::Parallelism;
 use rayon::prelude::*;
 
 use crate::buffer::Buffer;
+use crate::dtype::DType;
 use crate::elementwise::{BinaryFn, Num};
 use crate::layout::{Dims, Layout, Strides, walk_rows};
 use crate::sgemm;
@@ -78,6 +79,22 @@ pub fn gemm_into<T: Num>(
     gemm_with(c, accumulate, None, m, n, k, (a, ma), (b, mb), par);
 }
 
+/// What [`gemm_plus_into`] adds to a product: `beta * values`, laid out as C.
+pub struct Addend<'a, T> {
+    pub values: &'a [T],
+    pub beta: T,
+}
+
+impl<T: Num> Addend<'_, T> {
+    /// Its arithmetic as a pass over a finished product `c` (every path but Spore's own
+    /// GEMM, which runs it in its tiles): `beta * d` rounded before the sum.
+    pub(crate) fn apply_after(self, c: &mut [T]) {
+        for (c, &d) in c.iter_mut().zip(self.values) {
+            *c = c.binary(BinaryFn::Add, self.beta.binary(BinaryFn::Mul, d));
+        }
+    }
+}
+
 /// `c = a · b + beta · d` (`c` and `d` both `m x n`, row-major, stride `n`), each
 /// `beta · d` rounded before it is added, so the result has the bits of a product
 /// followed by a separate multiply-add pass. On Spore's own GEMM the addend joins the
@@ -89,7 +106,7 @@ pub fn gemm_into<T: Num>(
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_plus_into<T: Num>(
     c: &mut [T],
-    (d, beta): (&[T], T),
+    addend: Addend<'_, T>,
     m: usize,
     n: usize,
     k: usize,
@@ -99,8 +116,11 @@ pub fn gemm_plus_into<T: Num>(
     mb: MatRef,
     par: Parallelism,
 ) {
-    assert!(d.len() >= m * n, "gemm_plus_into: addend too small");
-    gemm_with(c, false, Some((d, beta)), m, n, k, (a, ma), (b, mb), par);
+    assert!(
+        addend.values.len() >= m * n,
+        "gemm_plus_into: addend too small"
+    );
+    gemm_with(c, false, Some(addend), m, n, k, (a, ma), (b, mb), par);
 }
 
 /// [`gemm_into`] and [`gemm_plus_into`].
@@ -108,7 +128,7 @@ pub fn gemm_plus_into<T: Num>(
 fn gemm_with<T: Num>(
     c: &mut [T],
     accumulate: bool,
-    addend: Option<(&[T], T)>,
+    addend: Option<Addend<'_, T>>,
     m: usize,
     n: usize,
     k: usize,
@@ -120,19 +140,17 @@ fn gemm_with<T: Num>(
     if m == 0 || n == 0 {
         return;
     }
-    // Everything but Spore's own GEMM adds the addend in a pass after the product.
-    let add_after = |c: &mut [T]| {
-        if let Some((d, beta)) = addend {
-            for (c, &d) in c[..m * n].iter_mut().zip(d) {
-                *c = c.binary(BinaryFn::Add, beta.binary(BinaryFn::Mul, d));
-            }
+    // Everything but Spore's own GEMM runs the addend as a pass after the product.
+    let add_after = |c: &mut [T], addend: Option<Addend<'_, T>>| {
+        if let Some(addend) = addend {
+            addend.apply_after(&mut c[..m * n]);
         }
     };
     if k == 0 {
         if !accumulate {
             c[..m * n].iter_mut().for_each(|x| *x = T::zero());
         }
-        return add_after(c);
+        return add_after(c, addend);
     }
     let is_f32 = T::DTYPE == crate::DType::F32;
     let is_f64 = T::DTYPE == crate::DType::F64;
@@ -161,7 +179,8 @@ fn gemm_with<T: Num>(
                 Parallelism::Rayon(t) => t,
                 Parallelism::None => 1,
             };
-            let addend = addend.and_then(|(d, beta)| Some((as_f32(d)?, as_f32(&[beta])?[0])));
+            let addend = addend
+                .map(|d| as_f32_addend(d).unwrap_or_else(|| unreachable!("T is f32 when C is")));
             sgemm::sgemm(c, accumulate, addend, m, n, k, a, ma, b, mb, threads);
             return;
         }
@@ -191,7 +210,7 @@ fn gemm_with<T: Num>(
                 par,
             );
         }
-        return add_after(c);
+        return add_after(c, addend);
     }
     for i in 0..m {
         for j in 0..n {
@@ -208,7 +227,15 @@ fn gemm_with<T: Num>(
             c[i * n + j] = s;
         }
     }
-    add_after(c);
+    add_after(c, addend);
+}
+
+/// An addend of `f32` values when `T` is `f32`.
+fn as_f32_addend<T: Num>(d: Addend<'_, T>) -> Option<Addend<'_, f32>> {
+    Some(Addend {
+        values: as_f32(d.values)?,
+        beta: as_f32(std::slice::from_ref(&d.beta))?[0],
+    })
 }
 
 /// `s` as `f32` values when `T` is `f32`.
@@ -316,15 +343,20 @@ pub fn matmul(
     })
 }
 
-/// `a · b + beta · d` for matrices (`[m, k] x [k, n]`, no batch axes) with `d` a
-/// contiguous `m x n` buffer of the same float dtype: see [`gemm_plus_into`].
+/// A contiguous `m x n` operand of [`matmul_plus`]: its buffer and the offset of its first
+/// value (a contiguous view of a larger buffer needs no copy).
+pub type Contiguous<'a> = (&'a Buffer, usize);
+
+/// `a · b + beta · d` for matrices (`[m, k] x [k, n]`, no batch axes) of one float dtype,
+/// `d` a contiguous `m x n` run: see [`gemm_plus_into`].
 ///
 /// ```
 /// use spore_kernels::{matmul, Buffer, Layout};
 /// let a = Buffer::F32(vec![1.0, 2.0, 3.0, 4.0]);
 /// let l = Layout::contiguous(&[2, 2]);
-/// let d = Buffer::F32(vec![10.0, 20.0, 30.0, 40.0]);
-/// let c = matmul::matmul_plus(&a, &l, &a, &l, &d, 0.5).unwrap();
+/// let d = Buffer::F32(vec![0.0, 10.0, 20.0, 30.0, 40.0]);
+/// // d's values from offset 1.
+/// let c = matmul::matmul_plus(&a, &l, &a, &l, (&d, 1), 0.5).unwrap();
 /// assert_eq!(c, Buffer::F32(vec![12.0, 20.0, 30.0, 42.0]));
 /// ```
 pub fn matmul_plus(
@@ -332,11 +364,32 @@ pub fn matmul_plus(
     la: &Layout,
     b: &Buffer,
     lb: &Layout,
-    d: &Buffer,
+    (d, offset): Contiguous<'_>,
     beta: f64,
 ) -> Result<Buffer, String> {
-    fn go<T: Num>(a: &[T], la: &Layout, b: &[T], lb: &Layout, d: &[T], beta: T) -> Vec<T> {
-        let (m, k, n) = (la.shape[0], la.shape[1], lb.shape[1]);
+    if la.rank() != 2 || lb.rank() != 2 || la.shape[1] != lb.shape[0] {
+        return Err(format!(
+            "MatMulAdd: expected two matrices [m, k] x [k, n], got {:?} x {:?}",
+            la.shape, lb.shape
+        ));
+    }
+    let (m, k, n) = (la.shape[0], la.shape[1], lb.shape[1]);
+    let cells = m * n;
+    if d.len() < offset + cells {
+        return Err(format!(
+            "MatMulAdd: the addend needs {cells} values from offset {offset}, its buffer has {}",
+            d.len()
+        ));
+    }
+    fn go<T: Num>(
+        (a, la): (&Buffer, &Layout),
+        (b, lb): (&Buffer, &Layout),
+        (d, offset): Contiguous<'_>,
+        beta: T,
+        (m, n, k): (usize, usize, usize),
+    ) -> Option<Vec<T>> {
+        let (a, b) = (a.as_slice::<T>()?, b.as_slice::<T>()?);
+        let values = &d.as_slice::<T>()?[offset..][..m * n];
         let mut out = crate::arena::for_overwrite::<T>(m * n);
         let mat = |l: &Layout| MatRef {
             offset: l.offset,
@@ -344,35 +397,22 @@ pub fn matmul_plus(
             col_stride: l.strides[1],
         };
         let par = parallelism_for(m * n * k);
-        gemm_plus_into(&mut out, (d, beta), m, n, k, a, mat(la), b, mat(lb), par);
-        out
+        let addend = Addend { values, beta };
+        gemm_plus_into(&mut out, addend, m, n, k, a, mat(la), b, mat(lb), par);
+        Some(out)
     }
-    let (m, n) = (la.shape.first(), lb.shape.get(1));
-    if la.rank() != 2 || lb.rank() != 2 || la.shape[1] != lb.shape[0] {
-        return Err(format!(
-            "MatMulAdd: expected two matrices [m, k] x [k, n], got {:?} x {:?}",
-            la.shape, lb.shape
-        ));
-    }
-    let cells = m.copied().unwrap_or(0) * n.copied().unwrap_or(0);
-    if d.len() != cells {
-        return Err(format!(
-            "MatMulAdd: the addend has {} values, the product {cells}",
-            d.len()
-        ));
-    }
-    Ok(match (a, b, d) {
-        (Buffer::F32(a), Buffer::F32(b), Buffer::F32(d)) => {
-            Buffer::F32(go(a, la, b, lb, d, beta as f32))
-        }
-        (Buffer::F64(a), Buffer::F64(b), Buffer::F64(d)) => Buffer::F64(go(a, la, b, lb, d, beta)),
-        _ => {
-            return Err(format!(
-                "MatMulAdd: unsupported dtypes {}, {} and {} (f32 or f64 expected)",
-                a.dtype(),
-                b.dtype(),
-                d.dtype()
-            ));
-        }
+    let sizes = (m, n, k);
+    let result = match a.dtype() {
+        DType::F32 => go((a, la), (b, lb), (d, offset), beta as f32, sizes).map(Buffer::F32),
+        DType::F64 => go((a, la), (b, lb), (d, offset), beta, sizes).map(Buffer::F64),
+        _ => None,
+    };
+    result.ok_or_else(|| {
+        format!(
+            "MatMulAdd: expected operands of one float dtype, got {}, {} and {}",
+            a.dtype(),
+            b.dtype(),
+            d.dtype()
+        )
     })
 }

@@ -3,7 +3,7 @@
 
 use gemm::Parallelism;
 use spore_kernels::conv::{ConvGeometry, conv2d, conv2d_backward_filter, conv2d_backward_input};
-use spore_kernels::matmul::{MatRef, gemm_into, gemm_plus_into};
+use spore_kernels::matmul::{Addend, MatRef, gemm_into, gemm_plus_into};
 use spore_kernels::random::philox;
 
 #[test]
@@ -189,7 +189,11 @@ fn f32_gemm_addend_equals_a_separate_pass_bit_for_bit() {
                 *w += 0.9 * d;
             }
             let mut got = vec![f32::NAN; m * n];
-            gemm_plus_into(&mut got, (&d, 0.9), m, n, k, &a, ma, &b, mb, par);
+            let addend = Addend {
+                values: &d,
+                beta: 0.9,
+            };
+            gemm_plus_into(&mut got, addend, m, n, k, &a, ma, &b, mb, par);
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                 assert_eq!(
                     g.to_bits(),

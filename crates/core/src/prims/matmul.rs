@@ -8,8 +8,9 @@
 //! ```
 
 use std::panic::Location;
+use std::sync::Arc;
 
-use spore_kernels::{DType, Dims, matmul as k};
+use spore_kernels::{Buffer, DType, Dims, matmul as k};
 
 use super::elementwise::when;
 use super::{broadcast_shapes, require_same_dtype, sum_to_shape};
@@ -88,17 +89,29 @@ pub(crate) fn eval_plus(
     beta: f64,
     out: &TensorType,
 ) -> Result<Storage, String> {
-    let (a, b, d) = (inputs[0], inputs[1], inputs[2]);
-    let addend = d.contiguous_buffer();
+    let (a, b) = (inputs[0], inputs[1]);
+    let d = contiguous_run(inputs[2]);
     let buf = k::matmul_plus(
         &a.buf().buffer,
         &a.layout(),
         &b.buf().buffer,
         &b.layout(),
-        &addend,
+        (&d.0, d.1),
         beta,
     )?;
     Ok(Storage::contiguous(buf, &out.shape))
+}
+
+/// A tensor's values as one contiguous run of a buffer: (buffer, offset of the first
+/// value). A contiguous view of a larger buffer is used where it lies; anything else is
+/// copied.
+fn contiguous_run(t: &Tensor) -> (Arc<Buffer>, usize) {
+    let s = t.buf();
+    if s.layout.is_contiguous() && s.buffer.len() >= s.layout.offset + t.numel() {
+        (s.buffer.clone(), s.layout.offset)
+    } else {
+        (t.contiguous_buffer(), 0)
+    }
 }
 
 pub(crate) fn vjp(inputs: &[Tensor], g: &Tensor) -> Result<Vec<Option<Tensor>>> {

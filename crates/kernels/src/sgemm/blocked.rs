@@ -112,7 +112,7 @@ pub(crate) fn blocked_with(
     let product = Product {
         dst: Dst(c.as_mut_ptr()),
         accumulate,
-        addend: None,
+        epilogue: None,
         m,
         n,
         k,
@@ -172,7 +172,7 @@ fn part(p: &Product, a: PanelsA, b: PanelsB, rows: Range<usize>, cols: Range<usi
             let block_cols = jb..(jb + NC / NR).min(cols.end);
             for (p0, kc) in depth_blocks(p.k) {
                 let acc = p.accumulate || p0 > 0;
-                let plus = if p0 + kc == p.k { p.addend } else { None };
+                let plus = if p0 + kc == p.k { p.epilogue } else { None };
                 let mut pack_b_panel = |packed_b: &mut [f32], q: usize, jp: usize| {
                     let j0 = jp * NR;
                     let panel = &mut packed_b[q * kc * NR..][..kc * NR];

@@ -10,15 +10,15 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::{Addend, MR, NR};
+use super::{Epilogue, MR, NR};
 
-/// `C[6 x 16] (+)= A_panel * B_panel`, plus `beta * D` with an addend: `a` is packed
-/// depth-major (`MR` values per step), `b` holds `kc` rows of `NR` values, `ldb` elements
-/// apart; C rows (and D rows) are `ldc` apart.
+/// `C[6 x 16] (+)= A_panel * B_panel`, then the epilogue: `a` is packed depth-major (`MR`
+/// values per step), `b` holds `kc` rows of `NR` values, `ldb` elements apart; C rows
+/// (and the epilogue's) are `ldc` apart.
 ///
 /// # Safety
 /// The CPU supports AVX2 and FMA; `a` has `MR * kc` readable values, `b` `kc` rows of
-/// `NR`, `c` six writable rows of sixteen, and an addend six readable rows of sixteen.
+/// `NR`, and `c` (and the epilogue's operands) six rows of sixteen.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
@@ -30,19 +30,18 @@ pub(super) unsafe fn tile(
     c: *mut f32,
     ldc: usize,
     accumulate: bool,
-    addend: Option<Addend>,
+    epilogue: Option<Epilogue>,
 ) {
     // SAFETY (whole body): pointer arithmetic stays inside the ranges the caller promised.
     unsafe {
         // The tile of C is read and written once, after the loop: ask for its lines now
         // so that large products (C far out of cache) do not stall on them at the end.
-        // The same holds for an addend's lines.
+        // The same holds for the epilogue's operands.
         for r in 0..MR {
             _mm_prefetch::<_MM_HINT_T0>(c.add(r * ldc).cast::<i8>());
             _mm_prefetch::<_MM_HINT_T0>(c.add(r * ldc + NR - 1).cast::<i8>());
-            if let Some(d) = addend {
-                _mm_prefetch::<_MM_HINT_T0>(d.values.add(r * ldc).cast::<i8>());
-                _mm_prefetch::<_MM_HINT_T0>(d.values.add(r * ldc + NR - 1).cast::<i8>());
+            if let Some(e) = epilogue {
+                e.prefetch(r * ldc);
             }
         }
         let mut acc = [[_mm256_setzero_ps(); 2]; MR];
@@ -58,20 +57,17 @@ pub(super) unsafe fn tile(
             a = a.add(MR);
             b = b.offset(ldb);
         }
-        store_tile(&acc, c, ldc, accumulate, addend);
+        store_tile(&acc, c, ldc, accumulate, epilogue);
     }
 }
 
 /// Writes (or adds, with `accumulate`) a tile's twelve accumulators to C's six rows of 16
-/// at `c`, `ldc` apart, then adds `beta * D` with an addend: the epilogue of every 6x16
-/// microkernel here.
-///
-/// The addend's product is rounded before the sum (a multiply, then an add: no fused
-/// multiply-add), so the result has the bits of the two separate ops it replaces.
+/// at `c`, `ldc` apart, after the epilogue (if any) ran on them: the last step of every
+/// 6x16 microkernel here.
 ///
 /// # Safety
 /// AVX2 is available; `c` has six writable (and, with `accumulate`, readable) rows of 16,
-/// and an addend six readable rows of 16, `ldc` apart.
+/// and the epilogue's operands six rows of 16, `ldc` apart.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
@@ -80,7 +76,7 @@ pub(super) unsafe fn store_tile(
     c: *mut f32,
     ldc: usize,
     accumulate: bool,
-    addend: Option<Addend>,
+    epilogue: Option<Epilogue>,
 ) {
     // SAFETY: the caller's contract.
     unsafe {
@@ -91,11 +87,8 @@ pub(super) unsafe fn store_tile(
                 lo = _mm256_add_ps(lo, _mm256_loadu_ps(out));
                 hi = _mm256_add_ps(hi, _mm256_loadu_ps(out.add(8)));
             }
-            if let Some(d) = addend {
-                let beta = _mm256_set1_ps(d.beta);
-                let src = d.values.add(r * ldc);
-                lo = _mm256_add_ps(lo, _mm256_mul_ps(beta, _mm256_loadu_ps(src)));
-                hi = _mm256_add_ps(hi, _mm256_mul_ps(beta, _mm256_loadu_ps(src.add(8))));
+            if let Some(e) = epilogue {
+                (lo, hi) = e.finish16(r * ldc, lo, hi);
             }
             _mm256_storeu_ps(out, lo);
             _mm256_storeu_ps(out.add(8), hi);
@@ -313,7 +306,7 @@ pub(super) unsafe fn tile(
     _c: *mut f32,
     _ldc: usize,
     _accumulate: bool,
-    _addend: Option<Addend>,
+    _epilogue: Option<Epilogue>,
 ) {
     unreachable!("the AVX2 microkernel exists only on x86-64")
 }

@@ -20,6 +20,7 @@
 
 mod blocked;
 pub(crate) mod dot;
+mod epilogue;
 pub(crate) mod gather;
 mod kernel;
 mod pack;
@@ -34,7 +35,8 @@ pub(crate) use pack::pack_b as pack_b_panel;
 use std::cell::RefCell;
 use std::ops::Range;
 
-use crate::matmul::MatRef;
+use crate::matmul::{Addend, MatRef};
+use epilogue::Epilogue;
 
 /// Rows of C one microkernel call computes.
 pub(crate) const MR: usize = 6;
@@ -174,42 +176,15 @@ struct Dst(*mut f32);
 unsafe impl Send for Dst {}
 unsafe impl Sync for Dst {}
 
-/// `beta * D` added to every tile of C once its last depth block is done (`C = A·B +
-/// beta·D`); `values` points at the element of D under the tile's (or C's) first one,
-/// and D's rows are as far apart as C's.
-#[derive(Clone, Copy)]
-pub(crate) struct Addend {
-    pub values: *const f32,
-    pub beta: f32,
-}
-// SAFETY: D is only read, and it outlives the parallel section (it borrows the caller's
-// slice).
-unsafe impl Send for Addend {}
-unsafe impl Sync for Addend {}
-
-impl Addend {
-    /// The addend of the tile at (`i0`, `j0`) of a C with rows `ldc` apart.
-    ///
-    /// # Safety
-    /// That element lies inside D.
-    unsafe fn at(self, i0: usize, j0: usize, ldc: usize) -> Addend {
-        Addend {
-            // SAFETY: the caller's contract.
-            values: unsafe { self.values.add(i0 * ldc + j0) },
-            beta: self.beta,
-        }
-    }
-}
-
 /// One product `C[m x n] (+)= A[m x k] * B[k x n]`, C row-major with row stride `n`,
-/// plus `beta * D` (D laid out as C) with an addend. The caller checked `available()`,
-/// that `m, n, k > 0`, that every strided access lies inside `a` and `b`, and that
-/// `c.len() >= m * n` (and `d.len() >= m * n`).
+/// then an addend's epilogue (see [`crate::matmul::gemm_plus_into`]). The caller checked
+/// `available()`, that `m, n, k > 0`, that every strided access lies inside `a` and `b`,
+/// and that `c` (and the addend's slices) hold at least `m * n` values.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn sgemm(
     c: &mut [f32],
     accumulate: bool,
-    addend: Option<(&[f32], f32)>,
+    addend: Option<Addend<'_, f32>>,
     m: usize,
     n: usize,
     k: usize,
@@ -220,16 +195,12 @@ pub(crate) fn sgemm(
     threads: usize,
 ) {
     debug_assert!(available() && m > 0 && n > 0 && k > 0 && c.len() >= m * n);
-    debug_assert!(addend.is_none_or(|(d, _)| d.len() >= m * n));
     let dst = Dst(c.as_mut_ptr());
     let threads = threads.max(1);
     let mut product = Product {
         dst,
         accumulate,
-        addend: addend.map(|(d, beta)| Addend {
-            values: d.as_ptr(),
-            beta,
-        }),
+        epilogue: addend.as_ref().map(Epilogue::new),
         m,
         n,
         k,
@@ -244,11 +215,11 @@ pub(crate) fn sgemm(
         DOT_MAX_ROWS
     };
     if ma.col_stride == 1 && mb.row_stride == 1 && k >= DOT_MIN_DEPTH && m <= dot_rows {
-        // The dot kernel has no addend in its epilogue: it is added in a pass after.
-        product.addend = None;
+        // The dot kernel has no epilogue of its own: the addend's runs as a pass after.
+        product.epilogue = None;
         dot::run(&product, threads);
-        if let Some((d, beta)) = addend {
-            add_scaled(&mut c[..m * n], &d[..m * n], beta);
+        if let Some(addend) = addend {
+            addend.apply_after(&mut c[..m * n]);
         }
     } else if m <= THIN_MAX_ROWS {
         thin::run(&product, threads);
@@ -257,19 +228,12 @@ pub(crate) fn sgemm(
     }
 }
 
-/// `c += beta * d`, the product rounded first (as [`kernel::store_tile`] adds it).
-pub(crate) fn add_scaled(c: &mut [f32], d: &[f32], beta: f32) {
-    for (c, &d) in c.iter_mut().zip(d) {
-        *c += beta * d;
-    }
-}
-
 /// The operands of one product, shared by the three strategies.
 struct Product<'a> {
     dst: Dst,
     accumulate: bool,
-    /// Added by the tiles of the last depth block.
-    addend: Option<Addend>,
+    /// Run by the tiles of the last depth block.
+    epilogue: Option<Epilogue>,
     m: usize,
     n: usize,
     k: usize,
@@ -287,8 +251,8 @@ fn split(len: usize, parts: usize, t: usize) -> Range<usize> {
 
 /// Runs the microkernel for one tile: row panel `ap` (packed, `MR x kc`) times the B panel
 /// `bp` (`kc` rows of `NR`, `ldb` apart) into C (rows `ldc` apart) at (`i0`, `j0`), of
-/// which only `height` x `width` exists (edge tiles go through a small buffer). An addend
-/// (of the whole C) is added to the tile.
+/// which only `height` x `width` exists (edge tiles go through a small buffer), then the
+/// epilogue (of the whole C) on the tile.
 ///
 /// # Safety
 /// As [`kernel::tile`], with the `height` x `width` tile at (`i0`, `j0`) inside C (and D).
@@ -302,14 +266,14 @@ unsafe fn tile_at(
     (i0, j0): (usize, usize),
     (height, width): (usize, usize),
     accumulate: bool,
-    addend: Option<Addend>,
+    epilogue: Option<Epilogue>,
 ) {
     // SAFETY: the caller's contract.
     unsafe {
         let c = dst.0.add(i0 * ldc + j0);
-        let addend = addend.map(|d| d.at(i0, j0, ldc));
+        let epilogue = epilogue.map(|e| e.at(i0, j0, ldc));
         if height == MR && width == NR {
-            kernel::tile(kc, ap, bp, ldb, c, ldc, accumulate, addend);
+            kernel::tile(kc, ap, bp, ldb, c, ldc, accumulate, epilogue);
             return;
         }
         let mut tmp = [0.0f32; MR * NR];
@@ -321,8 +285,8 @@ unsafe fn tile_at(
                 if accumulate {
                     v += *row.add(q);
                 }
-                if let Some(d) = addend {
-                    v += d.beta * *d.values.add(r * ldc + q);
+                if let Some(e) = epilogue {
+                    v = e.finish1(r * ldc + q, v);
                 }
                 *row.add(q) = v;
             }

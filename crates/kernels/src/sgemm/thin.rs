@@ -8,7 +8,7 @@ use rayon::prelude::*;
 
 use super::pack::{pack_a, pack_b};
 use super::{
-    Addend, MR, NR, Product, SHARED, depth_blocks, max_depth_block, split, tile_at, with_scratch,
+    Epilogue, MR, NR, Product, SHARED, depth_blocks, max_depth_block, split, tile_at, with_scratch,
 };
 
 pub(super) fn run(p: &Product, threads: usize) {
@@ -24,7 +24,7 @@ pub(super) fn run(p: &Product, threads: usize) {
             pack_a(packed_a, p.a, p.ma, 0..p.m, p0, kc);
             let packed_a = &*packed_a;
             let acc = p.accumulate || p0 > 0;
-            let plus = if p0 + kc == p.k { p.addend } else { None };
+            let plus = if p0 + kc == p.k { p.epilogue } else { None };
             if threads == 1 {
                 columns(p, packed_a, p0, kc, 0..panels_n, panels, (acc, plus));
             } else {
@@ -41,7 +41,7 @@ pub(super) fn run(p: &Product, threads: usize) {
 }
 
 /// Every row panel times column panels `cols` over depth `p0..p0 + kc`; `panel` is this
-/// thread's room for one packed B panel. `acc`: add to C; `plus`: the addend, on the last
+/// thread's room for one packed B panel. `acc`: add to C; `plus`: the epilogue, on the last
 /// depth block.
 fn columns(
     p: &Product,
@@ -50,7 +50,7 @@ fn columns(
     kc: usize,
     cols: Range<usize>,
     panel: &mut [f32],
-    (acc, plus): (bool, Option<Addend>),
+    (acc, plus): (bool, Option<Epilogue>),
 ) {
     let mb = p.mb;
     for jp in cols {
