@@ -93,6 +93,12 @@ pub enum Op {
     MatMulAdd {
         beta_bits: u64,
     },
+    /// `A · B + bias` (the bias a row vector added to every row), then ReLU with `relu`:
+    /// a Dense layer's forward pass as one op, the bias and ReLU applied as the product's
+    /// tiles are stored (built by the graph compiler; see `prims::matmul`).
+    MatMulBias {
+        relu: bool,
+    },
     Conv2d(ConvAttrs),
     /// `relu(Conv2d(x, w))` as one op: made by the graph compiler's fusion (after autodiff)
     /// where a ReLU is a convolution's only reader.
@@ -199,6 +205,8 @@ pub const PRIMITIVE_NAMES: &[&str] = &[
     "Concat",
     "MatMul",
     "MatMulAdd",
+    "MatMulBiasAdd",
+    "MatMulBiasAddReLU",
     "Conv2D",
     "Conv2DBackpropInput",
     "Conv2DBackpropFilter",
@@ -273,6 +281,8 @@ impl Op {
             Op::Concat { .. } => "Concat",
             Op::MatMul => "MatMul",
             Op::MatMulAdd { .. } => "MatMulAdd",
+            Op::MatMulBias { relu: false } => "MatMulBiasAdd",
+            Op::MatMulBias { relu: true } => "MatMulBiasAddReLU",
             Op::Conv2d(_) => "Conv2D",
             Op::Conv2dRelu(_) => "Conv2DReLU",
             Op::Conv2dBackpropInput { .. } => "Conv2DBackpropInput",
@@ -315,6 +325,7 @@ impl Op {
             Op::Conv2dBackpropInput { .. } | Op::Conv2dBackpropFilter { .. } => 2,
             Op::MaxPool2dGrad(_) | Op::MaxPool2dGradOfRelu(_) | Op::Gather { .. } => 2,
             Op::Select | Op::ScatterAdd { .. } | Op::MatMulAdd { .. } => 3,
+            Op::MatMulBias { .. } => 3,
             Op::Concat { .. } | Op::Custom(_) | Op::Print(_) => return None,
             Op::Fused(_) | Op::FusedReduceSum { .. } => return None,
             _ => 1,

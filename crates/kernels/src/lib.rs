@@ -20,6 +20,7 @@ pub mod implicit_conv;
 pub mod index;
 pub mod layout;
 pub mod matmul;
+pub mod matmul_epilogue;
 pub mod peak;
 pub mod pool;
 mod pool2x2;

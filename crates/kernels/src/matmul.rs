@@ -15,9 +15,9 @@ use gemm::Parallelism;
 use rayon::prelude::*;
 
 use crate::buffer::Buffer;
-use crate::dtype::DType;
 use crate::elementwise::{BinaryFn, Num};
 use crate::layout::{Dims, Layout, Strides, walk_rows};
+use crate::matmul_epilogue::Epilogue;
 use crate::sgemm;
 
 /// Work (m*n*k) above which one product is split across threads.
@@ -79,56 +79,13 @@ pub fn gemm_into<T: Num>(
     gemm_with(c, accumulate, None, m, n, k, (a, ma), (b, mb), par);
 }
 
-/// What [`gemm_plus_into`] adds to a product: `beta * values`, laid out as C.
-pub struct Addend<'a, T> {
-    pub values: &'a [T],
-    pub beta: T,
-}
-
-impl<T: Num> Addend<'_, T> {
-    /// Its arithmetic as a pass over a finished product `c` (every path but Spore's own
-    /// GEMM, which runs it in its tiles): `beta * d` rounded before the sum.
-    pub(crate) fn apply_after(self, c: &mut [T]) {
-        for (c, &d) in c.iter_mut().zip(self.values) {
-            *c = c.binary(BinaryFn::Add, self.beta.binary(BinaryFn::Mul, d));
-        }
-    }
-}
-
-/// `c = a · b + beta · d` (`c` and `d` both `m x n`, row-major, stride `n`), each
-/// `beta · d` rounded before it is added, so the result has the bits of a product
-/// followed by a separate multiply-add pass. On Spore's own GEMM the addend joins the
-/// tiles' epilogue: D is read while C is written, and no pass over C follows (an
-/// optimizer's `m * 0.9 + dW`: one sweep over memory instead of three).
-///
-/// # Panics
-/// As [`gemm_into`], and when `d` has fewer than `m * n` values.
+/// [`gemm_into`] and [`crate::matmul_epilogue::gemm_epilogue_into`]: the product, then
+/// the epilogue (in the tiles on Spore's own GEMM, as a pass after it elsewhere).
 #[allow(clippy::too_many_arguments)]
-pub fn gemm_plus_into<T: Num>(
-    c: &mut [T],
-    addend: Addend<'_, T>,
-    m: usize,
-    n: usize,
-    k: usize,
-    a: &[T],
-    ma: MatRef,
-    b: &[T],
-    mb: MatRef,
-    par: Parallelism,
-) {
-    assert!(
-        addend.values.len() >= m * n,
-        "gemm_plus_into: addend too small"
-    );
-    gemm_with(c, false, Some(addend), m, n, k, (a, ma), (b, mb), par);
-}
-
-/// [`gemm_into`] and [`gemm_plus_into`].
-#[allow(clippy::too_many_arguments)]
-fn gemm_with<T: Num>(
+pub(crate) fn gemm_with<T: Num>(
     c: &mut [T],
     accumulate: bool,
-    addend: Option<Addend<'_, T>>,
+    epilogue: Option<&Epilogue<'_, T>>,
     m: usize,
     n: usize,
     k: usize,
@@ -140,17 +97,16 @@ fn gemm_with<T: Num>(
     if m == 0 || n == 0 {
         return;
     }
-    // Everything but Spore's own GEMM runs the addend as a pass after the product.
-    let add_after = |c: &mut [T], addend: Option<Addend<'_, T>>| {
-        if let Some(addend) = addend {
-            addend.apply_after(&mut c[..m * n]);
+    let add_after = |c: &mut [T], epilogue: Option<&Epilogue<'_, T>>| {
+        if let Some(e) = epilogue {
+            e.apply_after(&mut c[..m * n], n);
         }
     };
     if k == 0 {
         if !accumulate {
             c[..m * n].iter_mut().for_each(|x| *x = T::zero());
         }
-        return add_after(c, addend);
+        return add_after(c, epilogue);
     }
     let is_f32 = T::DTYPE == crate::DType::F32;
     let is_f64 = T::DTYPE == crate::DType::F64;
@@ -179,9 +135,11 @@ fn gemm_with<T: Num>(
                 Parallelism::Rayon(t) => t,
                 Parallelism::None => 1,
             };
-            let addend = addend
-                .map(|d| as_f32_addend(d).unwrap_or_else(|| unreachable!("T is f32 when C is")));
-            sgemm::sgemm(c, accumulate, addend, m, n, k, a, ma, b, mb, threads);
+            let epilogue = epilogue.map(|e| {
+                e.as_f32()
+                    .unwrap_or_else(|| unreachable!("T is f32 when C is"))
+            });
+            sgemm::sgemm(c, accumulate, epilogue, m, n, k, a, ma, b, mb, threads);
             return;
         }
         let (one, zero) = (T::one(), T::zero());
@@ -210,7 +168,7 @@ fn gemm_with<T: Num>(
                 par,
             );
         }
-        return add_after(c, addend);
+        return add_after(c, epilogue);
     }
     for i in 0..m {
         for j in 0..n {
@@ -227,15 +185,7 @@ fn gemm_with<T: Num>(
             c[i * n + j] = s;
         }
     }
-    add_after(c, addend);
-}
-
-/// An addend of `f32` values when `T` is `f32`.
-fn as_f32_addend<T: Num>(d: Addend<'_, T>) -> Option<Addend<'_, f32>> {
-    Some(Addend {
-        values: as_f32(d.values)?,
-        beta: as_f32(std::slice::from_ref(&d.beta))?[0],
-    })
+    add_after(c, epilogue);
 }
 
 /// `s` as `f32` values when `T` is `f32`.
@@ -340,79 +290,5 @@ pub fn matmul(
                 b.dtype()
             ));
         }
-    })
-}
-
-/// A contiguous `m x n` operand of [`matmul_plus`]: its buffer and the offset of its first
-/// value (a contiguous view of a larger buffer needs no copy).
-pub type Contiguous<'a> = (&'a Buffer, usize);
-
-/// `a · b + beta · d` for matrices (`[m, k] x [k, n]`, no batch axes) of one float dtype,
-/// `d` a contiguous `m x n` run: see [`gemm_plus_into`].
-///
-/// ```
-/// use spore_kernels::{matmul, Buffer, Layout};
-/// let a = Buffer::F32(vec![1.0, 2.0, 3.0, 4.0]);
-/// let l = Layout::contiguous(&[2, 2]);
-/// let d = Buffer::F32(vec![0.0, 10.0, 20.0, 30.0, 40.0]);
-/// // d's values from offset 1.
-/// let c = matmul::matmul_plus(&a, &l, &a, &l, (&d, 1), 0.5).unwrap();
-/// assert_eq!(c, Buffer::F32(vec![12.0, 20.0, 30.0, 42.0]));
-/// ```
-pub fn matmul_plus(
-    a: &Buffer,
-    la: &Layout,
-    b: &Buffer,
-    lb: &Layout,
-    (d, offset): Contiguous<'_>,
-    beta: f64,
-) -> Result<Buffer, String> {
-    if la.rank() != 2 || lb.rank() != 2 || la.shape[1] != lb.shape[0] {
-        return Err(format!(
-            "MatMulAdd: expected two matrices [m, k] x [k, n], got {:?} x {:?}",
-            la.shape, lb.shape
-        ));
-    }
-    let (m, k, n) = (la.shape[0], la.shape[1], lb.shape[1]);
-    let cells = m * n;
-    if d.len() < offset + cells {
-        return Err(format!(
-            "MatMulAdd: the addend needs {cells} values from offset {offset}, its buffer has {}",
-            d.len()
-        ));
-    }
-    fn go<T: Num>(
-        (a, la): (&Buffer, &Layout),
-        (b, lb): (&Buffer, &Layout),
-        (d, offset): Contiguous<'_>,
-        beta: T,
-        (m, n, k): (usize, usize, usize),
-    ) -> Option<Vec<T>> {
-        let (a, b) = (a.as_slice::<T>()?, b.as_slice::<T>()?);
-        let values = &d.as_slice::<T>()?[offset..][..m * n];
-        let mut out = crate::arena::for_overwrite::<T>(m * n);
-        let mat = |l: &Layout| MatRef {
-            offset: l.offset,
-            row_stride: l.strides[0],
-            col_stride: l.strides[1],
-        };
-        let par = parallelism_for(m * n * k);
-        let addend = Addend { values, beta };
-        gemm_plus_into(&mut out, addend, m, n, k, a, mat(la), b, mat(lb), par);
-        Some(out)
-    }
-    let sizes = (m, n, k);
-    let result = match a.dtype() {
-        DType::F32 => go((a, la), (b, lb), (d, offset), beta as f32, sizes).map(Buffer::F32),
-        DType::F64 => go((a, la), (b, lb), (d, offset), beta, sizes).map(Buffer::F64),
-        _ => None,
-    };
-    result.ok_or_else(|| {
-        format!(
-            "MatMulAdd: expected operands of one float dtype, got {}, {} and {}",
-            a.dtype(),
-            b.dtype(),
-            d.dtype()
-        )
     })
 }

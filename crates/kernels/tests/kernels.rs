@@ -3,7 +3,8 @@
 
 use gemm::Parallelism;
 use spore_kernels::conv::{ConvGeometry, conv2d, conv2d_backward_filter, conv2d_backward_input};
-use spore_kernels::matmul::{Addend, MatRef, gemm_into, gemm_plus_into};
+use spore_kernels::matmul::{MatRef, gemm_into};
+use spore_kernels::matmul_epilogue::{Epilogue, gemm_epilogue_into};
 use spore_kernels::random::philox;
 
 #[test]
@@ -128,17 +129,19 @@ fn convolution_without_input_channels_is_zero() {
     assert!(conv2d_backward_input::<f32>(&y, &[], &g).is_empty());
 }
 
-/// `gemm_plus_into` (the addend in the tiles' epilogue) equals a product followed by a
-/// separate `c += beta * d` pass bit for bit, under every strategy (dot-product: 40 rows
-/// with `Bᵀ`; thin: 5-16 rows; blocked: 19 rows and more), with edge tiles, one or
-/// several depth blocks (the addend joins only after the last), and one or two threads.
+/// A product's epilogue in the tiles (`+ beta * D`; `+ bias` per column then ReLU)
+/// equals the product followed by separate passes bit for bit, under every strategy
+/// (dot-product: 40 rows with `Bᵀ`; thin: 5-16 rows; blocked: 19 rows and more), with
+/// edge tiles, one or several depth blocks (the epilogue joins only after the last), and
+/// one or two threads. The bias holds a NaN and signed zeros, which ReLU maps to 0.
 #[test]
-fn f32_gemm_addend_equals_a_separate_pass_bit_for_bit() {
+fn f32_gemm_epilogues_equal_separate_passes_bit_for_bit() {
     let shapes = [
         (5, 17, 3),
         (16, 25, 784),
         (19, 35, 300),
         (40, 30, 784),
+        (64, 50, 1100),
         (150, 110, 64),
         (300, 40, 700),
     ];
@@ -151,6 +154,22 @@ fn f32_gemm_addend_equals_a_separate_pass_bit_for_bit() {
             f32s(k * n, 50 + case as u64),
             f32s(m * n, 60 + case as u64),
         );
+        let mut bias = f32s(n, 70 + case as u64);
+        bias[0] = f32::NAN;
+        if n > 2 {
+            bias[1] = -0.0;
+            bias[2] = 0.0;
+        }
+        let moment = Epilogue {
+            addend: Some((&d[..], 0.9)),
+            bias: None,
+            relu: false,
+        };
+        let dense = Epilogue {
+            addend: None,
+            bias: Some(&bias[..]),
+            relu: true,
+        };
         for (ta, tb, threads) in [(false, false, 1), (true, false, 2), (false, true, 2)] {
             let ma = if ta {
                 MatRef {
@@ -183,23 +202,23 @@ fn f32_gemm_addend_equals_a_separate_pass_bit_for_bit() {
             } else {
                 Parallelism::None
             };
-            let mut want = vec![f32::NAN; m * n];
-            gemm_into(&mut want, false, m, n, k, &a, ma, &b, mb, par);
-            for (w, &d) in want.iter_mut().zip(&d) {
-                *w += 0.9 * d;
-            }
-            let mut got = vec![f32::NAN; m * n];
-            let addend = Addend {
-                values: &d,
-                beta: 0.9,
-            };
-            gemm_plus_into(&mut got, addend, m, n, k, &a, ma, &b, mb, par);
-            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                assert_eq!(
-                    g.to_bits(),
-                    w.to_bits(),
-                    "{m}x{n}x{k} ta={ta} tb={tb} threads={threads} at {i}: {g} vs {w}"
-                );
+            let mut product = vec![f32::NAN; m * n];
+            gemm_into(&mut product, false, m, n, k, &a, ma, &b, mb, par);
+            let plus: Vec<f32> = product.iter().zip(&d).map(|(p, d)| p + 0.9 * d).collect();
+            let relu = |x: f32| if x > 0.0 { x } else { 0.0 };
+            let biased: Vec<f32> = (0..m * n).map(|i| relu(product[i] + bias[i % n])).collect();
+            for (epilogue, want, what) in
+                [(&moment, &plus, "addend"), (&dense, &biased, "bias+relu")]
+            {
+                let mut got = vec![f32::NAN; m * n];
+                gemm_epilogue_into(&mut got, epilogue, m, n, k, &a, ma, &b, mb, par);
+                for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                    assert_eq!(
+                        g.to_bits(),
+                        w.to_bits(),
+                        "{what}: {m}x{n}x{k} ta={ta} tb={tb} threads={threads} at {i}: {g} vs {w}"
+                    );
+                }
             }
         }
     }

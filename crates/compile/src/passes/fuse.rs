@@ -6,9 +6,9 @@
 //! A single add, subtract or multiply read by several such loops is recomputed in each
 //! of them instead of being stored (see [`recomputable`]). Before all that, ReLU's
 //! gradient after max pooling's joins the pooling gradient (`pool_relu`), and a ReLU that
-//! is a convolution's only reader joins the convolution (`conv_relu`). After it all, a
-//! loop that only adds a scaled tensor to a matrix product joins the product
-//! (`matmul_add`).
+//! is a convolution's only reader joins the convolution (`conv_relu`). After it all, loops
+//! that only finish a matrix product (a moment update, a Dense layer's bias and ReLU) join
+//! the product's epilogue (`matmul_epilogue`).
 //!
 //! ```
 //! use spore_compile::{pass::Pass, passes::{Dce, FuseElementwise}};
@@ -147,11 +147,11 @@ impl Pass for FuseElementwise {
             };
             changed = true;
         }
-        // Last, a loop that only adds a scaled tensor to a matrix product runs in the
-        // product's epilogue (`matmul_add`). Dead members of the groups above still read
+        // Last, loops that only finish a matrix product (a moment update, a Dense
+        // layer's bias and ReLU) run in the product's epilogue (`matmul_epilogue`). Dead members of the groups above still read
         // the products: clear them first.
         let cleaned = super::Dce.run(g)?;
-        Ok(super::matmul_add::fold_into_products(g) || cleaned || changed)
+        Ok(super::matmul_epilogue::fold_into_products(g) || cleaned || changed)
     }
 }
 

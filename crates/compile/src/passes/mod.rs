@@ -5,7 +5,7 @@ mod conv_relu;
 mod cse;
 mod dce;
 mod fuse;
-mod matmul_add;
+mod matmul_epilogue;
 mod pool_relu;
 mod simplify;
 

@@ -527,3 +527,64 @@ fn scaled_addends_of_products_join_them() {
     let ir = kept.to_ir();
     assert!(!ir.contains("MatMulAdd"), "{ir}");
 }
+
+/// A Dense layer's `relu(x · Wᵀ + b)` becomes `MatMulBiasAddReLU` and `x · Wᵀ + b`
+/// `MatMulBiasAdd` (dot-product path, one of them on two threads), with results equal to
+/// the unfused graph's bit for bit in the interpreter and the executor. A bias per row
+/// (`[m, 1]`) and a product read twice keep their ops.
+#[test]
+fn dense_bias_and_relu_join_the_product() {
+    let types = [
+        TensorType::new(&[64, 300], DType::F32),
+        TensorType::new(&[200, 300], DType::F32),
+        TensorType::new(&[200], DType::F32),
+        TensorType::new(&[10, 200], DType::F32),
+        TensorType::new(&[10], DType::F32),
+    ];
+    let inputs: Vec<Tensor> = types
+        .iter()
+        .enumerate()
+        .map(|(k, t)| Tensor::randn(&t.shape, DType::F32, Some(50 + k as u64)).unwrap())
+        .collect();
+    let mut g = trace("mlp", &types, |x| {
+        let h = x[0].matmul(&x[1].transpose()?)?.add(&x[2])?.relu()?;
+        let logits = h.matmul(&x[3].transpose()?)?.add(&x[4])?;
+        Ok(vec![logits, h])
+    })
+    .unwrap();
+    let before = g.interpret(&inputs).unwrap();
+    assert!(FuseElementwise.run(&mut g).unwrap());
+    Dce.run(&mut g).unwrap();
+    g.verify().unwrap();
+    let ir = g.to_ir();
+    assert_eq!(ir.matches("= MatMulBiasAddReLU(").count(), 1, "{ir}");
+    assert_eq!(ir.matches("= MatMulBiasAdd(").count(), 1, "{ir}");
+    assert!(!ir.contains("= MatMul("), "{ir}");
+    let after = g.interpret(&inputs).unwrap();
+    let mut exe = spore_compile::executor::Executable::new(g).unwrap();
+    for run in 0..2 {
+        let outputs = exe.run(&inputs).unwrap();
+        for (k, want) in before.outputs.iter().enumerate() {
+            assert_close(&after.outputs[k], want, 0.0, "interpreted MatMulBias");
+            assert_close(&outputs[k], want, 0.0, &format!("executed, run {run}"));
+        }
+    }
+
+    let kept_types = [
+        TensorType::new(&[8, 16], DType::F32),
+        TensorType::new(&[16, 8], DType::F32),
+        TensorType::new(&[8, 1], DType::F32),
+        TensorType::new(&[8], DType::F32),
+    ];
+    let mut kept = trace("kept", &kept_types, |x| {
+        let per_row = x[0].matmul(&x[1])?.add(&x[2])?.relu()?;
+        let product = x[0].matmul(&x[1])?;
+        let twice = product.add(&x[3])?.relu()?;
+        Ok(vec![per_row, twice, product])
+    })
+    .unwrap();
+    FuseElementwise.run(&mut kept).unwrap();
+    Dce.run(&mut kept).unwrap();
+    let ir = kept.to_ir();
+    assert!(!ir.contains("MatMulBias"), "{ir}");
+}

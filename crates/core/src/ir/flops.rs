@@ -42,10 +42,12 @@ pub fn op_flops(op: &Op, args: &[&TensorType], out: &TensorType) -> u64 {
     let per_output = |w: &TensorType| w.shape.iter().skip(1).product::<usize>() as u64;
     match op {
         // [.., m, k] x [.., k, n] -> [.., m, n]: k multiply-adds per output value.
-        Op::MatMul | Op::MatMulAdd { .. } => match args.first().and_then(|a| a.shape.last()) {
-            Some(&k) => 2 * numel(out) * k as u64,
-            None => 0,
-        },
+        Op::MatMul | Op::MatMulAdd { .. } | Op::MatMulBias { .. } => {
+            match args.first().and_then(|a| a.shape.last()) {
+                Some(&k) => 2 * numel(out) * k as u64,
+                None => 0,
+            }
+        }
         // (x, w) -> y: per y value.
         Op::Conv2d(_) | Op::Conv2dRelu(_) if args.len() == 2 => {
             2 * numel(out) * per_output(args[1])

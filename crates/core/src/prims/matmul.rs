@@ -10,6 +10,7 @@
 use std::panic::Location;
 use std::sync::Arc;
 
+use spore_kernels::matmul_epilogue::{BufferEpilogue, matmul_with_epilogue};
 use spore_kernels::{Buffer, DType, Dims, matmul as k};
 
 use super::elementwise::when;
@@ -63,20 +64,38 @@ pub(crate) fn eval(inputs: &[&Tensor], out: &TensorType) -> Result<Storage, Stri
     Ok(Storage::contiguous(buf, &out.shape))
 }
 
-/// `MatMulAdd(A, B, D)`: two matrices of one float dtype and an addend of their
-/// product's type.
+/// `MatMulAdd(A, B, D)`: two float matrices and an addend of their product's type.
 pub(crate) fn infer_plus(inputs: &[&TensorType]) -> Result<TensorType, String> {
+    let product = infer_matrices(inputs)?;
+    if inputs[2] != &product {
+        return Err(format!(
+            "the addend must have the product's type {product}, got {}",
+            inputs[2]
+        ));
+    }
+    Ok(product)
+}
+
+/// `MatMulBias(A, B, bias)`: two float matrices and a bias of one value per column.
+pub(crate) fn infer_bias(inputs: &[&TensorType]) -> Result<TensorType, String> {
+    let product = infer_matrices(inputs)?;
+    let n = product.shape[1];
+    if inputs[2].shape.as_slice() != [n] || inputs[2].dtype != product.dtype {
+        return Err(format!(
+            "the bias must be [{n}] of {}, got {}",
+            product.dtype, inputs[2]
+        ));
+    }
+    Ok(product)
+}
+
+/// The product type of the first two inputs, which must be float matrices.
+fn infer_matrices(inputs: &[&TensorType]) -> Result<TensorType, String> {
     let product = infer(&inputs[..2])?;
     if product.rank() != 2 || !product.dtype.is_float() {
         return Err(format!(
             "expected two float matrices, got {} and {}",
             inputs[0], inputs[1]
-        ));
-    }
-    if inputs[2] != &product {
-        return Err(format!(
-            "the addend must have the product's type {product}, got {}",
-            inputs[2]
         ));
     }
     Ok(product)
@@ -89,15 +108,43 @@ pub(crate) fn eval_plus(
     beta: f64,
     out: &TensorType,
 ) -> Result<Storage, String> {
-    let (a, b) = (inputs[0], inputs[1]);
     let d = contiguous_run(inputs[2]);
-    let buf = k::matmul_plus(
+    let epilogue = BufferEpilogue {
+        addend: Some(((&d.0, d.1), beta)),
+        bias: None,
+        relu: false,
+    };
+    eval_with(inputs, &epilogue, out)
+}
+
+/// `A · B + bias`, then ReLU with `relu`: the bits of the product, a broadcast add and a
+/// ReLU.
+pub(crate) fn eval_bias(
+    inputs: &[&Tensor],
+    relu: bool,
+    out: &TensorType,
+) -> Result<Storage, String> {
+    let bias = contiguous_run(inputs[2]);
+    let epilogue = BufferEpilogue {
+        addend: None,
+        bias: Some((&bias.0, bias.1)),
+        relu,
+    };
+    eval_with(inputs, &epilogue, out)
+}
+
+fn eval_with(
+    inputs: &[&Tensor],
+    epilogue: &BufferEpilogue<'_>,
+    out: &TensorType,
+) -> Result<Storage, String> {
+    let (a, b) = (inputs[0], inputs[1]);
+    let buf = matmul_with_epilogue(
         &a.buf().buffer,
         &a.layout(),
         &b.buf().buffer,
         &b.layout(),
-        (&d.0, d.1),
-        beta,
+        epilogue,
     )?;
     Ok(Storage::contiguous(buf, &out.shape))
 }

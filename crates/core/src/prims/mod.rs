@@ -37,6 +37,7 @@ pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, Strin
         }
         Op::MatMul => matmul::infer(inputs),
         Op::MatMulAdd { .. } => matmul::infer_plus(inputs),
+        Op::MatMulBias { .. } => matmul::infer_bias(inputs),
         Op::Conv2d(_)
         | Op::Conv2dRelu(_)
         | Op::Conv2dBackpropInput { .. }
@@ -74,6 +75,7 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Stor
         }
         Op::MatMul => matmul::eval(inputs, out),
         Op::MatMulAdd { beta_bits } => matmul::eval_plus(inputs, f64::from_bits(*beta_bits), out),
+        Op::MatMulBias { relu } => matmul::eval_bias(inputs, *relu, out),
         Op::Conv2d(_)
         | Op::Conv2dRelu(_)
         | Op::Conv2dBackpropInput { .. }
@@ -113,9 +115,10 @@ pub(crate) fn vjp(
             movement::vjp(op, inputs, out, grad)
         }
         Op::MatMul => matmul::vjp(inputs, grad),
-        Op::MatMulAdd { .. } => Err(crate::error::Error::invalid(
-            "MatMulAdd has no gradient rule: the graph compiler builds it after autodiff",
-        )),
+        Op::MatMulAdd { .. } | Op::MatMulBias { .. } => Err(crate::error::Error::invalid(format!(
+            "{} has no gradient rule: the graph compiler builds it after autodiff",
+            op.name()
+        ))),
         Op::Conv2d(_)
         | Op::Conv2dRelu(_)
         | Op::Conv2dBackpropInput { .. }

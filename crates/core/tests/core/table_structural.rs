@@ -80,6 +80,12 @@ fn run_matmul_add(args: &[&Tensor], beta: f64) -> spore_core::Result<Tensor> {
     spore_core::apply::apply(op, args, std::panic::Location::caller())
 }
 
+/// Runs `MatMulBias` (`relu?(args[0] · args[1] + args[2])`).
+fn run_matmul_bias(args: &[&Tensor], relu: bool) -> spore_core::Result<Tensor> {
+    let op = Op::MatMulBias { relu };
+    spore_core::apply::apply(op, args, std::panic::Location::caller())
+}
+
 /// Applies a max-pool gradient op to (x, dy).
 fn apply_2x2_pool_grad(op: Op, x: &[Tensor]) -> spore_core::Result<Tensor> {
     spore_core::apply::apply(op, &[&x[0], &x[1]], std::panic::Location::caller())
@@ -274,6 +280,33 @@ pub fn structural_rows() -> Vec<Row> {
                 let product = r::matmul(&x[0], &r::permute(&x[1], &[1, 0]));
                 r::zip(&product, &r::permute(&x[2], &[1, 0]), |p, d| p - 2.0 * d)
             },
+        )
+        .no_grad(),
+        // x · wᵀ + b, a Dense layer: the dot-product path in f32.
+        row(
+            "MatMulBiasAdd",
+            vec![
+                In::F(&[5, 40], -1.0, 1.0),
+                In::F(&[7, 40], -1.0, 1.0),
+                In::F(&[7], -1.0, 1.0),
+            ],
+            |x| run_matmul_bias(&[&x[0], &x[1].transpose()?, &x[2]], false),
+            |x| {
+                let product = r::matmul(&x[0], &r::permute(&x[1], &[1, 0]));
+                r::zip(&product, &x[2], |p, b| p + b)
+            },
+        )
+        .no_grad(),
+        // relu(x · w + b): the blocked path with edge tiles in f32.
+        row(
+            "MatMulBiasAddReLU",
+            vec![
+                In::F(&[20, 9], -1.0, 1.0),
+                In::F(&[9, 17], -1.0, 1.0),
+                In::F(&[17], -1.0, 1.0),
+            ],
+            |x| run_matmul_bias(&[&x[0], &x[1], &x[2]], true),
+            |x| r::zip(&r::matmul(&x[0], &x[1]), &x[2], |p, b| (p + b).max(0.0)),
         )
         .no_grad(),
         row(

@@ -34,30 +34,33 @@ pub(super) fn run(p: &Product, threads: usize) {
     for p0 in (0..k).step_by(KD) {
         let depth = p0..KD.min(k - p0) + p0;
         let acc = p.accumulate || p0 > 0;
+        let epilogue = p.epilogue.filter(|_| depth.end == k);
         let (blocks_n, blocks_m) = (n.div_ceil(TC), m.div_ceil(TR));
+        // Each thread's part of C, then the epilogue over it, row by row, while it is
+        // still in this core's cache. Why not in the tiles: passed into the kernel, the
+        // epilogue cost its depth loop 2-6 % (64x512x784 with bias and ReLU: 0.314 ms
+        // against 0.306 plain), and read back right after the tile's scalar stores it
+        // stalled on store forwarding.
+        let part = |cols: Range<usize>, rows: Range<usize>| {
+            tiles(p, cols.clone(), rows.clone(), depth.clone(), acc);
+            if let Some(e) = epilogue {
+                let rows = rows.start * TR..(rows.end * TR).min(m);
+                let cols = cols.start * TC..(cols.end * TC).min(n);
+                // SAFETY: the part lies inside C (and D, and its columns in the bias).
+                unsafe { e.finish_region(p.dst.0, n, rows, cols) };
+            }
+        };
         if threads <= 1 || blocks_n * blocks_m < 2 {
-            tiles(p, 0..blocks_n, 0..blocks_m, depth, acc);
+            part(0..blocks_n, 0..blocks_m);
         } else if blocks_n >= threads {
-            (0..threads).into_par_iter().for_each(|t| {
-                tiles(
-                    p,
-                    split(blocks_n, threads, t),
-                    0..blocks_m,
-                    depth.clone(),
-                    acc,
-                )
-            });
+            (0..threads)
+                .into_par_iter()
+                .for_each(|t| part(split(blocks_n, threads, t), 0..blocks_m));
         } else {
             let parts = threads.min(blocks_m);
-            (0..parts).into_par_iter().for_each(|t| {
-                tiles(
-                    p,
-                    0..blocks_n,
-                    split(blocks_m, parts, t),
-                    depth.clone(),
-                    acc,
-                )
-            });
+            (0..parts)
+                .into_par_iter()
+                .for_each(|t| part(0..blocks_n, split(blocks_m, parts, t)));
         }
     }
 }

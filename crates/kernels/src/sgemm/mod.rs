@@ -35,8 +35,9 @@ pub(crate) use pack::pack_b as pack_b_panel;
 use std::cell::RefCell;
 use std::ops::Range;
 
-use crate::matmul::{Addend, MatRef};
-use epilogue::Epilogue;
+use crate::matmul::MatRef;
+use crate::matmul_epilogue::Epilogue;
+pub(crate) use epilogue::TileEpilogue;
 
 /// Rows of C one microkernel call computes.
 pub(crate) const MR: usize = 6;
@@ -177,14 +178,14 @@ unsafe impl Send for Dst {}
 unsafe impl Sync for Dst {}
 
 /// One product `C[m x n] (+)= A[m x k] * B[k x n]`, C row-major with row stride `n`,
-/// then an addend's epilogue (see [`crate::matmul::gemm_plus_into`]). The caller checked
-/// `available()`, that `m, n, k > 0`, that every strided access lies inside `a` and `b`,
-/// and that `c` (and the addend's slices) hold at least `m * n` values.
+/// then the epilogue (see [`crate::matmul_epilogue`]). The caller checked `available()`,
+/// that `m, n, k > 0`, that every strided access lies inside `a` and `b`, that `c` (and an
+/// addend) hold at least `m * n` values, and a bias at least `n`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn sgemm(
     c: &mut [f32],
     accumulate: bool,
-    addend: Option<Addend<'_, f32>>,
+    epilogue: Option<Epilogue<'_, f32>>,
     m: usize,
     n: usize,
     k: usize,
@@ -197,10 +198,10 @@ pub(crate) fn sgemm(
     debug_assert!(available() && m > 0 && n > 0 && k > 0 && c.len() >= m * n);
     let dst = Dst(c.as_mut_ptr());
     let threads = threads.max(1);
-    let mut product = Product {
+    let product = Product {
         dst,
         accumulate,
-        epilogue: addend.as_ref().map(Epilogue::new),
+        epilogue: epilogue.as_ref().map(TileEpilogue::new),
         m,
         n,
         k,
@@ -215,12 +216,7 @@ pub(crate) fn sgemm(
         DOT_MAX_ROWS
     };
     if ma.col_stride == 1 && mb.row_stride == 1 && k >= DOT_MIN_DEPTH && m <= dot_rows {
-        // The dot kernel has no epilogue of its own: the addend's runs as a pass after.
-        product.epilogue = None;
         dot::run(&product, threads);
-        if let Some(addend) = addend {
-            addend.apply_after(&mut c[..m * n]);
-        }
     } else if m <= THIN_MAX_ROWS {
         thin::run(&product, threads);
     } else {
@@ -233,7 +229,7 @@ struct Product<'a> {
     dst: Dst,
     accumulate: bool,
     /// Run by the tiles of the last depth block.
-    epilogue: Option<Epilogue>,
+    epilogue: Option<TileEpilogue>,
     m: usize,
     n: usize,
     k: usize,
@@ -266,14 +262,14 @@ unsafe fn tile_at(
     (i0, j0): (usize, usize),
     (height, width): (usize, usize),
     accumulate: bool,
-    epilogue: Option<Epilogue>,
+    epilogue: Option<TileEpilogue>,
 ) {
     // SAFETY: the caller's contract.
     unsafe {
         let c = dst.0.add(i0 * ldc + j0);
         let epilogue = epilogue.map(|e| e.at(i0, j0, ldc));
         if height == MR && width == NR {
-            kernel::tile(kc, ap, bp, ldb, c, ldc, accumulate, epilogue);
+            kernel::tile(kc, ap, bp, ldb, c, ldc, accumulate, epilogue.as_ref());
             return;
         }
         let mut tmp = [0.0f32; MR * NR];
@@ -286,7 +282,7 @@ unsafe fn tile_at(
                     v += *row.add(q);
                 }
                 if let Some(e) = epilogue {
-                    v = e.finish1(r * ldc + q, v);
+                    v = e.finish1(r, q, ldc, v);
                 }
                 *row.add(q) = v;
             }

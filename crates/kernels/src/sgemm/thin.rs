@@ -8,7 +8,8 @@ use rayon::prelude::*;
 
 use super::pack::{pack_a, pack_b};
 use super::{
-    Epilogue, MR, NR, Product, SHARED, depth_blocks, max_depth_block, split, tile_at, with_scratch,
+    MR, NR, Product, SHARED, TileEpilogue, depth_blocks, max_depth_block, split, tile_at,
+    with_scratch,
 };
 
 pub(super) fn run(p: &Product, threads: usize) {
@@ -50,7 +51,7 @@ fn columns(
     kc: usize,
     cols: Range<usize>,
     panel: &mut [f32],
-    (acc, plus): (bool, Option<Epilogue>),
+    (acc, plus): (bool, Option<TileEpilogue>),
 ) {
     let mb = p.mb;
     for jp in cols {

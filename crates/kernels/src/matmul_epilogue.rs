@@ -1,0 +1,196 @@
+//! Matrix products that finish their result before storing it: `+ beta * D` (an
+//! optimizer's moment update `m * 0.9 + dW`), `+ bias` per column and ReLU (a Dense
+//! layer's `relu(x · Wᵀ + b)`). On Spore's own GEMM the epilogue runs in the tiles, on
+//! values still in registers, so the product is written once and never read back; every
+//! other path runs it as a pass after the product.
+//!
+//! ```
+//! use spore_kernels::{matmul_epilogue as me, Buffer, Layout};
+//! let a = Buffer::F32(vec![1.0, 2.0, 3.0, 4.0]);
+//! let l = Layout::contiguous(&[2, 2]);
+//! // relu([[1, 2], [3, 4]] · [[1, 2], [3, 4]] + [-10, -20]) = relu([[-3, -10], [5, 2]])
+//! let bias = Buffer::F32(vec![-10.0, -20.0]);
+//! let e = me::BufferEpilogue { addend: None, bias: Some((&bias, 0)), relu: true };
+//! let c = me::matmul_with_epilogue(&a, &l, &a, &l, &e).unwrap();
+//! assert_eq!(c, Buffer::F32(vec![0.0, 0.0, 5.0, 2.0]));
+//! ```
+//!
+//! Every step rounds as the separate ops do (`beta * D` is a multiply, then an add: no
+//! fused multiply-add; ReLU is `x > 0 ? x : 0`), so results have their bits.
+
+use gemm::Parallelism;
+
+use crate::buffer::Buffer;
+use crate::dtype::DType;
+use crate::elementwise::{BinaryFn, Num, UnaryFn};
+use crate::layout::Layout;
+use crate::matmul::{MatRef, as_f32, gemm_with, parallelism_for};
+
+/// What a product does to each value before storing it, in this order: add
+/// `beta * addend` (laid out as C), add `bias[j]` in column `j`, apply ReLU.
+#[derive(Clone, Copy)]
+pub struct Epilogue<'a, T> {
+    pub addend: Option<(&'a [T], T)>,
+    pub bias: Option<&'a [T]>,
+    pub relu: bool,
+}
+
+impl<T: Num> Epilogue<'_, T> {
+    /// The epilogue as a pass over a finished `m x n` product `c` (rows `n` apart).
+    pub(crate) fn apply_after(&self, c: &mut [T], n: usize) {
+        if let Some((d, beta)) = self.addend {
+            for (c, &d) in c.iter_mut().zip(d) {
+                *c = c.binary(BinaryFn::Add, beta.binary(BinaryFn::Mul, d));
+            }
+        }
+        if let Some(bias) = self.bias {
+            for row in c.chunks_exact_mut(n) {
+                for (c, &b) in row.iter_mut().zip(bias) {
+                    *c = c.binary(BinaryFn::Add, b);
+                }
+            }
+        }
+        if self.relu {
+            c.iter_mut().for_each(|c| *c = c.unary(UnaryFn::Relu));
+        }
+    }
+
+    /// The same epilogue over `f32` values when `T` is `f32`.
+    pub(crate) fn as_f32(&self) -> Option<Epilogue<'_, f32>> {
+        let addend = match self.addend {
+            Some((d, beta)) => Some((as_f32(d)?, as_f32(std::slice::from_ref(&beta))?[0])),
+            None => None,
+        };
+        let bias = match self.bias {
+            Some(b) => Some(as_f32(b)?),
+            None => None,
+        };
+        Some(Epilogue {
+            addend,
+            bias,
+            relu: self.relu,
+        })
+    }
+}
+
+/// `c = epilogue(a · b)` for an `m x n` C (row-major, stride `n`); see the module doc.
+///
+/// # Panics
+/// As [`crate::matmul::gemm_into`], and when the addend has fewer than `m * n` values or
+/// the bias fewer than `n`.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_epilogue_into<T: Num>(
+    c: &mut [T],
+    epilogue: &Epilogue<'_, T>,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[T],
+    ma: MatRef,
+    b: &[T],
+    mb: MatRef,
+    par: Parallelism,
+) {
+    if let Some((d, _)) = epilogue.addend {
+        assert!(d.len() >= m * n, "gemm_epilogue_into: addend too small");
+    }
+    if let Some(bias) = epilogue.bias {
+        assert!(bias.len() >= n, "gemm_epilogue_into: bias too small");
+    }
+    gemm_with(c, false, Some(epilogue), m, n, k, (a, ma), (b, mb), par);
+}
+
+/// A contiguous operand of [`matmul_with_epilogue`]: its buffer and the offset of its
+/// first value (a contiguous view of a larger buffer needs no copy).
+pub type Contiguous<'a> = (&'a Buffer, usize);
+
+/// [`Epilogue`] over buffers: the addend (`m x n` values, with its `beta`) and the bias
+/// (`n` values).
+pub struct BufferEpilogue<'a> {
+    pub addend: Option<(Contiguous<'a>, f64)>,
+    pub bias: Option<Contiguous<'a>>,
+    pub relu: bool,
+}
+
+/// `epilogue(a · b)` for matrices (`[m, k] x [k, n]`, no batch axes) whose operands all
+/// have one float dtype: see [`gemm_epilogue_into`].
+pub fn matmul_with_epilogue(
+    a: &Buffer,
+    la: &Layout,
+    b: &Buffer,
+    lb: &Layout,
+    epilogue: &BufferEpilogue<'_>,
+) -> Result<Buffer, String> {
+    if la.rank() != 2 || lb.rank() != 2 || la.shape[1] != lb.shape[0] {
+        return Err(format!(
+            "expected two matrices [m, k] x [k, n], got {:?} x {:?}",
+            la.shape, lb.shape
+        ));
+    }
+    let (m, k, n) = (la.shape[0], la.shape[1], lb.shape[1]);
+    let needs = [
+        epilogue.addend.map(|(d, _)| (d, m * n, "addend")),
+        epilogue.bias.map(|b| (b, n, "bias")),
+    ];
+    for ((buffer, offset), len, what) in needs.into_iter().flatten() {
+        if buffer.len() < offset + len {
+            return Err(format!(
+                "the {what} needs {len} values from offset {offset}, its buffer has {}",
+                buffer.len()
+            ));
+        }
+    }
+    let sizes = (m, n, k);
+    let result = match a.dtype() {
+        DType::F32 => run::<f32>((a, la), (b, lb), epilogue, sizes).map(Buffer::F32),
+        DType::F64 => run::<f64>((a, la), (b, lb), epilogue, sizes).map(Buffer::F64),
+        _ => None,
+    };
+    result.ok_or_else(|| {
+        let dtypes: Vec<String> = [Some(a), Some(b)]
+            .into_iter()
+            .chain([epilogue.addend.map(|d| d.0.0), epilogue.bias.map(|b| b.0)])
+            .flatten()
+            .map(|b| b.dtype().to_string())
+            .collect();
+        format!(
+            "expected operands of one float dtype, got {}",
+            dtypes.join(", ")
+        )
+    })
+}
+
+/// [`matmul_with_epilogue`] in `T` (`None` when an operand is of another dtype).
+fn run<'a, T: Num>(
+    (a, la): (&Buffer, &Layout),
+    (b, lb): (&Buffer, &Layout),
+    epilogue: &BufferEpilogue<'a>,
+    (m, n, k): (usize, usize, usize),
+) -> Option<Vec<T>> {
+    let run_of = |(buf, offset): Contiguous<'a>, len: usize| -> Option<&'a [T]> {
+        Some(&buf.as_slice::<T>()?[offset..][..len])
+    };
+    let addend = match epilogue.addend {
+        Some((d, beta)) => Some((run_of(d, m * n)?, T::from_f64(beta))),
+        None => None,
+    };
+    let bias = match epilogue.bias {
+        Some(b) => Some(run_of(b, n)?),
+        None => None,
+    };
+    let typed = Epilogue {
+        addend,
+        bias,
+        relu: epilogue.relu,
+    };
+    let (a, b) = (a.as_slice::<T>()?, b.as_slice::<T>()?);
+    let mut out = crate::arena::for_overwrite::<T>(m * n);
+    let mat = |l: &Layout| MatRef {
+        offset: l.offset,
+        row_stride: l.strides[0],
+        col_stride: l.strides[1],
+    };
+    let par = parallelism_for(m * n * k);
+    gemm_epilogue_into(&mut out, &typed, m, n, k, a, mat(la), b, mat(lb), par);
+    Some(out)
+}
