@@ -129,6 +129,16 @@ fn convolution_without_input_channels_is_zero() {
     assert!(conv2d_backward_input::<f32>(&y, &[], &g).is_empty());
 }
 
+/// A `rows x cols` operand stored row-major, or column-major when `transposed`.
+fn matrix(transposed: bool, rows: usize, cols: usize) -> MatRef {
+    let (row_stride, col_stride) = if transposed { (1, rows) } else { (cols, 1) };
+    MatRef {
+        offset: 0,
+        row_stride: row_stride as isize,
+        col_stride: col_stride as isize,
+    }
+}
+
 /// A product's epilogue in the tiles (`+ beta * D`; `+ bias` per column then ReLU)
 /// equals the product followed by separate passes bit for bit, under every strategy
 /// (dot-product: 40 rows with `Bᵀ`; thin: 5-16 rows; blocked: 19 rows and more), with
@@ -171,32 +181,7 @@ fn f32_gemm_epilogues_equal_separate_passes_bit_for_bit() {
             relu: true,
         };
         for (ta, tb, threads) in [(false, false, 1), (true, false, 2), (false, true, 2)] {
-            let ma = if ta {
-                MatRef {
-                    offset: 0,
-                    row_stride: 1,
-                    col_stride: m as isize,
-                }
-            } else {
-                MatRef {
-                    offset: 0,
-                    row_stride: k as isize,
-                    col_stride: 1,
-                }
-            };
-            let mb = if tb {
-                MatRef {
-                    offset: 0,
-                    row_stride: 1,
-                    col_stride: k as isize,
-                }
-            } else {
-                MatRef {
-                    offset: 0,
-                    row_stride: n as isize,
-                    col_stride: 1,
-                }
-            };
+            let (ma, mb) = (matrix(ta, m, k), matrix(tb, k, n));
             let par = if threads > 1 {
                 Parallelism::Rayon(threads)
             } else {

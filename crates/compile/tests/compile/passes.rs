@@ -464,6 +464,47 @@ fn relu_folds_into_the_convolution_it_reads() {
     }
 }
 
+/// Random f32 inputs of `types`, seeded from `seed`.
+fn random_inputs(types: &[TensorType], seed: u64) -> Vec<Tensor> {
+    types
+        .iter()
+        .enumerate()
+        .map(|(k, t)| Tensor::randn(&t.shape, DType::F32, Some(seed + k as u64)).unwrap())
+        .collect()
+}
+
+/// Fuses `g` and returns its IR, after checking that the fused graph's results equal the
+/// unfused graph's bit for bit, in the interpreter and in the executor over two runs.
+fn fuse_keeping_bits(mut g: Graph, inputs: &[Tensor]) -> String {
+    let before = g.interpret(inputs).unwrap();
+    assert!(FuseElementwise.run(&mut g).unwrap());
+    Dce.run(&mut g).unwrap();
+    g.verify().unwrap();
+    let ir = g.to_ir();
+    let after = g.interpret(inputs).unwrap();
+    let mut exe = spore_compile::executor::Executable::new(g).unwrap();
+    for run in 0..2 {
+        let outputs = exe.run(inputs).unwrap();
+        for (k, want) in before.outputs.iter().enumerate() {
+            assert_close(&after.outputs[k], want, 0.0, &format!("interpreted\n{ir}"));
+            assert_close(
+                &outputs[k],
+                want,
+                0.0,
+                &format!("executed, run {run}\n{ir}"),
+            );
+        }
+    }
+    ir
+}
+
+/// The IR of `g` after fusion.
+fn fused_ir(mut g: Graph) -> String {
+    FuseElementwise.run(&mut g).unwrap();
+    Dce.run(&mut g).unwrap();
+    g.to_ir()
+}
+
 /// A Momentum update of a weight gradient, `m * 0.9 + dyᵀ · x`, and a product plus a
 /// tensor of its shape become `MatMulAdd`; results equal the unfused graph's bit for bit,
 /// in the interpreter and in the executor over two runs. A product also returned, one
@@ -477,12 +518,7 @@ fn scaled_addends_of_products_join_them() {
         TensorType::new(&[30, 20], DType::F32),
         TensorType::new(&[20, 20], DType::F32),
     ];
-    let inputs: Vec<Tensor> = types
-        .iter()
-        .enumerate()
-        .map(|(k, t)| Tensor::randn(&t.shape, DType::F32, Some(30 + k as u64)).unwrap())
-        .collect();
-    let mut g = trace("momentum", &types, |x| {
+    let g = trace("momentum", &types, |x| {
         let dw = x[0].transpose()?.matmul(&x[1])?;
         let m_new = x[2].mul_scalar(0.9)?.add(&dw)?;
         let w_new = x[3].sub(&m_new.mul_scalar(0.01)?)?;
@@ -490,22 +526,9 @@ fn scaled_addends_of_products_join_them() {
         Ok(vec![m_new, w_new, gram])
     })
     .unwrap();
-    let before = g.interpret(&inputs).unwrap();
-    assert!(FuseElementwise.run(&mut g).unwrap());
-    Dce.run(&mut g).unwrap();
-    g.verify().unwrap();
-    let ir = g.to_ir();
+    let ir = fuse_keeping_bits(g, &random_inputs(&types, 30));
     assert_eq!(ir.matches("= MatMulAdd(").count(), 2, "{ir}");
     assert!(!ir.contains("= MatMul("), "{ir}");
-    let after = g.interpret(&inputs).unwrap();
-    let mut exe = spore_compile::executor::Executable::new(g).unwrap();
-    for run in 0..2 {
-        let outputs = exe.run(&inputs).unwrap();
-        for (k, want) in before.outputs.iter().enumerate() {
-            assert_close(&after.outputs[k], want, 0.0, "interpreted MatMulAdd");
-            assert_close(&outputs[k], want, 0.0, &format!("executed, run {run}"));
-        }
-    }
 
     let kept_types = [
         TensorType::new(&[8, 16], DType::F32),
@@ -514,7 +537,7 @@ fn scaled_addends_of_products_join_them() {
         TensorType::new(&[], DType::F32),
         TensorType::new(&[8, 8], DType::F32),
     ];
-    let mut kept = trace("kept", &kept_types, |x| {
+    let kept = trace("kept", &kept_types, |x| {
         let product = x[0].matmul(&x[1])?;
         let returned = product.mul_scalar(0.5)?.add(&product)?;
         let biased = x[0].matmul(&x[1])?.add(&x[2])?;
@@ -522,9 +545,7 @@ fn scaled_addends_of_products_join_them() {
         Ok(vec![returned, product, biased, scaled])
     })
     .unwrap();
-    FuseElementwise.run(&mut kept).unwrap();
-    Dce.run(&mut kept).unwrap();
-    let ir = kept.to_ir();
+    let ir = fused_ir(kept);
     assert!(!ir.contains("MatMulAdd"), "{ir}");
 }
 
@@ -541,34 +562,16 @@ fn dense_bias_and_relu_join_the_product() {
         TensorType::new(&[10, 200], DType::F32),
         TensorType::new(&[10], DType::F32),
     ];
-    let inputs: Vec<Tensor> = types
-        .iter()
-        .enumerate()
-        .map(|(k, t)| Tensor::randn(&t.shape, DType::F32, Some(50 + k as u64)).unwrap())
-        .collect();
-    let mut g = trace("mlp", &types, |x| {
+    let g = trace("mlp", &types, |x| {
         let h = x[0].matmul(&x[1].transpose()?)?.add(&x[2])?.relu()?;
         let logits = h.matmul(&x[3].transpose()?)?.add(&x[4])?;
         Ok(vec![logits, h])
     })
     .unwrap();
-    let before = g.interpret(&inputs).unwrap();
-    assert!(FuseElementwise.run(&mut g).unwrap());
-    Dce.run(&mut g).unwrap();
-    g.verify().unwrap();
-    let ir = g.to_ir();
+    let ir = fuse_keeping_bits(g, &random_inputs(&types, 50));
     assert_eq!(ir.matches("= MatMulBiasAddReLU(").count(), 1, "{ir}");
     assert_eq!(ir.matches("= MatMulBiasAdd(").count(), 1, "{ir}");
     assert!(!ir.contains("= MatMul("), "{ir}");
-    let after = g.interpret(&inputs).unwrap();
-    let mut exe = spore_compile::executor::Executable::new(g).unwrap();
-    for run in 0..2 {
-        let outputs = exe.run(&inputs).unwrap();
-        for (k, want) in before.outputs.iter().enumerate() {
-            assert_close(&after.outputs[k], want, 0.0, "interpreted MatMulBias");
-            assert_close(&outputs[k], want, 0.0, &format!("executed, run {run}"));
-        }
-    }
 
     let kept_types = [
         TensorType::new(&[8, 16], DType::F32),
@@ -576,15 +579,13 @@ fn dense_bias_and_relu_join_the_product() {
         TensorType::new(&[8, 1], DType::F32),
         TensorType::new(&[8], DType::F32),
     ];
-    let mut kept = trace("kept", &kept_types, |x| {
+    let kept = trace("kept", &kept_types, |x| {
         let per_row = x[0].matmul(&x[1])?.add(&x[2])?.relu()?;
         let product = x[0].matmul(&x[1])?;
         let twice = product.add(&x[3])?.relu()?;
         Ok(vec![per_row, twice, product])
     })
     .unwrap();
-    FuseElementwise.run(&mut kept).unwrap();
-    Dce.run(&mut kept).unwrap();
-    let ir = kept.to_ir();
+    let ir = fused_ir(kept);
     assert!(!ir.contains("MatMulBias"), "{ir}");
 }
