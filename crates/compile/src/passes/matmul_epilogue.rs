@@ -1,6 +1,7 @@
-//! Elementwise work that only finishes a matrix product joins the product's epilogue,
-//! where the product's tiles do it as they are stored (see `spore_kernels::
-//! matmul_epilogue`), so the product is never written and read back:
+//! Elementwise work that only finishes a matrix product joins the product's epilogue:
+//! the GEMM's tiles (or each of its threads, on its part of the result) do it while the
+//! values are still in registers or cache (see `spore_kernels::matmul_epilogue`), so the
+//! product is never written out and read back:
 //!
 //! - the Momentum update `m * 0.9 + dW`, with `dW = dyᵀ · x` read by nothing else, becomes
 //!   `MatMulAdd(dyᵀ, x, m)` (one sweep over the moment instead of writing the gradient,

@@ -7,6 +7,9 @@ mod reference;
 #[path = "../../../core/tests/core/table.rs"]
 mod table;
 #[allow(dead_code)] // the compile tests use the runners, not the references
+#[path = "../../../core/tests/core/table_products.rs"]
+mod table_products;
+#[allow(dead_code)] // the compile tests use the runners, not the references
 #[path = "../../../core/tests/core/table_structural.rs"]
 mod table_structural;
 

@@ -6,6 +6,7 @@ mod errors;
 mod op_table;
 mod reference;
 mod table;
+mod table_products;
 mod table_structural;
 mod tensor;
 mod training;

@@ -348,5 +348,6 @@ pub fn rows() -> Vec<Row> {
     ]
     .into_iter()
     .chain(super::table_structural::structural_rows())
+    .chain(super::table_products::product_rows())
     .collect()
 }

@@ -1,10 +1,10 @@
 //! Kernel-level checks the op table cannot reach with small shapes: published Philox
-//! vectors, and large GEMM / convolution paths (threaded, strided) against naive loops.
+//! vectors, and large GEMM (`products.rs`) / convolution paths (threaded, strided) against
+//! naive loops.
 
-use gemm::Parallelism;
+mod products;
+
 use spore_kernels::conv::{ConvGeometry, conv2d, conv2d_backward_filter, conv2d_backward_input};
-use spore_kernels::matmul::{MatRef, gemm_into};
-use spore_kernels::matmul_epilogue::{Epilogue, gemm_epilogue_into};
 use spore_kernels::random::philox;
 
 #[test]
@@ -26,7 +26,7 @@ fn philox_matches_random123_known_answers() {
     );
 }
 
-fn values(n: usize, seed: u64) -> Vec<f64> {
+pub(crate) fn values(n: usize, seed: u64) -> Vec<f64> {
     let mut s = seed;
     (0..n)
         .map(|_| {
@@ -36,42 +36,6 @@ fn values(n: usize, seed: u64) -> Vec<f64> {
             ((s >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
         })
         .collect()
-}
-
-#[test]
-fn large_threaded_gemm_with_transposed_operands_matches_naive() {
-    let (m, n, k) = (131, 97, 203);
-    // a is stored transposed (k x m), b row-major (k x n).
-    let a = values(m * k, 1);
-    let b = values(k * n, 2);
-    let mut c = vec![0.0f64; m * n];
-    let threads = rayon::current_num_threads().max(2);
-    gemm_into(
-        &mut c,
-        false,
-        m,
-        n,
-        k,
-        &a,
-        MatRef {
-            offset: 0,
-            row_stride: 1,
-            col_stride: m as isize,
-        },
-        &b,
-        MatRef {
-            offset: 0,
-            row_stride: n as isize,
-            col_stride: 1,
-        },
-        Parallelism::Rayon(threads),
-    );
-    for i in 0..m {
-        for j in 0..n {
-            let want: f64 = (0..k).map(|p| a[p * m + i] * b[p * n + j]).sum();
-            assert!((c[i * n + j] - want).abs() < 1e-10, "({i}, {j})");
-        }
-    }
 }
 
 #[test]
@@ -127,192 +91,6 @@ fn convolution_without_input_channels_is_zero() {
     let dw = conv2d_backward_filter::<f32>(&y, &[], &g);
     assert!(dw.is_empty());
     assert!(conv2d_backward_input::<f32>(&y, &[], &g).is_empty());
-}
-
-/// A `rows x cols` operand stored row-major, or column-major when `transposed`.
-fn matrix(transposed: bool, rows: usize, cols: usize) -> MatRef {
-    let (row_stride, col_stride) = if transposed { (1, rows) } else { (cols, 1) };
-    MatRef {
-        offset: 0,
-        row_stride: row_stride as isize,
-        col_stride: col_stride as isize,
-    }
-}
-
-/// A product's epilogue in the tiles (`+ beta * D`; `+ bias` per column then ReLU)
-/// equals the product followed by separate passes bit for bit, under every strategy
-/// (dot-product: 40 rows with `Bᵀ`; thin: 5-16 rows; blocked: 19 rows and more), with
-/// edge tiles, one or several depth blocks (the epilogue joins only after the last), and
-/// one or two threads. The bias holds a NaN and signed zeros, which ReLU maps to 0.
-#[test]
-fn f32_gemm_epilogues_equal_separate_passes_bit_for_bit() {
-    let shapes = [
-        (5, 17, 3),
-        (16, 25, 784),
-        (19, 35, 300),
-        (40, 30, 784),
-        (64, 50, 1100),
-        (150, 110, 64),
-        (300, 40, 700),
-    ];
-    for (case, &(m, n, k)) in shapes.iter().enumerate() {
-        let f32s = |n: usize, seed: u64| -> Vec<f32> {
-            values(n, seed).iter().map(|&v| v as f32).collect()
-        };
-        let (a, b, d) = (
-            f32s(m * k, 40 + case as u64),
-            f32s(k * n, 50 + case as u64),
-            f32s(m * n, 60 + case as u64),
-        );
-        let mut bias = f32s(n, 70 + case as u64);
-        bias[0] = f32::NAN;
-        if n > 2 {
-            bias[1] = -0.0;
-            bias[2] = 0.0;
-        }
-        let moment = Epilogue {
-            addend: Some((&d[..], 0.9)),
-            bias: None,
-            relu: false,
-        };
-        let dense = Epilogue {
-            addend: None,
-            bias: Some(&bias[..]),
-            relu: true,
-        };
-        for (ta, tb, threads) in [(false, false, 1), (true, false, 2), (false, true, 2)] {
-            let (ma, mb) = (matrix(ta, m, k), matrix(tb, k, n));
-            let par = if threads > 1 {
-                Parallelism::Rayon(threads)
-            } else {
-                Parallelism::None
-            };
-            let mut product = vec![f32::NAN; m * n];
-            gemm_into(&mut product, false, m, n, k, &a, ma, &b, mb, par);
-            let plus: Vec<f32> = product.iter().zip(&d).map(|(p, d)| p + 0.9 * d).collect();
-            let relu = |x: f32| if x > 0.0 { x } else { 0.0 };
-            let biased: Vec<f32> = (0..m * n).map(|i| relu(product[i] + bias[i % n])).collect();
-            for (epilogue, want, what) in
-                [(&moment, &plus, "addend"), (&dense, &biased, "bias+relu")]
-            {
-                let mut got = vec![f32::NAN; m * n];
-                gemm_epilogue_into(&mut got, epilogue, m, n, k, &a, ma, &b, mb, par);
-                for (i, (g, w)) in got.iter().zip(want).enumerate() {
-                    assert_eq!(
-                        g.to_bits(),
-                        w.to_bits(),
-                        "{what}: {m}x{n}x{k} ta={ta} tb={tb} threads={threads} at {i}: {g} vs {w}"
-                    );
-                }
-            }
-        }
-    }
-}
-
-/// Spore's f32 GEMM (dot-product, thin and blocked strategies, packed and in-place
-/// operands, edge tiles, depth and column blocks, threads) against an f64 loop, for
-/// every combination of transposed operands and with accumulation.
-#[test]
-fn f32_gemm_strategies_match_naive_for_edge_shapes_and_strides() {
-    let shapes = [
-        (1, 1, 1),
-        (5, 17, 3),
-        (6, 16, 256),
-        (7, 33, 257),
-        (13, 50, 40),
-        (16, 25, 784),
-        (16, 5, 1100),
-        (19, 35, 300),
-        (20, 48, 37),
-        // Dot kernel beyond 16 rows (with `Bᵀ`), and a depth whose short tail joins the
-        // last block (784 = 256 + 256 + 272).
-        (40, 30, 784),
-        // Rows 4 KiB apart (with `Bᵀ`): the packed path, not the dot kernel.
-        (33, 20, 1024),
-        (150, 1100, 20),
-        (300, 40, 30),
-    ];
-    for (case, &(m, n, k)) in shapes.iter().enumerate() {
-        let a64 = values(m * k, 10 + case as u64);
-        let b64 = values(k * n, 20 + case as u64);
-        let c64 = values(m * n, 30 + case as u64);
-        let a: Vec<f32> = a64.iter().map(|&v| v as f32).collect();
-        let b: Vec<f32> = b64.iter().map(|&v| v as f32).collect();
-        for (ta, tb, accumulate, threads) in [
-            (false, false, false, 1),
-            (false, true, true, 2),
-            (true, false, false, 2),
-            (true, true, true, 1),
-            (false, true, false, 1),
-            (false, false, true, 2),
-        ] {
-            // Transposed operands are stored column-major; a row-major B is read from
-            // the end with a negative row stride, to cover reversed views too.
-            let ma = if ta {
-                MatRef {
-                    offset: 0,
-                    row_stride: 1,
-                    col_stride: m as isize,
-                }
-            } else {
-                MatRef {
-                    offset: 0,
-                    row_stride: k as isize,
-                    col_stride: 1,
-                }
-            };
-            let mb = if tb {
-                MatRef {
-                    offset: 0,
-                    row_stride: 1,
-                    col_stride: k as isize,
-                }
-            } else if accumulate {
-                MatRef {
-                    offset: (k - 1) * n,
-                    row_stride: -(n as isize),
-                    col_stride: 1,
-                }
-            } else {
-                MatRef {
-                    offset: 0,
-                    row_stride: n as isize,
-                    col_stride: 1,
-                }
-            };
-            let at = |i: usize, p: usize| {
-                a64[(ma.offset as isize + i as isize * ma.row_stride + p as isize * ma.col_stride)
-                    as usize]
-            };
-            let bt = |p: usize, j: usize| {
-                b64[(mb.offset as isize + p as isize * mb.row_stride + j as isize * mb.col_stride)
-                    as usize]
-            };
-            let mut c: Vec<f32> = c64.iter().map(|&v| v as f32).collect();
-            let par = if threads > 1 {
-                Parallelism::Rayon(threads)
-            } else {
-                Parallelism::None
-            };
-            gemm_into(&mut c, accumulate, m, n, k, &a, ma, &b, mb, par);
-            let tol = 1e-5 * (k as f64).sqrt() * 4.0;
-            for i in 0..m {
-                for j in 0..n {
-                    let base = if accumulate {
-                        c64[i * n + j] as f32 as f64
-                    } else {
-                        0.0
-                    };
-                    let want = base + (0..k).map(|p| at(i, p) * bt(p, j)).sum::<f64>();
-                    let got = c[i * n + j] as f64;
-                    assert!(
-                        (got - want).abs() <= tol * (1.0 + want.abs()),
-                        "{m}x{n}x{k} ta={ta} tb={tb} acc={accumulate} threads={threads} at ({i}, {j}): {got} vs {want}"
-                    );
-                }
-            }
-        }
-    }
 }
 
 /// Naive f64 convolution (taps in the padding read zero) and both gradients: (y, dx, dw).
