@@ -94,8 +94,9 @@ pub enum Op {
         beta_bits: u64,
     },
     /// `A · B + bias` (the bias a row vector added to every row), then ReLU with `relu`:
-    /// a Dense layer's forward pass as one op, the bias and ReLU applied as the product's
-    /// tiles are stored (built by the graph compiler; see `prims::matmul`).
+    /// a Dense layer's forward pass as one op, the bias and ReLU applied by the product's
+    /// kernel while its values are in registers or cache (built by the graph compiler;
+    /// see `prims::matmul`).
     MatMulBias {
         relu: bool,
     },
@@ -324,8 +325,8 @@ impl Op {
             Op::Binary(_) | Op::Compare(_) | Op::MatMul | Op::Conv2d(_) | Op::Conv2dRelu(_) => 2,
             Op::Conv2dBackpropInput { .. } | Op::Conv2dBackpropFilter { .. } => 2,
             Op::MaxPool2dGrad(_) | Op::MaxPool2dGradOfRelu(_) | Op::Gather { .. } => 2,
-            Op::Select | Op::ScatterAdd { .. } | Op::MatMulAdd { .. } => 3,
-            Op::MatMulBias { .. } => 3,
+            Op::Select | Op::ScatterAdd { .. } => 3,
+            Op::MatMulAdd { .. } | Op::MatMulBias { .. } => 3,
             Op::Concat { .. } | Op::Custom(_) | Op::Print(_) => return None,
             Op::Fused(_) | Op::FusedReduceSum { .. } => return None,
             _ => 1,

@@ -100,3 +100,37 @@ fn errors_from_composites_point_at_the_user() {
     let err = x.softmax(5).unwrap_err();
     assert_eq!(err.location().map(|l| l.line()), Some(line), "{err}");
 }
+
+/// The compiler-built products check their extra operand: an addend of another shape, a
+/// bias of the wrong length, integer matrices and batched operands are errors that name
+/// the op and say what was expected.
+#[test]
+fn product_epilogue_ops_reject_mismatched_operands() {
+    use spore_core::op::Op;
+    let apply = |op: Op, args: &[&Tensor]| {
+        spore_core::apply::apply(op, args, std::panic::Location::caller())
+            .unwrap_err()
+            .to_string()
+    };
+    let add = Op::MatMulAdd {
+        beta_bits: 0.9f64.to_bits(),
+    };
+    let bias = Op::MatMulBias { relu: true };
+    let (a, b) = (
+        Tensor::zeros(&[2, 3], DType::F32),
+        Tensor::zeros(&[3, 5], DType::F32),
+    );
+    let msg = apply(add.clone(), &[&a, &b, &Tensor::zeros(&[5, 2], DType::F32)]);
+    assert!(msg.contains("MatMulAdd") && msg.contains("addend"), "{msg}");
+    let msg = apply(bias.clone(), &[&a, &b, &Tensor::zeros(&[3], DType::F32)]);
+    assert!(
+        msg.contains("MatMulBiasAddReLU") && msg.contains("[5]"),
+        "{msg}"
+    );
+    let ints = Tensor::zeros(&[2, 3], DType::I32);
+    let msg = apply(add, &[&ints, &Tensor::zeros(&[3, 5], DType::I32), &ints]);
+    assert!(msg.contains("float matrices"), "{msg}");
+    let batched = Tensor::zeros(&[4, 2, 3], DType::F32);
+    let msg = apply(bias, &[&batched, &b, &Tensor::zeros(&[5], DType::F32)]);
+    assert!(msg.contains("float matrices"), "{msg}");
+}
