@@ -58,6 +58,18 @@ pub struct MatRef {
     pub col_stride: isize,
 }
 
+impl MatRef {
+    /// The matrix of `l`'s last two axes, starting at `offset`.
+    pub(crate) fn of_last_two(l: &Layout, offset: usize) -> MatRef {
+        let r = l.rank();
+        MatRef {
+            offset,
+            row_stride: l.strides[r - 2],
+            col_stride: l.strides[r - 1],
+        }
+    }
+}
+
 /// `c (m x n, row-major, stride n) (+)= a (m x k) * b (k x n)`. f32 goes to Spore's own
 /// GEMM where the CPU has AVX2 and FMA, other floats to `gemm`, integers to a plain loop.
 ///
@@ -97,7 +109,7 @@ pub(crate) fn gemm_with<T: Num>(
     if m == 0 || n == 0 {
         return;
     }
-    let add_after = |c: &mut [T], epilogue: Option<&Epilogue<'_, T>>| {
+    let add_after = |c: &mut [T]| {
         if let Some(e) = epilogue {
             e.apply_after(&mut c[..m * n], n);
         }
@@ -106,7 +118,7 @@ pub(crate) fn gemm_with<T: Num>(
         if !accumulate {
             c[..m * n].iter_mut().for_each(|x| *x = T::zero());
         }
-        return add_after(c, epilogue);
+        return add_after(c);
     }
     let is_f32 = T::DTYPE == crate::DType::F32;
     let is_f64 = T::DTYPE == crate::DType::F64;
@@ -168,7 +180,7 @@ pub(crate) fn gemm_with<T: Num>(
                 par,
             );
         }
-        return add_after(c, epilogue);
+        return add_after(c);
     }
     for i in 0..m {
         for j in 0..n {
@@ -185,7 +197,7 @@ pub(crate) fn gemm_with<T: Num>(
             c[i * n + j] = s;
         }
     }
-    add_after(c, epilogue);
+    add_after(c);
 }
 
 /// `s` as `f32` values when `T` is `f32`.
@@ -233,11 +245,7 @@ pub fn matmul(
             offsets[next + 1] = row.starts[1] as i64;
             next += 2;
         });
-        let mat = |off: usize, l: &Layout| MatRef {
-            offset: off,
-            row_stride: l.strides[r - 2],
-            col_stride: l.strides[r - 1],
-        };
+        let mat = |off: usize, l: &Layout| MatRef::of_last_two(l, off);
         let work = m * n * k;
         if nb > 1 && work < GEMM_PARALLEL_WORK && m * n > 0 {
             out.par_chunks_mut(m * n)

@@ -185,11 +185,7 @@ fn run<'a, T: Num>(
     };
     let (a, b) = (a.as_slice::<T>()?, b.as_slice::<T>()?);
     let mut out = crate::arena::for_overwrite::<T>(m * n);
-    let mat = |l: &Layout| MatRef {
-        offset: l.offset,
-        row_stride: l.strides[0],
-        col_stride: l.strides[1],
-    };
+    let mat = |l: &Layout| MatRef::of_last_two(l, l.offset);
     let par = parallelism_for(m * n * k);
     gemm_epilogue_into(&mut out, &typed, m, n, k, a, mat(la), b, mat(lb), par);
     Some(out)

@@ -10,7 +10,7 @@
 use std::panic::Location;
 use std::sync::Arc;
 
-use spore_kernels::matmul_epilogue::{BufferEpilogue, matmul_with_epilogue};
+use spore_kernels::matmul_epilogue::{BufferEpilogue, Contiguous, matmul_with_epilogue};
 use spore_kernels::{Buffer, DType, Dims, matmul as k};
 
 use super::elementwise::when;
@@ -108,13 +108,11 @@ pub(crate) fn eval_plus(
     beta: f64,
     out: &TensorType,
 ) -> Result<Storage, String> {
-    let d = contiguous_run(inputs[2]);
-    let epilogue = BufferEpilogue {
-        addend: Some(((&d.0, d.1), beta)),
+    eval_with(inputs, out, |d| BufferEpilogue {
+        addend: Some((d, beta)),
         bias: None,
         relu: false,
-    };
-    eval_with(inputs, &epilogue, out)
+    })
 }
 
 /// `A · B + bias`, then ReLU with `relu`: the bits of the product, a broadcast add and a
@@ -124,27 +122,28 @@ pub(crate) fn eval_bias(
     relu: bool,
     out: &TensorType,
 ) -> Result<Storage, String> {
-    let bias = contiguous_run(inputs[2]);
-    let epilogue = BufferEpilogue {
+    eval_with(inputs, out, |bias| BufferEpilogue {
         addend: None,
-        bias: Some((&bias.0, bias.1)),
+        bias: Some(bias),
         relu,
-    };
-    eval_with(inputs, &epilogue, out)
+    })
 }
 
+/// The product of `inputs[0]` and `inputs[1]` with the epilogue `epilogue` makes of
+/// `inputs[2]` (read where it lies when contiguous).
 fn eval_with(
     inputs: &[&Tensor],
-    epilogue: &BufferEpilogue<'_>,
     out: &TensorType,
+    epilogue: impl for<'a> FnOnce(Contiguous<'a>) -> BufferEpilogue<'a>,
 ) -> Result<Storage, String> {
     let (a, b) = (inputs[0], inputs[1]);
+    let (operand, offset) = contiguous_run(inputs[2]);
     let buf = matmul_with_epilogue(
         &a.buf().buffer,
         &a.layout(),
         &b.buf().buffer,
         &b.layout(),
-        epilogue,
+        &epilogue((&operand, offset)),
     )?;
     Ok(Storage::contiguous(buf, &out.shape))
 }

@@ -75,24 +75,6 @@ impl TileEpilogue {
         }
     }
 
-    /// The finished values `(lo, hi)` of row `r` (16 of them) through the epilogue.
-    ///
-    /// # Safety
-    /// AVX2 is available; those 16 values lie inside D, and the tile's 16 columns inside
-    /// the bias.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    pub(crate) unsafe fn finish16(
-        self,
-        r: usize,
-        ldc: usize,
-        (lo, hi): (__m256, __m256),
-    ) -> (__m256, __m256) {
-        // SAFETY: the caller's contract.
-        unsafe { (self.finish8(r, 0, ldc, lo), self.finish8(r, 8, ldc, hi)) }
-    }
-
     /// The eight finished values `v` from column `q` of row `r` through the epilogue.
     ///
     /// # Safety
@@ -100,7 +82,7 @@ impl TileEpilogue {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     #[inline]
-    unsafe fn finish8(self, r: usize, q: usize, ldc: usize, mut v: __m256) -> __m256 {
+    pub(crate) unsafe fn finish8(self, r: usize, q: usize, ldc: usize, mut v: __m256) -> __m256 {
         // SAFETY: the caller's contract.
         unsafe {
             if let Some((d, beta)) = self.addend {

@@ -91,7 +91,7 @@ pub(super) unsafe fn store_tile(
                 hi = _mm256_add_ps(hi, _mm256_loadu_ps(out.add(8)));
             }
             if let Some(e) = epilogue {
-                (lo, hi) = e.finish16(r, ldc, (lo, hi));
+                (lo, hi) = (e.finish8(r, 0, ldc, lo), e.finish8(r, 8, ldc, hi));
             }
             _mm256_storeu_ps(out, lo);
             _mm256_storeu_ps(out.add(8), hi);
