@@ -162,6 +162,9 @@ impl Executable {
         // switches per op, a large share of a small network's step).
         spore_core::threads::join_kernel_pool_once();
         let result = if rayon::current_thread_index().is_some() {
+            // The other workers spin through the step (and a moment after, until the next
+            // one), so that each parallel kernel finds them awake.
+            let _awake = spore_core::threads::keep_workers_awake();
             self.run_pooled(inputs, outputs, iteration)
         } else {
             rayon::scope(|_| self.run_pooled(inputs, outputs, iteration))

@@ -93,6 +93,10 @@ fn apply_observed(
     let data = if record {
         trace::record(op, inputs, &ty, loc)?
     } else {
+        // An eager op keeps the pool's other workers spinning (see `threads::awake`): the
+        // next op's parallel kernel then finds them awake. A compiled step holds its own
+        // guard for all its ops.
+        let _awake = observe.then(crate::threads::keep_workers_awake);
         Data::Concrete(
             op.eval(inputs, &ty)
                 .map_err(|m| op_error(op, m, inputs, loc))?,

@@ -24,7 +24,11 @@
 //! test's thread, a data-loader thread) still gets its jobs run while the main thread
 //! blocks on something else.
 
+mod awake;
+
 use std::sync::Once;
+
+pub use awake::{AwakeGuard, LINGER, keep_workers_awake};
 
 use crate::error::{Error, Result};
 
