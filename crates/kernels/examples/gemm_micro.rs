@@ -38,6 +38,7 @@ fn main() {
         ("mlp h.W2t", 64, 512, 512, false, true, 2),
         ("mlp dy.W2", 64, 512, 512, false, false, 2),
         ("mlp dy.W3", 64, 512, 10, false, false, 2),
+        ("mlp h.W3t", 64, 10, 512, false, true, 2),
         ("mlp dyT.h", 512, 512, 64, true, false, 2),
         ("lenet conv2 fwd", 16, 1000, 150, false, false, 1),
         ("lenet conv1 fwd", 6, 784, 25, false, false, 1),

@@ -65,8 +65,9 @@ fn f32_gemm_epilogues_equal_separate_passes_bit_for_bit() {
         (16, 25, 784),
         (19, 35, 300),
         (40, 30, 784),
-        // Dot kernel split by rows (one column block), ending in two 2-row tiles.
-        (22, 3, 64),
+        // Dot kernel split by rows (3 column blocks, 8 row tiles), ending in two 2-row
+        // tiles.
+        (22, 10, 64),
         (64, 50, 1100),
         (150, 110, 64),
         (300, 40, 700),
@@ -143,8 +144,9 @@ fn f32_gemm_strategies_match_naive_for_edge_shapes_and_strides() {
         // Dot kernel beyond 16 rows (with `Bᵀ`), and a depth whose short tail joins the
         // last block (784 = 256 + 256 + 272).
         (40, 30, 784),
-        // Dot kernel split by rows (one column block), ending in two 2-row tiles.
-        (22, 3, 64),
+        // Dot kernel split by rows (3 column blocks, 8 row tiles), ending in two 2-row
+        // tiles.
+        (22, 10, 64),
         // Rows 4 KiB apart (with `Bᵀ`): the packed path, not the dot kernel.
         (33, 20, 1024),
         (150, 1100, 20),
