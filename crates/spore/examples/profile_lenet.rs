@@ -1,9 +1,10 @@
 //! Where one LeNet5 training step (batch 32) spends its time, op by op (Spore's own
 //! profiler), in PyNative mode, or in Graph mode with `--graph`; `--mlp` profiles the
 //! seed 004 MLP (batch 64) instead, `--resnet` ResNet-18 (batch 32, 3 steps); `--infer`
-//! profiles the network's inference (forward, no gradients) instead of a training step.
-//! Run: `cargo run --release --example profile_lenet [-- --graph] [--mlp | --resnet]
-//! [--infer]`
+//! profiles the network's inference (forward, no gradients) instead of a training step;
+//! `--save-graphs` (with `--graph`) also writes the step's IR after every pass.
+//! Run: `cargo run --release --example profile_lenet [-- --graph [--save-graphs]] [--mlp |
+//! --resnet] [--infer]`
 
 use spore::prelude::*;
 use spore_core::debug::profiler::Profiler;
@@ -11,10 +12,18 @@ use spore_core::debug::profiler::Profiler;
 fn main() -> Result<()> {
     // The main thread is one of the kernel pool's workers (see `spore::core::threads`).
     spore::core::threads::join_kernel_pool(Some(2))?;
-    if std::env::args().any(|a| a == "--graph") {
-        set_context(ContextUpdate::new().mode(Mode::Graph))?;
-    }
     let flag = |f: &str| std::env::args().any(|a| a == f);
+    if flag("--graph") {
+        let mut update = ContextUpdate::new().mode(Mode::Graph);
+        if flag("--save-graphs") {
+            // The step's IR after every pass, to read what the kernels were given.
+            let dir = std::env::temp_dir()
+                .join("spore-profile-lenet")
+                .join("graphs");
+            update = update.save_graphs(1).save_graphs_path(dir);
+        }
+        set_context(update)?;
+    }
     let (net, x_shape, steps): (std::sync::Arc<dyn Cell>, [usize; 4], usize) = if flag("--mlp") {
         (Mlp::new()?, [64, 1, 28, 28], 20)
     } else if flag("--resnet") {
