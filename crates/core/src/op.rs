@@ -100,6 +100,10 @@ pub enum Op {
     MatMulBias {
         relu: bool,
     },
+    /// `Y > 0 ? A · B : 0` for matrices, `Y` shaped as the product: ReLU's gradient of a
+    /// product (`dy · W` masked by the layer's output), the mask applied by the product's
+    /// kernel (built by the graph compiler; see `prims::matmul`).
+    MatMulReluGrad,
     Conv2d(ConvAttrs),
     /// `relu(Conv2d(x, w))` as one op: made by the graph compiler's fusion (after autodiff)
     /// where a ReLU is a convolution's only reader.
@@ -208,6 +212,7 @@ pub const PRIMITIVE_NAMES: &[&str] = &[
     "MatMulAdd",
     "MatMulBiasAdd",
     "MatMulBiasAddReLU",
+    "MatMulReluGrad",
     "Conv2D",
     "Conv2DBackpropInput",
     "Conv2DBackpropFilter",
@@ -284,6 +289,7 @@ impl Op {
             Op::MatMulAdd { .. } => "MatMulAdd",
             Op::MatMulBias { relu: false } => "MatMulBiasAdd",
             Op::MatMulBias { relu: true } => "MatMulBiasAddReLU",
+            Op::MatMulReluGrad => "MatMulReluGrad",
             Op::Conv2d(_) => "Conv2D",
             Op::Conv2dRelu(_) => "Conv2DReLU",
             Op::Conv2dBackpropInput { .. } => "Conv2DBackpropInput",
@@ -326,7 +332,7 @@ impl Op {
             Op::Conv2dBackpropInput { .. } | Op::Conv2dBackpropFilter { .. } => 2,
             Op::MaxPool2dGrad(_) | Op::MaxPool2dGradOfRelu(_) | Op::Gather { .. } => 2,
             Op::Select | Op::ScatterAdd { .. } => 3,
-            Op::MatMulAdd { .. } | Op::MatMulBias { .. } => 3,
+            Op::MatMulAdd { .. } | Op::MatMulBias { .. } | Op::MatMulReluGrad => 3,
             Op::Concat { .. } | Op::Custom(_) | Op::Print(_) => return None,
             Op::Fused(_) | Op::FusedReduceSum { .. } => return None,
             _ => 1,

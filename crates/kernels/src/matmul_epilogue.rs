@@ -1,6 +1,7 @@
 //! Matrix products that finish their result before storing it: `+ beta * D` (an
 //! optimizer's moment update `m * 0.9 + dW`), `+ bias` per column and ReLU (a Dense
-//! layer's `relu(x · Wᵀ + b)`). On Spore's own GEMM the epilogue runs in the tiles, on
+//! layer's `relu(x · Wᵀ + b)`), and a mask that keeps a value only where another matrix
+//! is positive (ReLU's gradient `y > 0 ? dy · W : 0`). On Spore's own GEMM the epilogue runs in the tiles, on
 //! values still in registers, so the product is written once and never read back; every
 //! other path runs it as a pass after the product.
 //!
@@ -10,13 +11,14 @@
 //! let l = Layout::contiguous(&[2, 2]);
 //! // relu([[1, 2], [3, 4]] · [[1, 2], [3, 4]] + [-10, -20]) = relu([[-3, -10], [5, 2]])
 //! let bias = Buffer::F32(vec![-10.0, -20.0]);
-//! let e = me::BufferEpilogue { addend: None, bias: Some((&bias, 0)), relu: true };
+//! let e = me::BufferEpilogue { addend: None, bias: Some((&bias, 0)), relu: true, mask: None };
 //! let c = me::matmul_with_epilogue(&a, &l, &a, &l, &e).unwrap();
 //! assert_eq!(c, Buffer::F32(vec![0.0, 0.0, 5.0, 2.0]));
 //! ```
 //!
 //! Every step rounds as the separate ops do (`beta * D` is a multiply, then an add: no
-//! fused multiply-add; ReLU is `x > 0 ? x : 0`), so results have their bits.
+//! fused multiply-add; ReLU is `x > 0 ? x : 0`; the mask gives `+0` where it is not
+//! positive, as `Select(y > 0, v, 0)` does), so results have their bits.
 
 use gemm::Parallelism;
 
@@ -27,12 +29,15 @@ use crate::layout::Layout;
 use crate::matmul::{MatRef, as_f32, gemm_with, parallelism_for};
 
 /// What a product does to each value before storing it, in this order: add
-/// `beta * addend` (laid out as C), add `bias[j]` in column `j`, apply ReLU.
+/// `beta * addend` (laid out as C), add `bias[j]` in column `j`, apply ReLU, and keep the
+/// value only where `mask` (laid out as C) is greater than zero (`+0` elsewhere, NaN
+/// included).
 #[derive(Clone, Copy)]
 pub struct Epilogue<'a, T> {
     pub addend: Option<(&'a [T], T)>,
     pub bias: Option<&'a [T]>,
     pub relu: bool,
+    pub mask: Option<&'a [T]>,
 }
 
 impl<T: Num> Epilogue<'_, T> {
@@ -53,6 +58,14 @@ impl<T: Num> Epilogue<'_, T> {
         if self.relu {
             c.iter_mut().for_each(|c| *c = c.unary(UnaryFn::Relu));
         }
+        if let Some(mask) = self.mask {
+            for (c, &y) in c.iter_mut().zip(mask) {
+                // Not positive, NaN included: the value becomes +0.
+                if y.partial_cmp(&T::zero()) != Some(std::cmp::Ordering::Greater) {
+                    *c = T::zero();
+                }
+            }
+        }
     }
 
     /// The same epilogue over `f32` values when `T` is `f32`.
@@ -65,10 +78,15 @@ impl<T: Num> Epilogue<'_, T> {
             Some(b) => Some(as_f32(b)?),
             None => None,
         };
+        let mask = match self.mask {
+            Some(y) => Some(as_f32(y)?),
+            None => None,
+        };
         Some(Epilogue {
             addend,
             bias,
             relu: self.relu,
+            mask,
         })
     }
 }
@@ -76,8 +94,8 @@ impl<T: Num> Epilogue<'_, T> {
 /// `c = epilogue(a · b)` for an `m x n` C (row-major, stride `n`); see the module doc.
 ///
 /// # Panics
-/// As [`crate::matmul::gemm_into`], and when the addend has fewer than `m * n` values or
-/// the bias fewer than `n`.
+/// As [`crate::matmul::gemm_into`], and when the addend or the mask has fewer than `m * n`
+/// values or the bias fewer than `n`.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_epilogue_into<T: Num>(
     c: &mut [T],
@@ -97,6 +115,9 @@ pub fn gemm_epilogue_into<T: Num>(
     if let Some(bias) = epilogue.bias {
         assert!(bias.len() >= n, "gemm_epilogue_into: bias too small");
     }
+    if let Some(mask) = epilogue.mask {
+        assert!(mask.len() >= m * n, "gemm_epilogue_into: mask too small");
+    }
     gemm_with(c, false, Some(epilogue), m, n, k, (a, ma), (b, mb), par);
 }
 
@@ -104,12 +125,13 @@ pub fn gemm_epilogue_into<T: Num>(
 /// first value (a contiguous view of a larger buffer needs no copy).
 pub type Contiguous<'a> = (&'a Buffer, usize);
 
-/// [`Epilogue`] over buffers: the addend (`m x n` values, with its `beta`) and the bias
-/// (`n` values).
+/// [`Epilogue`] over buffers: the addend (`m x n` values, with its `beta`), the bias (`n`
+/// values) and the mask (`m x n` values).
 pub struct BufferEpilogue<'a> {
     pub addend: Option<(Contiguous<'a>, f64)>,
     pub bias: Option<Contiguous<'a>>,
     pub relu: bool,
+    pub mask: Option<Contiguous<'a>>,
 }
 
 /// `epilogue(a · b)` for matrices (`[m, k] x [k, n]`, no batch axes) whose operands all
@@ -131,6 +153,7 @@ pub fn matmul_with_epilogue(
     let needs = [
         epilogue.addend.map(|(d, _)| (d, m * n, "addend")),
         epilogue.bias.map(|b| (b, n, "bias")),
+        epilogue.mask.map(|y| (y, m * n, "mask")),
     ];
     for ((buffer, offset), len, what) in needs.into_iter().flatten() {
         if buffer.len() < offset + len {
@@ -149,7 +172,11 @@ pub fn matmul_with_epilogue(
     result.ok_or_else(|| {
         let dtypes: Vec<String> = [Some(a), Some(b)]
             .into_iter()
-            .chain([epilogue.addend.map(|d| d.0.0), epilogue.bias.map(|b| b.0)])
+            .chain([
+                epilogue.addend.map(|d| d.0.0),
+                epilogue.bias.map(|b| b.0),
+                epilogue.mask.map(|y| y.0),
+            ])
             .flatten()
             .map(|b| b.dtype().to_string())
             .collect();
@@ -178,10 +205,15 @@ fn run<'a, T: Num>(
         Some(b) => Some(run_of(b, n)?),
         None => None,
     };
+    let mask = match epilogue.mask {
+        Some(y) => Some(run_of(y, m * n)?),
+        None => None,
+    };
     let typed = Epilogue {
         addend,
         bias,
         relu: epilogue.relu,
+        mask,
     };
     let (a, b) = (a.as_slice::<T>()?, b.as_slice::<T>()?);
     let mut out = crate::arena::for_overwrite::<T>(m * n);

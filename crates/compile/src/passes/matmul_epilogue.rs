@@ -7,7 +7,9 @@
 //!   `MatMulAdd(dyᵀ, x, m)` (one sweep over the moment instead of writing the gradient,
 //!   reading it back with the moment and writing the sum);
 //! - a Dense layer's `relu(x · Wᵀ + b)` becomes `MatMulBiasAddReLU(x, Wᵀ, b)`, and
-//!   `x · Wᵀ + b` alone `MatMulBiasAdd`.
+//!   `x · Wᵀ + b` alone `MatMulBiasAdd`;
+//! - ReLU's gradient of a product, `Select(y > 0, dy · W, 0)` (a fused loop), becomes
+//!   `MatMulReluGrad(dy, W, y)`: the gradient is masked as the product stores it.
 //!
 //! Part of fusion (it runs at the end of `FuseElementwise`, so dumps keep the source ops).
 //!
@@ -38,7 +40,7 @@ use spore_core::TensorType;
 use spore_core::ir::{Graph, NodeKind};
 use spore_core::op::Op;
 use spore_core::prims::fused::FusedInstr;
-use spore_kernels::{BinaryFn, UnaryFn};
+use spore_kernels::{BinaryFn, CompareFn, UnaryFn};
 
 /// Rewrites every match in place (the reader becomes the `MatMulAdd` or `MatMulBias`);
 /// the product is left for DCE. Returns whether anything changed.
@@ -54,7 +56,9 @@ pub(crate) fn fold_into_products(g: &mut Graph) -> bool {
                     beta_bits: beta.to_bits(),
                 },
             )),
-            None => product_plus_bias(g, r).map(|(p, b, relu)| (p, b, Op::MatMulBias { relu })),
+            None => product_plus_bias(g, r)
+                .map(|(p, b, relu)| (p, b, Op::MatMulBias { relu }))
+                .or_else(|| product_masked(g, r).map(|(p, y)| (p, y, Op::MatMulReluGrad))),
         };
         let Some((product, operand, op)) = found else {
             continue;
@@ -120,6 +124,45 @@ fn product_plus_bias(g: &Graph, r: usize) -> Option<(usize, usize, bool)> {
     } else {
         None
     }
+}
+
+/// For a node computing `Select(Y > 0, P, 0)` (a fused loop of a compare and a select,
+/// the zero a `+0` constant), where `P` is a float matrix product of the node's type and
+/// `Y` has that type too: (`P`, `Y`).
+fn product_masked(g: &Graph, r: usize) -> Option<(usize, usize)> {
+    let NodeKind::Op {
+        op: Op::Fused(program),
+        args,
+    } = &g.nodes[r].kind
+    else {
+        return None;
+    };
+    let n = program.num_inputs;
+    let [
+        FusedInstr::Compare(CompareFn::Greater, y, zero),
+        FusedInstr::Select(cond, p, otherwise),
+    ] = program.instrs.as_slice()
+    else {
+        return None;
+    };
+    let ty = g.nodes[r].ty();
+    let positive_zero = |i: usize| match &g.nodes[args[i]].kind {
+        NodeKind::Constant(t) => {
+            t.numel() == 1 && t.dtype() == ty.dtype && t.item().is_ok_and(|v| v.to_bits() == 0)
+        }
+        _ => false,
+    };
+    let inputs_ok = [*y, *zero, *p, *otherwise].iter().all(|&i| i < n);
+    if !inputs_ok
+        || *cond != n
+        || program.out_dtype != program.compute
+        || !positive_zero(*zero)
+        || !positive_zero(*otherwise)
+    {
+        return None;
+    }
+    let (p, y) = (args[*p], args[*y]);
+    (is_product(g, p, ty) && g.nodes[y].ty() == ty && p != y).then_some((p, y))
 }
 
 /// For a node computing `P + beta * D` (a fused `D * beta + P` or `beta * D + P`, or an

@@ -589,3 +589,48 @@ fn dense_bias_and_relu_join_the_product() {
     let ir = fused_ir(kept);
     assert!(!ir.contains("MatMulBias"), "{ir}");
 }
+
+/// ReLU's gradient of a product, `Select(y > 0, dy · W, 0)` as the ReLU rule builds it,
+/// becomes `MatMulReluGrad` on the packed path (`dy · W`, two threads) and on the
+/// dot-product path (`dy · Wᵀ`), with results equal to the unfused graph's bit for bit in
+/// the interpreter and the executor. A `-0` as the other branch, a mask compared with `>=`, and a product read twice
+/// keep their ops.
+#[test]
+fn relu_gradients_of_products_join_them() {
+    let types = [
+        TensorType::new(&[64, 200], DType::F32),
+        TensorType::new(&[200, 300], DType::F32),
+        TensorType::new(&[64, 300], DType::F32),
+        TensorType::new(&[300, 200], DType::F32),
+    ];
+    let relu_grad = |y: &Tensor, g: &Tensor, zero: f64| {
+        let zero = Tensor::scalar_of(zero, DType::F32);
+        Tensor::select(&y.greater(&Tensor::scalar_of(0.0, DType::F32))?, g, &zero)
+    };
+    let g = trace("relu_grad", &types, |x| {
+        let packed = relu_grad(&x[2], &x[0].matmul(&x[1])?, 0.0)?;
+        let dot = relu_grad(&x[2], &x[0].matmul(&x[3].transpose()?)?, 0.0)?;
+        Ok(vec![packed, dot])
+    })
+    .unwrap();
+    let ir = fuse_keeping_bits(g, &random_inputs(&types, 70));
+    assert_eq!(ir.matches("= MatMulReluGrad(").count(), 2, "{ir}");
+    assert!(!ir.contains("= MatMul("), "{ir}");
+
+    let kept_types = [
+        TensorType::new(&[8, 16], DType::F32),
+        TensorType::new(&[16, 8], DType::F32),
+        TensorType::new(&[8, 8], DType::F32),
+    ];
+    let kept = trace("kept", &kept_types, |x| {
+        let negative_zero = relu_grad(&x[2], &x[0].matmul(&x[1])?, -0.0)?;
+        let zero = Tensor::scalar_of(0.0, DType::F32);
+        let at_least = Tensor::select(&x[2].greater_equal(&zero)?, &x[0].matmul(&x[1])?, &zero)?;
+        let product = x[0].matmul(&x[1])?;
+        let twice = relu_grad(&x[2], &product, 0.0)?;
+        Ok(vec![negative_zero, at_least, twice, product])
+    })
+    .unwrap();
+    let ir = fused_ir(kept);
+    assert!(!ir.contains("MatMulReluGrad"), "{ir}");
+}

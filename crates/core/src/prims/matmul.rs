@@ -66,10 +66,20 @@ pub(crate) fn eval(inputs: &[&Tensor], out: &TensorType) -> Result<Storage, Stri
 
 /// `MatMulAdd(A, B, D)`: two float matrices and an addend of their product's type.
 pub(crate) fn infer_plus(inputs: &[&TensorType]) -> Result<TensorType, String> {
+    infer_shaped_as_product(inputs, "addend")
+}
+
+/// `MatMulReluGrad(A, B, Y)`: two float matrices and a mask of their product's type.
+pub(crate) fn infer_masked(inputs: &[&TensorType]) -> Result<TensorType, String> {
+    infer_shaped_as_product(inputs, "mask")
+}
+
+/// The product type of two float matrices, which the third input (`what`) must have.
+fn infer_shaped_as_product(inputs: &[&TensorType], what: &str) -> Result<TensorType, String> {
     let product = infer_matrices(inputs)?;
     if inputs[2] != &product {
         return Err(format!(
-            "the addend must have the product's type {product}, got {}",
+            "the {what} must have the product's type {product}, got {}",
             inputs[2]
         ));
     }
@@ -112,6 +122,7 @@ pub(crate) fn eval_plus(
         addend: Some((d, beta)),
         bias: None,
         relu: false,
+        mask: None,
     })
 }
 
@@ -126,6 +137,18 @@ pub(crate) fn eval_bias(
         addend: None,
         bias: Some(bias),
         relu,
+        mask: None,
+    })
+}
+
+/// `Y > 0 ? A · B : 0` (`+0` where `Y` is not positive, NaN included): the bits of the
+/// product and a `Select(Y > 0, P, 0)`.
+pub(crate) fn eval_masked(inputs: &[&Tensor], out: &TensorType) -> Result<Storage, String> {
+    eval_with(inputs, out, |y| BufferEpilogue {
+        addend: None,
+        bias: None,
+        relu: false,
+        mask: Some(y),
     })
 }
 

@@ -38,6 +38,7 @@ pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, Strin
         Op::MatMul => matmul::infer(inputs),
         Op::MatMulAdd { .. } => matmul::infer_plus(inputs),
         Op::MatMulBias { .. } => matmul::infer_bias(inputs),
+        Op::MatMulReluGrad => matmul::infer_masked(inputs),
         Op::Conv2d(_)
         | Op::Conv2dRelu(_)
         | Op::Conv2dBackpropInput { .. }
@@ -76,6 +77,7 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Stor
         Op::MatMul => matmul::eval(inputs, out),
         Op::MatMulAdd { beta_bits } => matmul::eval_plus(inputs, f64::from_bits(*beta_bits), out),
         Op::MatMulBias { relu } => matmul::eval_bias(inputs, *relu, out),
+        Op::MatMulReluGrad => matmul::eval_masked(inputs, out),
         Op::Conv2d(_)
         | Op::Conv2dRelu(_)
         | Op::Conv2dBackpropInput { .. }
@@ -115,10 +117,12 @@ pub(crate) fn vjp(
             movement::vjp(op, inputs, out, grad)
         }
         Op::MatMul => matmul::vjp(inputs, grad),
-        Op::MatMulAdd { .. } | Op::MatMulBias { .. } => Err(crate::error::Error::invalid(format!(
-            "{} has no gradient rule: the graph compiler builds it after autodiff",
-            op.name()
-        ))),
+        Op::MatMulAdd { .. } | Op::MatMulBias { .. } | Op::MatMulReluGrad => {
+            Err(crate::error::Error::invalid(format!(
+                "{} has no gradient rule: the graph compiler builds it after autodiff",
+                op.name()
+            )))
+        }
         Op::Conv2d(_)
         | Op::Conv2dRelu(_)
         | Op::Conv2dBackpropInput { .. }

@@ -102,8 +102,8 @@ fn errors_from_composites_point_at_the_user() {
 }
 
 /// The compiler-built products check their extra operand: an addend of another shape, a
-/// bias of the wrong length, integer matrices and batched operands are errors that name
-/// the op and say what was expected.
+/// bias of the wrong length, a mask of another dtype, integer matrices and batched
+/// operands are errors that name the op and say what was expected.
 #[test]
 fn product_epilogue_ops_reject_mismatched_operands() {
     use spore_core::op::Op;
@@ -133,4 +133,10 @@ fn product_epilogue_ops_reject_mismatched_operands() {
     let batched = Tensor::zeros(&[4, 2, 3], DType::F32);
     let msg = apply(bias, &[&batched, &b, &Tensor::zeros(&[5], DType::F32)]);
     assert!(msg.contains("float matrices"), "{msg}");
+    let mask_f64 = Tensor::zeros(&[2, 5], DType::F64);
+    let msg = apply(Op::MatMulReluGrad, &[&a, &b, &mask_f64]);
+    assert!(
+        msg.contains("MatMulReluGrad") && msg.contains("mask") && msg.contains("Float64"),
+        "{msg}"
+    );
 }

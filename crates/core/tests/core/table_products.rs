@@ -1,6 +1,6 @@
 //! The op table's matrix-product rows: `MatMul` (batched, transposed views) and the
 //! products the graph compiler builds with an epilogue (`MatMulAdd`, `MatMulBiasAdd`,
-//! `MatMulBiasAddReLU`), each against the naive f64 reference.
+//! `MatMulBiasAddReLU`, `MatMulReluGrad`), each against the naive f64 reference.
 
 use spore_core::Tensor;
 use spore_core::op::Op;
@@ -20,6 +20,16 @@ fn run_matmul_add(args: &[&Tensor], beta: f64) -> spore_core::Result<Tensor> {
 fn run_matmul_bias(args: &[&Tensor], relu: bool) -> spore_core::Result<Tensor> {
     let op = Op::MatMulBias { relu };
     spore_core::apply::apply(op, args, std::panic::Location::caller())
+}
+
+/// Runs `MatMulReluGrad` (`args[2] > 0 ? args[0] · args[1] : 0`).
+fn run_matmul_relu_grad(args: &[&Tensor]) -> spore_core::Result<Tensor> {
+    spore_core::apply::apply(Op::MatMulReluGrad, args, std::panic::Location::caller())
+}
+
+/// `p` where the mask `y` is positive, else 0.
+fn masked(p: f64, y: f64) -> f64 {
+    if y > 0.0 { p } else { 0.0 }
 }
 
 pub fn product_rows() -> Vec<Row> {
@@ -100,6 +110,33 @@ pub fn product_rows() -> Vec<Row> {
             ],
             |x| run_matmul_bias(&[&x[0], &x[1], &x[2]], true),
             |x| r::zip(&r::matmul(&x[0], &x[1]), &x[2], |p, b| (p + b).max(0.0)),
+        )
+        .no_grad(),
+        // dy · W masked by a layer's output: the blocked path with edge tiles.
+        row(
+            "MatMulReluGrad",
+            vec![
+                In::F(&[20, 9], -1.0, 1.0),
+                In::F(&[9, 17], -1.0, 1.0),
+                In::F(&[20, 17], -1.0, 1.0),
+            ],
+            |x| run_matmul_relu_grad(&[&x[0], &x[1], &x[2]]),
+            |x| r::zip(&r::matmul(&x[0], &x[1]), &x[2], masked),
+        )
+        .no_grad(),
+        // x · wᵀ: the dot-product path, and a mask that is a transposed view.
+        row(
+            "MatMulReluGrad",
+            vec![
+                In::F(&[4, 40], -1.0, 1.0),
+                In::F(&[6, 40], -1.0, 1.0),
+                In::F(&[6, 4], -1.0, 1.0),
+            ],
+            |x| run_matmul_relu_grad(&[&x[0], &x[1].transpose()?, &x[2].transpose()?]),
+            |x| {
+                let product = r::matmul(&x[0], &r::permute(&x[1], &[1, 0]));
+                r::zip(&product, &r::permute(&x[2], &[1, 0]), masked)
+            },
         )
         .no_grad(),
     ]

@@ -1,6 +1,6 @@
 //! The tiles' side of [`crate::matmul_epilogue`]: after its last depth block, a tile adds
-//! `beta * D` and a per-column bias and applies ReLU to its values while they are still in
-//! registers, then stores them.
+//! `beta * D` and a per-column bias, applies ReLU and keeps only the values whose mask is
+//! positive while they are still in registers, then stores them.
 //!
 //! `beta * D` is rounded before the sum (a multiply, then an add: no fused multiply-add),
 //! and ReLU is `max(x, 0)` with the zero second (`x > 0 ? x : 0`: NaN and -0 give 0), so
@@ -18,16 +18,17 @@ use std::ops::Range;
 
 use crate::matmul_epilogue::Epilogue;
 
-/// An [`Epilogue`] as raw pointers at one tile (or at C's first element): D has C's row
-/// stride, the bias one value per column.
+/// An [`Epilogue`] as raw pointers at one tile (or at C's first element): D and the mask
+/// have C's row stride, the bias one value per column.
 #[derive(Clone, Copy)]
 pub(crate) struct TileEpilogue {
     addend: Option<(*const f32, f32)>,
     bias: Option<*const f32>,
     relu: bool,
+    mask: Option<*const f32>,
 }
 
-// SAFETY: D and the bias are only read, and they outlive the product (they borrow the
+// SAFETY: D, the bias and the mask are only read, and they outlive the product (they borrow the
 // caller's slices).
 unsafe impl Send for TileEpilogue {}
 unsafe impl Sync for TileEpilogue {}
@@ -39,13 +40,14 @@ impl TileEpilogue {
             addend: e.addend.map(|(d, beta)| (d.as_ptr(), beta)),
             bias: e.bias.map(<[f32]>::as_ptr),
             relu: e.relu,
+            mask: e.mask.map(<[f32]>::as_ptr),
         }
     }
 
     /// The epilogue of the tile at (`i0`, `j0`) of a C with rows `ldc` apart.
     ///
     /// # Safety
-    /// That element lies inside D, and column `j0` inside the bias.
+    /// That element lies inside D and the mask, and column `j0` inside the bias.
     pub(crate) unsafe fn at(self, i0: usize, j0: usize, ldc: usize) -> TileEpilogue {
         // SAFETY: the caller's contract.
         unsafe {
@@ -53,22 +55,26 @@ impl TileEpilogue {
                 addend: self.addend.map(|(d, beta)| (d.add(i0 * ldc + j0), beta)),
                 bias: self.bias.map(|b| b.add(j0)),
                 relu: self.relu,
+                mask: self.mask.map(|y| y.add(i0 * ldc + j0)),
             }
         }
     }
 
-    /// Asks for the lines of D's 16 values in row `r`, which the tile reads only after its
-    /// depth loop.
+    /// Asks for the lines of D's (and the mask's) 16 values in row `r`, which the tile
+    /// reads only after its depth loop.
     ///
     /// # Safety
-    /// Those values lie inside D.
+    /// Those values lie inside D (and the mask).
     #[cfg(target_arch = "x86_64")]
     #[inline]
     pub(crate) unsafe fn prefetch(self, r: usize, ldc: usize) {
-        if let Some((d, _)) = self.addend {
+        for m in [self.addend.map(|(d, _)| d), self.mask]
+            .into_iter()
+            .flatten()
+        {
             // SAFETY: the caller's contract.
             unsafe {
-                let row = d.add(r * ldc);
+                let row = m.add(r * ldc);
                 _mm_prefetch::<_MM_HINT_T0>(row.cast::<i8>());
                 _mm_prefetch::<_MM_HINT_T0>(row.add(15).cast::<i8>());
             }
@@ -78,7 +84,8 @@ impl TileEpilogue {
     /// The eight finished values `v` from column `q` of row `r` through the epilogue.
     ///
     /// # Safety
-    /// AVX2 is available; those values lie inside D, and their columns inside the bias.
+    /// AVX2 is available; those values lie inside D and the mask, and their columns inside
+    /// the bias.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     #[inline]
@@ -96,6 +103,12 @@ impl TileEpilogue {
                 // `maxps` returns its second operand when either is NaN or both are zero.
                 v = _mm256_max_ps(v, _mm256_setzero_ps());
             }
+            if let Some(y) = self.mask {
+                // Ordered compare: a NaN mask is not positive, and the value becomes +0.
+                let y = _mm256_loadu_ps(y.add(r * ldc + q));
+                let keep = _mm256_cmp_ps::<_CMP_GT_OQ>(y, _mm256_setzero_ps());
+                v = _mm256_and_ps(keep, v);
+            }
             v
         }
     }
@@ -105,7 +118,8 @@ impl TileEpilogue {
     /// along each row.
     ///
     /// # Safety
-    /// AVX2 is available; the region lies inside C (and D), its columns inside the bias.
+    /// AVX2 is available; the region lies inside C (and D and the mask), its columns
+    /// inside the bias.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     pub(crate) unsafe fn finish_region(
@@ -138,20 +152,22 @@ impl TileEpilogue {
     /// (edge tiles and the dot-product kernel).
     ///
     /// # Safety
-    /// That value lies inside D, and column `q` inside the bias.
+    /// That value lies inside D and the mask, and column `q` inside the bias.
     #[inline]
     pub(crate) unsafe fn finish1(self, r: usize, q: usize, ldc: usize, mut v: f32) -> f32 {
         // SAFETY: the caller's contract.
-        unsafe {
+        let kept = unsafe {
             if let Some((d, beta)) = self.addend {
                 v += beta * *d.add(r * ldc + q);
             }
             if let Some(b) = self.bias {
                 v += *b.add(q);
             }
-        }
+            self.mask.is_none_or(|y| *y.add(r * ldc + q) > 0.0)
+        };
         // ReLU as the elementwise op has it: NaN and -0 give 0.
         match self.relu {
+            _ if !kept => 0.0,
             true if v > 0.0 => v,
             true => 0.0,
             false => v,

@@ -53,11 +53,12 @@ fn matrix(transposed: bool, rows: usize, cols: usize) -> MatRef {
     }
 }
 
-/// A product's epilogue in the tiles (`+ beta * D`; `+ bias` per column then ReLU)
-/// equals the product followed by separate passes bit for bit, under every strategy
-/// (dot-product: 40 rows with `Bᵀ`; thin: 5-16 rows; blocked: 19 rows and more), with
-/// edge tiles, one or several depth blocks (the epilogue joins only after the last), and
-/// one or two threads. The bias holds a NaN and signed zeros, which ReLU maps to 0.
+/// A product's epilogue in the tiles (`+ beta * D`; `+ bias` per column then ReLU; a
+/// mask) equals the product followed by separate passes bit for bit, under every
+/// strategy (dot-product: 40 rows with `Bᵀ`; thin: 5-16 rows; blocked: 19 rows and
+/// more), with edge tiles, one or several depth blocks (the epilogue joins only after the
+/// last), and one or two threads. The bias holds a NaN and signed zeros, which ReLU maps
+/// to 0; the mask holds NaN, -0 and +0 (none of them positive) besides its values.
 #[test]
 fn f32_gemm_epilogues_equal_separate_passes_bit_for_bit() {
     let shapes = [
@@ -87,15 +88,27 @@ fn f32_gemm_epilogues_equal_separate_passes_bit_for_bit() {
             bias[1] = -0.0;
             bias[2] = 0.0;
         }
+        let mut mask = f32s(m * n, 80 + case as u64);
+        mask[0] = f32::NAN;
+        mask[1] = -0.0;
+        mask[2] = 0.0;
         let moment = Epilogue {
             addend: Some((&d[..], 0.9)),
             bias: None,
             relu: false,
+            mask: None,
         };
         let dense = Epilogue {
             addend: None,
             bias: Some(&bias[..]),
             relu: true,
+            mask: None,
+        };
+        let relu_grad = Epilogue {
+            addend: None,
+            bias: None,
+            relu: false,
+            mask: Some(&mask[..]),
         };
         for (ta, tb, threads) in [(false, false, 1), (true, false, 2), (false, true, 2)] {
             let (ma, mb) = (matrix(ta, m, k), matrix(tb, k, n));
@@ -109,9 +122,14 @@ fn f32_gemm_epilogues_equal_separate_passes_bit_for_bit() {
             let plus: Vec<f32> = product.iter().zip(&d).map(|(p, d)| p + 0.9 * d).collect();
             let relu = |x: f32| if x > 0.0 { x } else { 0.0 };
             let biased: Vec<f32> = (0..m * n).map(|i| relu(product[i] + bias[i % n])).collect();
-            for (epilogue, want, what) in
-                [(&moment, &plus, "addend"), (&dense, &biased, "bias+relu")]
-            {
+            let masked: Vec<f32> = (0..m * n)
+                .map(|i| if mask[i] > 0.0 { product[i] } else { 0.0 })
+                .collect();
+            for (epilogue, want, what) in [
+                (&moment, &plus, "addend"),
+                (&dense, &biased, "bias+relu"),
+                (&relu_grad, &masked, "mask"),
+            ] {
                 let mut got = vec![f32::NAN; m * n];
                 gemm_epilogue_into(&mut got, epilogue, m, n, k, &a, ma, &b, mb, par);
                 for (i, (g, w)) in got.iter().zip(want).enumerate() {
