@@ -126,7 +126,8 @@ pub fn gemm_epilogue_into<T: Num>(
 pub type Contiguous<'a> = (&'a Buffer, usize);
 
 /// [`Epilogue`] over buffers: the addend (`m x n` values, with its `beta`), the bias (`n`
-/// values) and the mask (`m x n` values).
+/// values) and the mask (`m x n` values). The default does nothing.
+#[derive(Default)]
 pub struct BufferEpilogue<'a> {
     pub addend: Option<(Contiguous<'a>, f64)>,
     pub bias: Option<Contiguous<'a>>,

@@ -120,9 +120,7 @@ pub(crate) fn eval_plus(
 ) -> Result<Storage, String> {
     eval_with(inputs, out, |d| BufferEpilogue {
         addend: Some((d, beta)),
-        bias: None,
-        relu: false,
-        mask: None,
+        ..Default::default()
     })
 }
 
@@ -134,10 +132,9 @@ pub(crate) fn eval_bias(
     out: &TensorType,
 ) -> Result<Storage, String> {
     eval_with(inputs, out, |bias| BufferEpilogue {
-        addend: None,
         bias: Some(bias),
         relu,
-        mask: None,
+        ..Default::default()
     })
 }
 
@@ -145,10 +142,8 @@ pub(crate) fn eval_bias(
 /// product and a `Select(Y > 0, P, 0)`.
 pub(crate) fn eval_masked(inputs: &[&Tensor], out: &TensorType) -> Result<Storage, String> {
     eval_with(inputs, out, |y| BufferEpilogue {
-        addend: None,
-        bias: None,
-        relu: false,
         mask: Some(y),
+        ..Default::default()
     })
 }
 
