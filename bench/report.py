@@ -8,6 +8,7 @@ Inputs, all in --dir (target/bench/ by default):
   peers_rust.jsonl    Rust peers (bench/peers/rust): one JSON object per line
   pipeline_torch.txt, pipeline_mindspore.txt   output of bench/peers/pipeline_*.py
   status.tsv          one line per run_all.sh step: name, ok|skipped|failed, reason
+  host_speed.tsv      the host's two-thread FMA peak before each phase: phase, GFLOP/s, UTC time
 
   python3 bench/report.py [--dir target/bench] [--benchmarks BENCHMARKS.md] [--stdout] ...
 
@@ -18,8 +19,9 @@ import datetime
 import json
 import os
 import re
-import subprocess
 import sys
+
+from report_host import host_speed_lines, lock_versions, machine, py_versions, run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 START = "<!-- generated:start -->"
@@ -515,60 +517,6 @@ def targets_table(ctx):
 
 
 # ------------------------------------------------------------------ environment
-def run(cmd, cwd=ROOT):
-    try:
-        p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=60)
-        return p.stdout.strip() if p.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def machine():
-    model, flags = "unknown CPU", set()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name") and model == "unknown CPU":
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and not flags:
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    mem = None
-    try:
-        for line in open("/proc/meminfo"):
-            if line.startswith("MemTotal:"):
-                mem = int(line.split()[1]) / 2 ** 20
-    except OSError:
-        pass
-    isa = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile") if f in flags]
-    return model, os.cpu_count(), mem, isa
-
-
-def lock_versions(path, names):
-    out = {}
-    try:
-        text = open(path).read()
-    except OSError:
-        return out
-    for n, v in re.findall(r'\[\[package\]\]\nname = "([^"]+)"\nversion = "([^"]+)"', text):
-        if n in names:
-            out.setdefault(n, v)
-    return out
-
-
-def py_versions(venv_python):
-    if not venv_python or not os.path.exists(venv_python):
-        return {}
-    code = ("import importlib.metadata as m, json\nout = {}\n"
-            "for n in ('torch', 'jax', 'jaxlib', 'mindspore', 'numpy', 'opencv-python-headless'):\n"
-            "    try: out[n] = m.version(n)\n    except Exception: pass\nprint(json.dumps(out))")
-    s = run([venv_python, "-c", code])
-    try:
-        return json.loads(s) if s else {}
-    except json.JSONDecodeError:
-        return {}
-
-
 def header(args, recs):
     model, cpus, mem, isa = machine()
     commit = run(["git", "rev-parse", "--short=12", "HEAD"])
@@ -608,6 +556,7 @@ def header(args, recs):
     L.append(f"- Threads: {args.threads} for every framework (OMP/MKL/OpenBLAS/Rayon); "
              f"noise control: {args.priority}.")
     L.append(f"- Versions: {', '.join(vers)}.")
+    L += host_speed_lines(args.dir)
     not_sel = [b for b in ALL_BENCHES if b not in args.selected]
     if not_sel:
         L.append(f"- Not selected in this run: {', '.join(not_sel)}.")

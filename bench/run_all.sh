@@ -119,7 +119,8 @@ STATUS="$OUT/status.tsv"
 mkdir -p "$OUT"
 # No stale numbers: every run starts from empty results.
 rm -rf "$LOGS"
-rm -f "$OUT/spore.jsonl" "$OUT/peers_py.json" "$OUT/peers_rust.jsonl" "$OUT"/pipeline_*.txt "$STATUS" "$OUT/report.md"
+rm -f "$OUT/spore.jsonl" "$OUT/peers_py.json" "$OUT/peers_rust.jsonl" "$OUT"/pipeline_*.txt "$STATUS" "$OUT/report.md" \
+  "$OUT/host_speed.tsv"
 mkdir -p "$LOGS"
 : > "$STATUS"
 exec > >(tee "$LOGS/run_all.log") 2>&1
@@ -140,6 +141,19 @@ last_error() {
   l="$(grep -E 'error(\[|:)|Error|panicked|Traceback|No such file|not found' "$1" 2>/dev/null | grep -v '^warning' | tail -n 1 || true)"
   [ -n "$l" ] || l="$(grep -v '^[[:space:]]*$' "$1" 2>/dev/null | tail -n 1 || true)"
   printf '%s' "${l:-no output}" | cut -c1-200
+}
+
+# The host's speed at each phase: Spore's two-thread FMA peak probe (1 s), one line per phase
+# (phase <TAB> GFLOP/s <TAB> UTC time) in host_speed.tsv. Why: this host's speed drifts by
+# minutes (shared hardware), and a phase that ran on a slower host has slower numbers, Spore's and
+# the peers' alike; report.py prints the probes beside the ratios so that drift is visible.
+probe_host() {
+  local bin="$ROOT/target/release/examples/bench" g=""
+  if [ -x "$bin" ]; then
+    g="$("$bin" --child fma_peak:n/a --quick 2>/dev/null | grep -o '"gflops":[0-9.]*' | cut -d: -f2 || true)"
+  fi
+  printf '%s\t%s\t%s\n' "$1" "${g:-none}" "$(date -u +%H:%M:%S)" >> "$OUT/host_speed.tsv"
+  echo "host probe ($1): ${g:-not measured (no Spore bench binary)} GFLOP/s"
 }
 
 say "Spore benchmark run: ${ORIG_ARGS[*]:-(all)}; benchmarks:$SELECTED"
@@ -186,7 +200,10 @@ else
   spore_args=(--json "$OUT/spore.jsonl")
   [ "$QUICK" = 1 ] && spore_args+=(--quick)
   [ -n "$ONLY" ] && spore_args+=(--only "$ONLY")
-  if ! cargo build --release -p spore --example bench 2>&1 | tee "$LOGS/spore-build.log"; then
+  built=1
+  cargo build --release -p spore --example bench 2>&1 | tee "$LOGS/spore-build.log" || built=0
+  [ "$built" = 1 ] && probe_host "Spore"
+  if [ "$built" = 0 ]; then
     record spore failed "build failed: $(last_error "$LOGS/spore-build.log") (log: target/bench/logs/spore-build.log)"
   elif ! cargo run --release -q -p spore --example bench -- "${spore_args[@]}" 2>&1 | tee "$LOGS/spore.log"; then
     record spore failed "harness failed: $(last_error "$LOGS/spore.log") (log: target/bench/logs/spore.log)"
@@ -210,6 +227,7 @@ if [ "$VENV_OK" = 1 ]; then
     record python-peers skipped "not selected by --only"
   else
     say "(c) Python peers (PyTorch, MindSpore, JAX, NumPy): one process per job"
+    probe_host "Python peers"
     py_args=(--out "$OUT/peers_py.json" --logs "$LOGS" --only "${py_only[@]}")
     [ "$QUICK" = 1 ] && py_args+=(--quick)
     if (cd "$ROOT/bench/peers/py" && "$VENV/bin/python" driver.py "${py_args[@]}") 2>&1 | tee "$LOGS/peers-py.log"; then
@@ -270,6 +288,7 @@ else
       record "rust-$lib" failed "build failed: $(last_error "$LOGS/rust-build-$lib.log") (log: target/bench/logs/rust-build-$lib.log)"
       continue
     fi
+    probe_host "$lib"
     for b in "${rust_benches[@]}"; do
       echo "-- $lib $b"
       tmp="$LOGS/rust-$lib-$b.out"; err="$LOGS/rust-$lib-$b.err"
@@ -313,6 +332,7 @@ elif [ "$VENV_OK" = 0 ]; then
   record pipeline-mindspore failed "no Python peer venv"
 else
   say "(e) data-pipeline peers"
+  probe_host "pipeline peers"
   epochs=5; [ "$QUICK" = 1 ] && epochs=1
   for lib in torch mindspore; do
     echo "-- pipeline_$lib.py --epochs $epochs"
@@ -328,6 +348,7 @@ else
 fi
 
 # ---- (f) report -----------------------------------------------------------------------------
+probe_host "end"
 say "(f) report -> BENCHMARKS.md"
 report_py=python3
 if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
