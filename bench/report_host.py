@@ -8,6 +8,11 @@ bench/run_all.sh's probes).
     >>> for line in host_speed_lines(d): print(line[:40])
     - Host speed (two-thread FMA peak in GFL
     - ⚠ The host's speed changed by 10 % dur
+    >>> _ = open(os.path.join(d, "host_speed.tsv"), "w").write("Spore\t190.0\t10:00\ncandle\tnone\t10:05\nbad line\n")
+    >>> host_speed_lines(d)  # within 5 %: no warning; a failed probe shows as such
+    ['- Host speed (two-thread FMA peak in GFLOP/s, probed before each phase, UTC): Spore 190 (10:00), candle not measured (10:05).']
+    >>> host_speed_lines(os.path.join(d, "missing"))
+    []
 
 Standard library only (Python 3.10+).
 """

@@ -23,4 +23,7 @@ if ! python3 -c "import numpy" >/dev/null 2>&1; then
     python3 -m pip install --quiet numpy
 fi
 
+# The benchmark report's host-speed lines (standard library only).
+python3 -m doctest bench/report_host.py
+
 cargo test --workspace
