@@ -21,9 +21,8 @@ import os
 import re
 import sys
 
-from report_host import host_speed_lines, lock_versions, machine, py_versions, run
+from report_host import ROOT, host_speed_lines, lock_versions, machine, py_versions, run
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 START = "<!-- generated:start -->"
 END = "<!-- generated:end -->"
 NOISY = 0.08  # foreign CPU share above which a number is flagged
