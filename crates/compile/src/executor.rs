@@ -19,12 +19,11 @@ use spore_core::apply::{apply_in_graph as apply, no_grad};
 use spore_core::debug::{self, OpSite, dump};
 use spore_core::ir::interpret::check_inputs;
 use spore_core::ir::{Graph, NodeKind};
-use spore_core::op::Op;
-use spore_core::prims::fused::{FusedProgram, lend_input_buffer, reclaim_lent_buffer};
-use spore_core::{Error, Result, Tensor, TensorType};
+use spore_core::{Error, Result, Tensor};
 use spore_kernels::Buffer;
 use spore_kernels::arena::{self, BufferPool, PoolStats};
 
+use crate::in_place::{Lending, Lent, reclaim};
 use crate::pass::{default_passes, run_passes};
 use crate::plan::MemoryPlan;
 
@@ -53,8 +52,14 @@ pub struct Executable {
     keys: Vec<Tensor>,
     /// The output vector [`Executable::run_first`] reuses.
     first_outputs: Vec<Tensor>,
-    /// Fused ops that wrote their result into a dying argument's buffer, over all runs.
+    /// Ops that wrote their result into a dying argument's buffer, over all runs.
     in_place_ops: usize,
+    /// Of those, the ones that wrote a parameter's new value over its current one.
+    in_place_updates: usize,
+    /// This run's parameters whose buffer their update took: (parameter, node).
+    donated: Vec<(usize, usize)>,
+    /// What a parameter holds while its buffer is lent (an empty tensor, made once).
+    stand_in: Tensor,
 }
 
 static NEXT_GRAPH_ID: AtomicUsize = AtomicUsize::new(1);
@@ -104,6 +109,9 @@ impl Executable {
             last_outputs: Vec::new(),
             keys: Vec::new(),
             in_place_ops: 0,
+            in_place_updates: 0,
+            donated: Vec::new(),
+            stand_in: Tensor::from_buffer(Buffer::F32(Vec::new()), &[0])?,
             first_outputs: Vec::new(),
         })
     }
@@ -175,9 +183,15 @@ impl Executable {
         flushed
     }
 
-    /// How many fused ops ran in place (into a dying argument's buffer) over all runs.
+    /// How many ops ran in place (into a dying argument's buffer) over all runs.
     pub fn in_place_ops(&self) -> usize {
         self.in_place_ops
+    }
+
+    /// How many of those wrote a parameter's new value over its current value (see
+    /// [`crate::in_place`]).
+    pub fn in_place_updates(&self) -> usize {
+        self.in_place_updates
     }
 
     /// How the buffer pool has served this graph's kernels so far.
@@ -201,6 +215,16 @@ impl Executable {
             let result = (0..self.graph.num_keys)
                 .try_for_each(|_| random_key().map(|k| keys.push(k)))
                 .and_then(|()| no_grad(|| self.execute(inputs, &keys, iteration)));
+            if result.is_err() {
+                // Parameters whose buffer already holds their new value keep that value
+                // (every node that can fail on values ran before them: see the plan).
+                for &(k, v) in &self.donated {
+                    if let Some(value) = self.slots[v].first() {
+                        self.graph.params[k].store(value.clone());
+                    }
+                }
+            }
+            self.donated.clear();
             if result.is_ok() {
                 for &o in &self.graph.outputs {
                     outputs.push(self.slots[o][0].clone());
@@ -230,6 +254,9 @@ impl Executable {
 
     fn execute(&mut self, inputs: &[Tensor], keys: &[Tensor], iteration: u64) -> Result<()> {
         let observe = debug::enabled();
+        // In-place execution empties the lent argument: not while the dump reads every
+        // op's inputs (the profiler reads only names and times).
+        let lend = !observe || dump::current().is_none();
         for i in 0..self.graph.nodes.len() {
             let node = &self.graph.nodes[i];
             let arg = |slots: &Vec<Vec<Tensor>>, v: usize| slots[v][0].clone();
@@ -253,17 +280,22 @@ impl Executable {
                     continue;
                 }
                 NodeKind::Op { op, args } => {
-                    let mut lent = false;
-                    if let (Op::Fused(program), false) = (op, observe) {
-                        lent = lend_dying_argument(
-                            &mut self.slots,
-                            &self.plan.free_after[i],
-                            program,
-                            node.ty(),
-                            args,
-                        );
-                        self.in_place_ops += usize::from(lent);
-                    }
+                    let lent = lend
+                        .then(|| {
+                            Lending {
+                                graph: &self.graph,
+                                plan: &self.plan,
+                                slots: &mut self.slots,
+                                stand_in: &self.stand_in,
+                            }
+                            .lend_dying_argument(
+                                i,
+                                op,
+                                node.ty(),
+                                args,
+                            )
+                        })
+                        .flatten();
                     let out = with_args(&self.slots, args, |refs| {
                         let start = observe.then(Instant::now);
                         let out = apply(op, refs, node.location.unwrap_or(Location::caller()))?;
@@ -277,9 +309,16 @@ impl Executable {
                         }
                         Ok::<_, Error>(out)
                     });
-                    if lent {
-                        // Taken by the op unless it failed before running.
-                        reclaim_lent_buffer();
+                    if let Some(lent) = lent {
+                        if out.is_err() {
+                            reclaim(lent, &self.graph, i);
+                        } else {
+                            self.in_place_ops += 1;
+                            if let Lent::Parameter(k) = lent {
+                                self.in_place_updates += 1;
+                                self.donated.push((k, i));
+                            }
+                        }
                     }
                     let out = out?;
                     self.set_single(i, out);
@@ -359,25 +398,6 @@ impl Executable {
     }
 }
 
-/// In-place execution: offers the fused op's first argument that dies at this node (and
-/// is read only once by it) to write the result into; the op takes it only when nobody
-/// else holds that value and it has the result's type (see `lend_input_buffer`).
-fn lend_dying_argument(
-    slots: &mut [Vec<Tensor>],
-    dying: &[usize],
-    program: &FusedProgram,
-    out: &TensorType,
-    args: &[usize],
-) -> bool {
-    args.iter().enumerate().any(|(r, &a)| {
-        dying.contains(&a)
-            && args.iter().filter(|&&b| b == a).count() == 1
-            && slots[a]
-                .first_mut()
-                .is_some_and(|t| lend_input_buffer(program, out, r, t))
-    })
-}
-
 /// A fresh random key as a 0-d i64 tensor, its buffer taken from the installed pool.
 fn random_key() -> Result<Tensor> {
     let key = spore_core::rng::next_key() as i64;
@@ -389,7 +409,11 @@ fn random_key() -> Result<Tensor> {
 
 /// Runs `f` on the arguments `args`, borrowed from their slots: up to eight without
 /// allocating a vector (almost every op), more through one.
-fn with_args<R>(slots: &[Vec<Tensor>], args: &[usize], f: impl FnOnce(&[&Tensor]) -> R) -> R {
+pub(crate) fn with_args<R>(
+    slots: &[Vec<Tensor>],
+    args: &[usize],
+    f: impl FnOnce(&[&Tensor]) -> R,
+) -> R {
     const INLINE: usize = 8;
     let Some(&first) = args.first() else {
         return f(&[]);

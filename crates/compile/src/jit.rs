@@ -85,6 +85,14 @@ impl Jit {
         Some(stats)
     }
 
+    /// How many parameter updates the executable compiled for these input types wrote
+    /// over the parameter's current value (see [`crate::in_place`]), if one was compiled.
+    pub fn in_place_updates_for(&self, types: &[TensorType]) -> Option<usize> {
+        let exe = self.cache.lock().ok()?.get(types)?.clone();
+        let updates = exe.lock().ok()?.in_place_updates();
+        Some(updates)
+    }
+
     /// Runs the function: inline when already tracing (nested jit), else compiled.
     pub fn call(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         if trace::is_tracing() {

@@ -10,6 +10,7 @@
 //! ```
 
 pub mod executor;
+pub mod in_place;
 pub mod jit;
 pub mod pass;
 pub mod passes;

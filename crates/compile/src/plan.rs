@@ -19,6 +19,39 @@ pub struct MemoryPlan {
     pub free_after: Vec<Vec<ValueId>>,
     /// Peak number of bytes of intermediate values alive at once, by liveness.
     pub peak_bytes: usize,
+    /// For each node, the parameter whose new value it computes into that parameter's own
+    /// buffer, when the executor can lend it (see [`donations`]).
+    pub donates: Vec<Option<usize>>,
+}
+
+/// Parameters whose buffer their update may overwrite: node `v` computes parameter `p`'s
+/// new value, is the last reader of `p`'s current value, and runs after every node that
+/// can fail on values (so a failed step leaves every parameter as it was). Whether the
+/// op writes in place is decided when it runs (its kernel, and nobody else holding the
+/// value).
+fn donations(g: &Graph, free_after: &[Vec<ValueId>]) -> Vec<Option<usize>> {
+    let may_fail = |n: &spore_core::ir::Node| match &n.kind {
+        NodeKind::Op { op, .. } => op.may_fail_on_values(),
+        NodeKind::Cond { .. } | NodeKind::While { .. } => true,
+        _ => false,
+    };
+    let from = g.nodes.iter().rposition(may_fail).map_or(0, |i| i + 1);
+    let mut donates = vec![None; g.nodes.len()];
+    for &(p, v) in &g.updates {
+        let NodeKind::Op { args, .. } = &g.nodes[v].kind else {
+            continue;
+        };
+        let reads_p = |a: &&ValueId| matches!(g.nodes[**a].kind, NodeKind::Parameter(k) if k == p);
+        if v >= from
+            && args
+                .iter()
+                .find(reads_p)
+                .is_some_and(|a| free_after[v].contains(a))
+        {
+            donates[v] = Some(p);
+        }
+    }
+    donates
 }
 
 impl MemoryPlan {
@@ -60,6 +93,7 @@ impl MemoryPlan {
             }
         }
         MemoryPlan {
+            donates: donations(g, &free_after),
             free_after,
             peak_bytes: peak,
         }
@@ -71,6 +105,16 @@ impl MemoryPlan {
             "# memory plan: peak {} bytes of live values\n",
             self.peak_bytes
         );
+        for (i, donated) in self.donates.iter().enumerate() {
+            if let Some(p) = donated {
+                let _ = writeln!(
+                    out,
+                    "#   %{i} ({}) may write param {p} ({}) over its current value",
+                    g.nodes[i].name,
+                    g.params[*p].name()
+                );
+            }
+        }
         for (i, frees) in self.free_after.iter().enumerate() {
             if !frees.is_empty() {
                 let list: Vec<String> = frees.iter().map(|v| format!("%{v}")).collect();

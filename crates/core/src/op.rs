@@ -325,6 +325,21 @@ impl Op {
         matches!(self, Op::Print(_))
     }
 
+    /// True for ops whose run can fail on their inputs' values, not only on their types:
+    /// indices out of range, printing (I/O), user-defined ops. Executors overwrite
+    /// parameters in place only after the last of these, so that a failed step leaves
+    /// every parameter as it was.
+    pub fn may_fail_on_values(&self) -> bool {
+        matches!(
+            self,
+            Op::Gather { .. }
+                | Op::ScatterAdd { .. }
+                | Op::OneHot { .. }
+                | Op::Print(_)
+                | Op::Custom(_)
+        )
+    }
+
     /// Number of inputs, or `None` for custom ops (which check their own).
     pub fn arity(&self) -> Option<usize> {
         Some(match self {

@@ -113,6 +113,17 @@ impl Parameter {
             .unwrap_or_else(|p| p.into_inner().clone())
     }
 
+    /// Swaps the stored tensor for `value` exactly as given (no type check, no new
+    /// header) and returns the one it replaces. For executors: one lends a parameter's
+    /// buffer to the op that computes the parameter's new value by storing a stand-in
+    /// meanwhile, and stores the new value (or the old one back) before its run returns.
+    pub fn swap_stored(&self, value: Tensor) -> Tensor {
+        match self.0.value.write() {
+            Ok(mut slot) => std::mem::replace(&mut *slot, value),
+            Err(p) => std::mem::replace(&mut *p.into_inner(), value),
+        }
+    }
+
     /// Stores a concrete value and returns the one it replaces (executors write graph
     /// updates back with this, and recycle the old buffer).
     pub fn store(&self, value: Tensor) -> Tensor {

@@ -123,30 +123,12 @@ pub(crate) fn gemm_with<T: Num>(
     let is_f32 = T::DTYPE == crate::DType::F32;
     let is_f64 = T::DTYPE == crate::DType::F64;
     if is_f32 || is_f64 {
-        // Bounds: the furthest element reachable through the strides must be in range.
-        let reach = |r: MatRef, rows: usize, cols: usize, len: usize| {
-            let far = r.offset as isize
-                + (rows as isize - 1) * r.row_stride.max(0)
-                + (cols as isize - 1) * r.col_stride.max(0);
-            let near = r.offset as isize
-                + (rows as isize - 1) * r.row_stride.min(0)
-                + (cols as isize - 1) * r.col_stride.min(0);
-            assert!(
-                near >= 0 && (far as usize) < len,
-                "gemm_into: operand out of bounds"
-            );
-        };
-        reach(ma, m, k, a.len());
-        reach(mb, k, n, b.len());
+        check_reach(ma, m, k, a.len());
+        check_reach(mb, k, n, b.len());
         if let (Some(c), Some(a), Some(b)) = (as_f32_mut(c), as_f32(a), as_f32(b))
             && sgemm::available()
         {
-            let threads = match par {
-                // As in `gemm`: zero threads means all of the pool's.
-                Parallelism::Rayon(0) => rayon::current_num_threads(),
-                Parallelism::Rayon(t) => t,
-                Parallelism::None => 1,
-            };
+            let threads = threads_of(par);
             let epilogue = epilogue.map(|e| {
                 e.as_f32()
                     .unwrap_or_else(|| unreachable!("T is f32 when C is"))
@@ -198,6 +180,34 @@ pub(crate) fn gemm_with<T: Num>(
         }
     }
     add_after(c);
+}
+
+/// Bounds of a strided `rows x cols` operand over `len` values: the furthest element
+/// reachable through the strides must be in range.
+///
+/// # Panics
+/// When it is not.
+pub(crate) fn check_reach(r: MatRef, rows: usize, cols: usize, len: usize) {
+    let far = r.offset as isize
+        + (rows as isize - 1) * r.row_stride.max(0)
+        + (cols as isize - 1) * r.col_stride.max(0);
+    let near = r.offset as isize
+        + (rows as isize - 1) * r.row_stride.min(0)
+        + (cols as isize - 1) * r.col_stride.min(0);
+    assert!(
+        near >= 0 && (far as usize) < len,
+        "gemm_into: operand out of bounds"
+    );
+}
+
+/// Threads a product runs on under `par`.
+pub(crate) fn threads_of(par: Parallelism) -> usize {
+    match par {
+        // As in `gemm`: zero threads means all of the pool's.
+        Parallelism::Rayon(0) => rayon::current_num_threads(),
+        Parallelism::Rayon(t) => t,
+        Parallelism::None => 1,
+    }
 }
 
 /// `s` as `f32` values when `T` is `f32`.

@@ -26,7 +26,7 @@ use crate::buffer::Buffer;
 use crate::dtype::DType;
 use crate::elementwise::{BinaryFn, Num, UnaryFn};
 use crate::layout::Layout;
-use crate::matmul::{MatRef, as_f32, gemm_with, parallelism_for};
+use crate::matmul::{MatRef, as_f32, check_reach, gemm_with, parallelism_for, threads_of};
 
 /// What a product does to each value before storing it, in this order: add
 /// `beta * addend` (laid out as C), add `bias[j]` in column `j`, apply ReLU, and keep the
@@ -222,4 +222,85 @@ fn run<'a, T: Num>(
     let par = parallelism_for(m * n * k);
     gemm_epilogue_into(&mut out, &typed, m, n, k, a, mat(la), b, mat(lb), par);
     Some(out)
+}
+
+/// True when [`matmul_add_in_place`] computes `C = A · B + beta · C` for these operands
+/// without a copy of C: f32 on Spore's own GEMM, whose tiles then read each part of C
+/// just before storing it (see `sgemm::adds_in_place`). Anything else works too, through
+/// a copy, which gains nothing over a separate result.
+pub fn adds_in_place(dtype: DType, la: &Layout, lb: &Layout) -> bool {
+    let matrices = la.rank() == 2 && lb.rank() == 2 && la.shape[1] == lb.shape[0];
+    matrices
+        && dtype == DType::F32
+        && la.shape[0] > 0
+        && lb.shape[1] > 0
+        && crate::sgemm::adds_in_place(
+            la.shape[0],
+            la.shape[1],
+            MatRef::of_last_two(la, la.offset),
+            MatRef::of_last_two(lb, lb.offset),
+        )
+}
+
+/// `c = a · b + beta · c` for matrices `[m, k] x [k, n]`, with `c` holding the `m x n`
+/// addend on entry: an optimizer's moment update written over the moment. The result has
+/// the bits of [`matmul_with_epilogue`] with that addend (`beta · D` rounded, then added).
+///
+/// ```
+/// use spore_kernels::{matmul_epilogue as me, Buffer, Layout};
+/// let a = Buffer::F32(vec![1.0, 2.0, 3.0, 4.0]);
+/// let l = Layout::contiguous(&[2, 2]);
+/// let mut m = Buffer::F32(vec![10.0, 20.0, 30.0, 40.0]);
+/// me::matmul_add_in_place(&mut m, &a, &l, &a, &l, 0.5).unwrap();
+/// assert_eq!(m, Buffer::F32(vec![12.0, 20.0, 30.0, 42.0]));
+/// ```
+pub fn matmul_add_in_place(
+    c: &mut Buffer,
+    a: &Buffer,
+    la: &Layout,
+    b: &Buffer,
+    lb: &Layout,
+    beta: f64,
+) -> Result<(), String> {
+    if la.rank() != 2 || lb.rank() != 2 || la.shape[1] != lb.shape[0] {
+        return Err(format!(
+            "expected two matrices [m, k] x [k, n], got {:?} x {:?}",
+            la.shape, lb.shape
+        ));
+    }
+    let (m, k, n) = (la.shape[0], la.shape[1], lb.shape[1]);
+    if c.len() != m * n {
+        return Err(format!(
+            "the addend must hold the product's {m} x {n} values, it has {}",
+            c.len()
+        ));
+    }
+    if a.dtype() != c.dtype() || b.dtype() != c.dtype() {
+        return Err(format!(
+            "expected operands of one float dtype, got {}, {} and an addend of {}",
+            a.dtype(),
+            b.dtype(),
+            c.dtype()
+        ));
+    }
+    let mat = |l: &Layout| MatRef::of_last_two(l, l.offset);
+    let par = parallelism_for(m * n * k);
+    if adds_in_place(c.dtype(), la, lb)
+        && let (Buffer::F32(c), Buffer::F32(a), Buffer::F32(b)) = (&mut *c, a, b)
+    {
+        let (ma, mb) = (mat(la), mat(lb));
+        check_reach(ma, m, k, a.len());
+        check_reach(mb, k, n, b.len());
+        let threads = threads_of(par);
+        crate::sgemm::sgemm_add_in_place(c, beta as f32, m, n, k, (a, ma), (b, mb), threads);
+        return Ok(());
+    }
+    // Elsewhere D is read after C is written: keep a copy of it.
+    let d = c.clone();
+    let e = BufferEpilogue {
+        addend: Some(((&d, 0), beta)),
+        ..Default::default()
+    };
+    *c = matmul_with_epilogue(a, la, b, lb, &e)?;
+    Ok(())
 }

@@ -17,6 +17,7 @@ mod buffer_pool;
 mod compiled_table;
 mod control_flow;
 mod custom_op;
+mod in_place_updates;
 mod jit_cache;
 mod passes;
 mod save_graphs;

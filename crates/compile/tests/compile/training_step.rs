@@ -1,6 +1,6 @@
 //! A whole training step (forward, backward, Momentum update) compiled as one graph gives
 //! the same losses as eager execution, step by step, for an MLP and a LeNet-sized
-//! convolutional network.
+//! convolutional network, with every parameter update written over its parameter.
 
 use spore_compile::jit;
 use spore_core::Tensor;
@@ -29,16 +29,22 @@ fn compare(forward: Forward, shapes: &[&[usize]], x_shape: &[usize], steps: usiz
         );
     }
     assert_eq!(step.compile_count(), 1, "new weights must not recompile");
+    // Every weight and velocity took its new value in its own buffer, every step.
+    let types: Vec<_> = [&batches[0].0, &batches[0].1]
+        .iter()
+        .map(|t| t.tensor_type().clone())
+        .collect();
+    assert_eq!(
+        step.in_place_updates_for(&types),
+        Some(2 * shapes.len() * steps),
+        "updates written in place"
+    );
     for (a, b) in pe.iter().zip(&pg) {
         super::assert_close(&b.stored(), &a.stored(), 1e-4, "final parameters");
     }
     // Steady state allocates no buffers: every kernel output, scratch area and parameter
     // update after the first step came from the graph's pool (the comparisons above show
     // that recycled buffers gave the right numbers).
-    let types: Vec<_> = [&batches[0].0, &batches[0].1]
-        .iter()
-        .map(|t| t.tensor_type().clone())
-        .collect();
     let after_all = step.pool_stats_for(&types).expect("compiled");
     let (x, y) = &batches[0];
     step.call(&[x.clone(), y.clone()]).unwrap();

@@ -122,7 +122,7 @@ pub(crate) struct Operands<'a, T: Clone> {
     /// and read in place for every chunk. Why: filling a register with the same value
     /// for every chunk was a pass of its own (Momentum's factors, ReLU's zero).
     repeated: SmallVec<[bool; 8]>,
-    /// The input whose buffer the result is written into, if any (see [`LENT`]).
+    /// The input whose buffer the result is written into, if any (see [`super::in_place`]).
     lent_input: Option<usize>,
 }
 
@@ -183,37 +183,6 @@ impl<'a, T: Num> Operands<'a, T> {
     }
 }
 
-thread_local! {
-    /// A buffer lent to the next fused op on this thread: (input position, that input's
-    /// buffer). Set by [`lend_input_buffer`], taken by the op, which then reads that input
-    /// from the buffer it writes its result into (in-place execution).
-    static LENT: std::cell::RefCell<Option<(usize, Buffer)>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-/// In-place execution: when argument `r` of the fused op `p` (producing `out`) is a value
-/// that dies at this op, the executor offers its tensor here. If nobody else holds it and
-/// it has exactly the result's shape, dtype and a plain row-major buffer, its buffer is
-/// taken out (the tensor is left empty, to be released) and the next run of a fused op on
-/// this thread writes its result into it. Returns whether the buffer was taken.
-pub fn lend_input_buffer(p: &FusedProgram, out: &TensorType, r: usize, t: &mut Tensor) -> bool {
-    if r >= p.num_inputs || out.dtype != p.compute || t.tensor_type() != out {
-        return false;
-    }
-    let Some(buffer) = t.take_unique_buffer() else {
-        return false;
-    };
-    LENT.with(|l| *l.borrow_mut() = Some((r, buffer)));
-    true
-}
-
-/// Gives a lent buffer that no op took (the op failed before running) to the pool.
-pub fn reclaim_lent_buffer() {
-    if let Some((_, b)) = LENT.with(|l| l.borrow_mut().take()) {
-        arena::recycle(b);
-    }
-}
-
 impl FusedProgram {
     pub(crate) fn infer(&self, inputs: &[&TensorType]) -> Result<TensorType, String> {
         if inputs.len() != self.num_inputs {
@@ -257,7 +226,7 @@ impl FusedProgram {
     }
 
     pub(crate) fn eval(&self, inputs: &[&Tensor], out: &TensorType) -> Result<Storage, String> {
-        let lent = LENT.with(|l| l.borrow_mut().take());
+        let lent = super::in_place::take_lent();
         let buf = match self.compute {
             DType::F32 => self.run::<f32>(inputs, &out.shape, lent)?,
             DType::F64 => self.run::<f64>(inputs, &out.shape, lent)?,

@@ -10,7 +10,9 @@
 use std::panic::Location;
 use std::sync::Arc;
 
-use spore_kernels::matmul_epilogue::{BufferEpilogue, Contiguous, matmul_with_epilogue};
+use spore_kernels::matmul_epilogue::{
+    BufferEpilogue, Contiguous, matmul_add_in_place, matmul_with_epilogue,
+};
 use spore_kernels::{Buffer, DType, Dims, matmul as k};
 
 use super::elementwise::when;
@@ -112,12 +114,33 @@ fn infer_matrices(inputs: &[&TensorType]) -> Result<TensorType, String> {
 }
 
 /// `A · B + beta · D`, each `beta · D` rounded before the sum: the bits of a product and
-/// a separate multiply-add.
+/// a separate multiply-add. Written over D's buffer when an executor lent it (see
+/// [`super::in_place`]); D's tensor is then empty and is not read.
 pub(crate) fn eval_plus(
     inputs: &[&Tensor],
     beta: f64,
     out: &TensorType,
 ) -> Result<Storage, String> {
+    match super::in_place::take_lent() {
+        Some((2, mut d)) => {
+            let (a, b) = (inputs[0], inputs[1]);
+            let (la, lb) = (a.layout(), b.layout());
+            let (ba, bb) = (&a.buf().buffer, &b.buf().buffer);
+            if let Err(e) = matmul_add_in_place(&mut d, ba, &la, bb, &lb, beta) {
+                // Left as it was: the executor gives it back to its owner.
+                super::in_place::relend(2, d);
+                return Err(e);
+            }
+            return Ok(Storage::contiguous(d, &out.shape));
+        }
+        Some((r, d)) => {
+            super::in_place::relend(r, d);
+            return Err(format!(
+                "internal: MatMulAdd was lent input {r}, not its addend"
+            ));
+        }
+        None => {}
+    }
     eval_with(inputs, out, |d| BufferEpilogue {
         addend: Some((d, beta)),
         ..Default::default()

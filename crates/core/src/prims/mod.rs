@@ -8,6 +8,7 @@ pub mod elementwise;
 pub mod fused;
 mod fused_contract;
 pub mod fused_reduce;
+pub mod in_place;
 pub mod index;
 pub mod matmul;
 pub mod movement;

@@ -29,7 +29,8 @@ pub(crate) struct TileEpilogue {
 }
 
 // SAFETY: D, the bias and the mask are only read, and they outlive the product (they borrow the
-// caller's slices).
+// caller's slices). When D is C itself, each tile reads its own part of D before storing that
+// part of C, and threads store disjoint tiles.
 unsafe impl Send for TileEpilogue {}
 unsafe impl Sync for TileEpilogue {}
 
@@ -41,6 +42,16 @@ impl TileEpilogue {
             bias: e.bias.map(<[f32]>::as_ptr),
             relu: e.relu,
             mask: e.mask.map(<[f32]>::as_ptr),
+        }
+    }
+
+    /// `+ beta * D` alone, with D at `d` (C's first element when C holds D).
+    pub(crate) fn addend_only(d: *const f32, beta: f32) -> TileEpilogue {
+        TileEpilogue {
+            addend: Some((d, beta)),
+            bias: None,
+            relu: false,
+            mask: None,
         }
     }
 

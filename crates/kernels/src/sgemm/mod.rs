@@ -210,17 +210,83 @@ pub(crate) fn sgemm(
         b,
         mb,
     };
-    let dot_rows = if aliased(ma.row_stride) || aliased(mb.col_stride) {
-        DOT_MAX_ROWS_ALIASED
-    } else {
-        DOT_MAX_ROWS
+    match Strategy::of(m, k, ma, mb) {
+        Strategy::Dot => dot::run(&product, threads),
+        Strategy::Thin => thin::run(&product, threads),
+        Strategy::Blocked => blocked::run(&product, threads),
+    }
+}
+
+/// `C = A * B + beta * C` for an `m x n` C that holds the addend on entry, as [`sgemm`]
+/// with an addend would compute it from a separate D, bit for bit. The caller checked
+/// [`adds_in_place`] besides [`sgemm`]'s conditions.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn sgemm_add_in_place(
+    c: &mut [f32],
+    beta: f32,
+    m: usize,
+    n: usize,
+    k: usize,
+    (a, ma): (&[f32], MatRef),
+    (b, mb): (&[f32], MatRef),
+    threads: usize,
+) {
+    debug_assert!(adds_in_place(m, k, ma, mb) && n > 0 && c.len() >= m * n);
+    let dst = Dst(c.as_mut_ptr());
+    let product = Product {
+        dst,
+        accumulate: false,
+        // D is C itself: both pointers come from the one `&mut` borrow of `c`.
+        epilogue: Some(TileEpilogue::addend_only(dst.0.cast_const(), beta)),
+        m,
+        n,
+        k,
+        a,
+        ma,
+        b,
+        mb,
     };
-    if ma.col_stride == 1 && mb.row_stride == 1 && k >= DOT_MIN_DEPTH && m <= dot_rows {
-        dot::run(&product, threads);
-    } else if m <= THIN_MAX_ROWS {
-        thin::run(&product, threads);
-    } else {
-        blocked::run(&product, threads);
+    match Strategy::of(m, k, ma, mb) {
+        Strategy::Thin => thin::run(&product, threads.max(1)),
+        Strategy::Blocked => blocked::run(&product, threads.max(1)),
+        Strategy::Dot => unreachable!("adds_in_place excludes the dot kernel"),
+    }
+}
+
+/// True when the tiles can read the addend from C itself: every tile reads its part of D
+/// and then stores the same part of C, once. That holds for the thin and blocked
+/// strategies when the depth is one block (an optimizer's weight gradient, whose depth is
+/// the batch). Not for the dot kernel, which stores the product and adds D in a pass
+/// after, nor for longer depths, whose first blocks store partial sums over D.
+pub(crate) fn adds_in_place(m: usize, k: usize, ma: MatRef, mb: MatRef) -> bool {
+    available()
+        && k > 0
+        && depth_blocks(k).count() == 1
+        && Strategy::of(m, k, ma, mb) != Strategy::Dot
+}
+
+/// Which of the three kernels a product runs on.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Strategy {
+    Dot,
+    Thin,
+    Blocked,
+}
+
+impl Strategy {
+    fn of(m: usize, k: usize, ma: MatRef, mb: MatRef) -> Strategy {
+        let dot_rows = if aliased(ma.row_stride) || aliased(mb.col_stride) {
+            DOT_MAX_ROWS_ALIASED
+        } else {
+            DOT_MAX_ROWS
+        };
+        if ma.col_stride == 1 && mb.row_stride == 1 && k >= DOT_MIN_DEPTH && m <= dot_rows {
+            Strategy::Dot
+        } else if m <= THIN_MAX_ROWS {
+            Strategy::Thin
+        } else {
+            Strategy::Blocked
+        }
     }
 }
 

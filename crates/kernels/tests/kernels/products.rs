@@ -1,9 +1,13 @@
 //! GEMM checks: large threaded products, every f32 strategy against an f64 loop, and
-//! epilogues against separate passes.
+//! epilogues against separate passes, and the addend written over in place.
 
 use gemm::Parallelism;
 use spore_kernels::matmul::{MatRef, gemm_into};
-use spore_kernels::matmul_epilogue::{Epilogue, gemm_epilogue_into};
+use spore_kernels::matmul_epilogue::{
+    BufferEpilogue, Epilogue, adds_in_place, gemm_epilogue_into, matmul_add_in_place,
+    matmul_with_epilogue,
+};
+use spore_kernels::{Buffer, DType, Layout};
 
 use super::values;
 
@@ -142,6 +146,79 @@ fn f32_gemm_epilogues_equal_separate_passes_bit_for_bit() {
             }
         }
     }
+}
+
+/// `C = A · B + beta · C` written over its addend equals the product with a separate
+/// addend bit for bit: in the tiles where `adds_in_place` says so (thin and blocked
+/// strategies, one depth block, which these shapes must reach), through a copy of the
+/// addend elsewhere (dot kernel, several depth blocks, f64). Wrong sizes are errors that
+/// leave the addend as it was.
+#[test]
+fn addend_written_over_in_place_equals_a_separate_addend() {
+    // (m, n, k, A transposed, expected in the tiles)
+    let cases = [
+        (5, 17, 3, true, true),      // thin, edge tiles
+        (150, 110, 64, true, true),  // blocked, a weight gradient's shape
+        (512, 300, 64, true, true),  // blocked, several row blocks
+        (19, 35, 300, false, true),  // blocked, one merged depth block
+        (40, 30, 784, false, false), // three depth blocks: copied
+        (40, 30, 784, true, false),  // the same, A transposed
+    ];
+    for (case, &(m, n, k, ta, direct)) in cases.iter().enumerate() {
+        let buffer = |len: usize, seed: u64| {
+            Buffer::F32(values(len, seed).iter().map(|&v| v as f32).collect())
+        };
+        let (a, b, d) = (
+            buffer(m * k, 90 + case as u64),
+            buffer(k * n, 100 + case as u64),
+            buffer(m * n, 110 + case as u64),
+        );
+        let la = if ta {
+            Layout::contiguous(&[k, m]).permute(&[1, 0])
+        } else {
+            Layout::contiguous(&[m, k])
+        };
+        let lb = Layout::contiguous(&[k, n]);
+        assert_eq!(
+            adds_in_place(DType::F32, &la, &lb),
+            direct,
+            "{m}x{n}x{k} ta={ta}"
+        );
+        let separate = BufferEpilogue {
+            addend: Some(((&d, 0), 0.9)),
+            ..Default::default()
+        };
+        let want = matmul_with_epilogue(&a, &la, &b, &lb, &separate).unwrap();
+        let mut got = d.clone();
+        matmul_add_in_place(&mut got, &a, &la, &b, &lb, 0.9).unwrap();
+        assert_eq!(got, want, "{m}x{n}x{k} ta={ta}");
+    }
+    // The dot kernel's shape (A row-major, B column-major) goes through a copy.
+    let (m, n, k) = (16, 20, 64);
+    let la = Layout::contiguous(&[m, k]);
+    let lb = Layout::contiguous(&[n, k]).permute(&[1, 0]);
+    assert!(!adds_in_place(DType::F32, &la, &lb));
+    // f64: through a copy, with the same bits as a separate addend.
+    let f64s = |len: usize, seed: u64| Buffer::F64(values(len, seed));
+    let (a, b, d) = (f64s(m * k, 1), f64s(k * n, 2), f64s(m * n, 3));
+    assert!(!adds_in_place(DType::F64, &la, &lb));
+    let separate = BufferEpilogue {
+        addend: Some(((&d, 0), 0.5)),
+        ..Default::default()
+    };
+    let want = matmul_with_epilogue(&a, &la, &b, &lb, &separate).unwrap();
+    let mut got = d.clone();
+    matmul_add_in_place(&mut got, &a, &la, &b, &lb, 0.5).unwrap();
+    assert_eq!(got, want);
+    // An addend of the wrong size or dtype is refused and left unchanged.
+    let mut short = f64s(m * n - 1, 4);
+    let before = short.clone();
+    let err = matmul_add_in_place(&mut short, &a, &la, &b, &lb, 0.5).unwrap_err();
+    assert!(err.contains("16 x 20"), "{err}");
+    assert_eq!(short, before);
+    let mut single = Buffer::F32(vec![0.0; m * n]);
+    let err = matmul_add_in_place(&mut single, &a, &la, &b, &lb, 0.5).unwrap_err();
+    assert!(err.contains("Float64") && err.contains("Float32"), "{err}");
 }
 
 /// Spore's f32 GEMM (dot-product, thin and blocked strategies, packed and in-place
