@@ -25,6 +25,8 @@
 //! Why parameters need more than a dying value: the parameter itself holds its value, so
 //! the executor stores a stand-in in it while the op runs, and restores the value if the
 //! op cannot take the buffer (the user kept a handle on it) or fails before writing.
+//! Another thread that reads the parameter while that op runs sees the stand-in, an
+//! empty tensor: as with any optimizer step, read parameters between steps.
 
 use spore_core::ir::{Graph, NodeKind, ValueId};
 use spore_core::op::Op;
