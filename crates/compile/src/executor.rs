@@ -296,18 +296,21 @@ impl Executable {
                             )
                         })
                         .flatten();
+                    // The op's own failure and the observers' are kept apart: once the
+                    // op wrote a parameter's new value into a lent buffer, that value
+                    // must reach the parameter even if reporting the op then fails.
                     let out = with_args(&self.slots, args, |refs| {
                         let start = observe.then(Instant::now);
                         let out = apply(op, refs, node.location.unwrap_or(Location::caller()))?;
-                        if let Some(start) = start {
+                        let reported = start.map_or(Ok(()), |start| {
                             let site = OpSite {
                                 graph_id: self.graph_id,
                                 iteration,
                                 task_id: i,
                             };
-                            debug::report_op(site, op, &node.name, refs, &out, start)?;
-                        }
-                        Ok::<_, Error>(out)
+                            debug::report_op(site, op, &node.name, refs, &out, start)
+                        });
+                        Ok::<_, Error>((out, reported))
                     });
                     if let Some(lent) = lent {
                         if out.is_err() {
@@ -320,8 +323,9 @@ impl Executable {
                             }
                         }
                     }
-                    let out = out?;
+                    let (out, reported) = out?;
                     self.set_single(i, out);
+                    reported?;
                     continue;
                 }
                 NodeKind::Cond {
