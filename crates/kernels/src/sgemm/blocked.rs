@@ -1,7 +1,10 @@
 //! Large products, blocked as in BLIS. The columns (or, for a narrow C, the rows) are
-//! split across threads once; each thread then works alone on its part: for every block
-//! of `NC` columns and `KC` depth it packs its B panels, then `MC` rows of A at a time
-//! (kept in L2), and runs the microkernel over them.
+//! split into parts once; each part then runs alone: for every block of `NC` columns and
+//! `KC` depth it packs its B panels, then `MC` rows of A at a time (kept in L2), and runs
+//! the microkernel over them. Where A is small and the product large, A is packed once
+//! up front and the columns are cut into several parts per thread, taken by whichever
+//! thread is free (see `Product::balanced_parts`); otherwise there is one part per
+//! thread, and each packs A itself.
 //!
 //! Why one split per product and private packing: a fork per depth block (with B packed
 //! once and shared) cost more in wake-ups and cross-core traffic than packing A twice
@@ -17,7 +20,8 @@ use rayon::prelude::*;
 
 use super::pack::{pack_a, pack_b};
 use super::{
-    Dst, MR, NR, PRIVATE, Product, depth_blocks, max_depth_block, split, tile_at, with_scratch,
+    Dst, MR, NR, PRIVATE, Product, SHARED, depth_blocks, even_split, max_depth_block, split,
+    tile_at, with_scratch,
 };
 use crate::matmul::MatRef;
 
@@ -25,6 +29,10 @@ use crate::matmul::MatRef;
 const NC: usize = 1024;
 /// Rows of A packed at once (a multiple of MR): 144 x 256 values (144 KiB) stay in L2.
 const MC: usize = 144;
+/// Largest packed A (values) that a product splitting its columns packs once, up front,
+/// for all its parts: 1 MiB, which stays in L2 while the parts read it. (The MLP's
+/// products pack 33-34 thousand values.)
+const SHARED_A_MAX: usize = 1 << 18;
 
 /// Where a blocked product's A panels come from.
 #[derive(Clone, Copy)]
@@ -51,38 +59,68 @@ pub(crate) fn prepack_a(dst: &mut [f32], a: &[f32], ma: MatRef, m: usize, k: usi
     let rows = m.div_ceil(MR) * MR;
     assert!(dst.len() >= rows * k, "prepack_a: destination too small");
     let out = Dst(dst.as_mut_ptr());
-    // One depth block per task: ResNet's last filters are 9 MB, too much for one thread.
+    // Tasks of one depth block (ResNet's last filters are 9 MB, too much for one thread),
+    // and of part of its row panels where a block is large (an MLP's weight gradient
+    // packs one block of 33 thousand values, which the threads then share).
+    let panels = rows / MR;
+    let groups = if rows * k >= PARALLEL_PACK_MIN {
+        rayon::current_num_threads().clamp(1, panels)
+    } else {
+        1
+    };
     let blocks = depth_blocks(k).count();
-    (0..blocks).into_par_iter().for_each(|b| {
+    (0..blocks * groups).into_par_iter().for_each(|task| {
+        let (b, g) = (task / groups, task % groups);
         let Some((p0, kc)) = depth_blocks(k).nth(b) else {
             return;
         };
+        let own = even_split(panels, groups, g);
         let out = &out; // the whole `Dst` (Sync), not its raw pointer field
-        // SAFETY: depth blocks cover disjoint ranges `p0 * rows..(p0 + kc) * rows`, all
-        // inside `dst` (asserted above), which outlives this parallel section.
-        let block = unsafe { std::slice::from_raw_parts_mut(out.0.add(p0 * rows), rows * kc) };
-        pack_a(block, a, ma, 0..m, p0, kc);
+        // SAFETY: each task writes the panels `own` of depth block `b`, at
+        // `p0 * rows + own.start * MR * kc..` for `own.len() * MR * kc` values: disjoint
+        // across tasks and inside `dst` (asserted above), which outlives this section.
+        let part = unsafe {
+            std::slice::from_raw_parts_mut(
+                out.0.add(p0 * rows + own.start * MR * kc),
+                own.len() * MR * kc,
+            )
+        };
+        pack_a(part, a, ma, own.start * MR..(own.end * MR).min(m), p0, kc);
     });
 }
+
+/// Values of A from which [`prepack_a`] splits a depth block's panels among the threads.
+const PARALLEL_PACK_MIN: usize = 1 << 14;
 
 pub(super) fn run(p: &Product, threads: usize) {
     let (panels_m, panels_n) = (p.m.div_ceil(MR), p.n.div_ceil(NR));
     let a = PanelsA::Strided(p.a, p.ma);
-    let part = |rows, cols| {
-        let mut b = |dst: &mut [f32], p0, kc, j0, width| pack_b(dst, p.b, p.mb, p0, kc, j0, width);
-        part(p, a, &mut b, rows, cols)
-    };
+    let b_panels = |dst: &mut [f32], p0, kc, j0, width| pack_b(dst, p.b, p.mb, p0, kc, j0, width);
+    // `{ b_panels }`: a fresh copy of the closure (it holds only references) per call.
+    let strided_part = |rows, cols| part(p, a, &mut { b_panels }, rows, cols);
+    let parts = p.balanced_parts(panels_n, threads);
     if threads <= 1 || panels_m * panels_n < 2 {
-        part(0..panels_m, 0..panels_n);
+        strided_part(0..panels_m, 0..panels_n);
+    } else if parts > threads && prepacked_a_len(p.m, p.k) <= SHARED_A_MAX {
+        // A packed once for all parts, so that the columns can be cut into more parts
+        // than threads (see `Product::balanced_parts`) without packing A once per part.
+        with_scratch(&SHARED, prepacked_a_len(p.m, p.k), |packed| {
+            prepack_a(packed, p.a, p.ma, p.m, p.k);
+            let a = PanelsA::Prepacked(packed);
+            (0..parts).into_par_iter().with_max_len(1).for_each(|t| {
+                let cols = even_split(panels_n, parts, t);
+                part(p, a, &mut { b_panels }, 0..panels_m, cols)
+            });
+        });
     } else if panels_n >= threads {
         (0..threads)
             .into_par_iter()
-            .for_each(|t| part(0..panels_m, split(panels_n, threads, t)));
+            .for_each(|t| strided_part(0..panels_m, split(panels_n, threads, t)));
     } else {
         let parts = threads.min(panels_m);
         (0..parts)
             .into_par_iter()
-            .for_each(|t| part(split(panels_m, parts, t), 0..panels_n));
+            .for_each(|t| strided_part(split(panels_m, parts, t), 0..panels_n));
     }
 }
 

@@ -17,7 +17,7 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-use super::{Product, split};
+use super::{Product, even_split};
 
 /// Rows of A per tile (see [`row_tile`] for the last ones).
 const TR: usize = 3;
@@ -57,14 +57,17 @@ pub(super) fn run(p: &Product, threads: usize) {
         if threads <= 1 || blocks_n * blocks_m < 2 {
             part(0..blocks_n, 0..blocks_m);
         } else if blocks_n >= threads && share(blocks_n) <= share(blocks_m) {
-            (0..threads)
-                .into_par_iter()
-                .for_each(|t| part(split(blocks_n, threads, t), 0..blocks_m));
-        } else {
-            let parts = threads.min(blocks_m);
+            let parts = p.balanced_parts(blocks_n, threads);
             (0..parts)
                 .into_par_iter()
-                .for_each(|t| part(0..blocks_n, split(blocks_m, parts, t)));
+                .with_max_len(1)
+                .for_each(|t| part(even_split(blocks_n, parts, t), 0..blocks_m));
+        } else {
+            let parts = p.balanced_parts(blocks_m, threads);
+            (0..parts)
+                .into_par_iter()
+                .with_max_len(1)
+                .for_each(|t| part(0..blocks_n, even_split(blocks_m, parts, t)));
         }
     }
 }

@@ -246,6 +246,9 @@ fn f32_gemm_strategies_match_naive_for_edge_shapes_and_strides() {
         (33, 20, 1024),
         (150, 1100, 20),
         (300, 40, 30),
+        // Enough work for more parts than threads: the dot kernel's columns in 10 parts
+        // (with `Bᵀ`), the blocked kernel's in 7, over one A packed up front.
+        (64, 100, 784),
     ];
     for (case, &(m, n, k)) in shapes.iter().enumerate() {
         let a64 = values(m * k, 10 + case as u64);
