@@ -20,8 +20,8 @@ use rayon::prelude::*;
 
 use super::pack::{pack_a, pack_b};
 use super::{
-    Dst, MR, NR, PRIVATE, Product, SHARED, depth_blocks, even_split, max_depth_block, split,
-    tile_at, with_scratch,
+    Dst, MR, NR, PRIVATE, Product, SHARED, depth_blocks, max_depth_block, split, tile_at,
+    with_scratch,
 };
 use crate::matmul::MatRef;
 
@@ -74,7 +74,7 @@ pub(crate) fn prepack_a(dst: &mut [f32], a: &[f32], ma: MatRef, m: usize, k: usi
         let Some((p0, kc)) = depth_blocks(k).nth(b) else {
             return;
         };
-        let own = even_split(panels, groups, g);
+        let own = split(panels, groups, g);
         let out = &out; // the whole `Dst` (Sync), not its raw pointer field
         // SAFETY: each task writes the panels `own` of depth block `b`, at
         // `p0 * rows + own.start * MR * kc..` for `own.len() * MR * kc` values: disjoint
@@ -99,16 +99,17 @@ pub(super) fn run(p: &Product, threads: usize) {
     // `{ b_panels }`: a fresh copy of the closure (it holds only references) per call.
     let strided_part = |rows, cols| part(p, a, &mut { b_panels }, rows, cols);
     let parts = p.balanced_parts(panels_n, threads);
+    let a_len = prepacked_a_len(p.m, p.k);
     if threads <= 1 || panels_m * panels_n < 2 {
         strided_part(0..panels_m, 0..panels_n);
-    } else if parts > threads && prepacked_a_len(p.m, p.k) <= SHARED_A_MAX {
+    } else if parts > threads && a_len <= SHARED_A_MAX {
         // A packed once for all parts, so that the columns can be cut into more parts
         // than threads (see `Product::balanced_parts`) without packing A once per part.
-        with_scratch(&SHARED, prepacked_a_len(p.m, p.k), |packed| {
+        with_scratch(&SHARED, a_len, |packed| {
             prepack_a(packed, p.a, p.ma, p.m, p.k);
             let a = PanelsA::Prepacked(packed);
             (0..parts).into_par_iter().with_max_len(1).for_each(|t| {
-                let cols = even_split(panels_n, parts, t);
+                let cols = split(panels_n, parts, t);
                 part(p, a, &mut { b_panels }, 0..panels_m, cols)
             });
         });

@@ -17,7 +17,7 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-use super::{Product, even_split};
+use super::{Product, split};
 
 /// Rows of A per tile (see [`row_tile`] for the last ones).
 const TR: usize = 3;
@@ -61,13 +61,13 @@ pub(super) fn run(p: &Product, threads: usize) {
             (0..parts)
                 .into_par_iter()
                 .with_max_len(1)
-                .for_each(|t| part(even_split(blocks_n, parts, t), 0..blocks_m));
+                .for_each(|t| part(split(blocks_n, parts, t), 0..blocks_m));
         } else {
             let parts = p.balanced_parts(blocks_m, threads);
             (0..parts)
                 .into_par_iter()
                 .with_max_len(1)
-                .for_each(|t| part(0..blocks_n, even_split(blocks_m, parts, t)));
+                .for_each(|t| part(0..blocks_n, split(blocks_m, parts, t)));
         }
     }
 }

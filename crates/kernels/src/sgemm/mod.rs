@@ -331,14 +331,8 @@ const MIN_PART_FLOP: usize = 1 << 20;
 
 /// Part `t` of `parts` of `0..len`, the parts' lengths differing by at most one (none
 /// is empty while `parts <= len`).
-pub(crate) fn even_split(len: usize, parts: usize, t: usize) -> Range<usize> {
-    len * t / parts..len * (t + 1) / parts
-}
-
-/// Part `t` of `parts` of `0..len`.
 fn split(len: usize, parts: usize, t: usize) -> Range<usize> {
-    let per = len.div_ceil(parts);
-    (t * per).min(len)..((t + 1) * per).min(len)
+    len * t / parts..len * (t + 1) / parts
 }
 
 /// Runs the microkernel for one tile: row panel `ap` (packed, `MR x kc`) times the B panel
