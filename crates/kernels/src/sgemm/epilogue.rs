@@ -58,6 +58,20 @@ impl TileEpilogue {
         }
     }
 
+    /// `(D, beta)` when the epilogue only adds `beta * D` (an optimizer's moment update),
+    /// which the tiles then finish with a loop of their own (see `kernel::store_tile`).
+    pub(crate) fn addend_alone(&self) -> Option<(*const f32, f32)> {
+        match self {
+            TileEpilogue {
+                addend: Some(addend),
+                bias: None,
+                relu: false,
+                mask: None,
+            } => Some(*addend),
+            _ => None,
+        }
+    }
+
     /// The epilogue of the tile at (`i0`, `j0`) of a C with rows `ldc` apart.
     ///
     /// # Safety

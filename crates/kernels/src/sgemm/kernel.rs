@@ -83,6 +83,26 @@ pub(super) unsafe fn store_tile(
 ) {
     // SAFETY: the caller's contract.
     unsafe {
+        // An optimizer's moment update (`+ beta * D` alone) gets a loop of its own. Why:
+        // the general epilogue tests its four parts for every eight values, and the weight
+        // gradients' tiles (depth 64, the batch) are short enough that those tests cost
+        // 2.6-3.6 % of the product (512x784x64 written over D, one process alternating).
+        if let Some((d, beta)) = epilogue.and_then(TileEpilogue::addend_alone) {
+            let beta = _mm256_set1_ps(beta);
+            for (r, row) in acc.iter().enumerate() {
+                let (out, d) = (c.add(r * ldc), d.add(r * ldc));
+                let (mut lo, mut hi) = (row[0], row[1]);
+                if accumulate {
+                    lo = _mm256_add_ps(lo, _mm256_loadu_ps(out));
+                    hi = _mm256_add_ps(hi, _mm256_loadu_ps(out.add(8)));
+                }
+                lo = _mm256_add_ps(lo, _mm256_mul_ps(beta, _mm256_loadu_ps(d)));
+                hi = _mm256_add_ps(hi, _mm256_mul_ps(beta, _mm256_loadu_ps(d.add(8))));
+                _mm256_storeu_ps(out, lo);
+                _mm256_storeu_ps(out.add(8), hi);
+            }
+            return;
+        }
         for (r, row) in acc.iter().enumerate() {
             let out = c.add(r * ldc);
             let (mut lo, mut hi) = (row[0], row[1]);
