@@ -305,6 +305,40 @@ pub fn mul_add_slice<T: Num>(a: &[T], b: &[T], c: &[T], subtract: bool, dst: &mu
     }
 }
 
+/// [`mul_add_slice`] whose addend `c` is `dst` itself (the addend's buffer lent to the
+/// result): `dst[i] = a[i] * b[i] + dst[i]`, or `dst[i] - a[i] * b[i]`, rounded alike.
+pub fn mul_add_slice_over_addend<T: Num>(a: &[T], b: &[T], subtract: bool, dst: &mut [T]) {
+    let operands = dst.iter_mut().zip(a).zip(b);
+    if subtract {
+        for ((d, &x), &y) in operands {
+            *d = d.binary(BinaryFn::Sub, x.binary(BinaryFn::Mul, y));
+        }
+    } else {
+        for ((d, &x), &y) in operands {
+            *d = x.binary(BinaryFn::Mul, y).binary(BinaryFn::Add, *d);
+        }
+    }
+}
+
+/// [`binary_slice`] with one operand read from `dst` itself: `dst[i] = f(dst[i], other[i])`
+/// when `dst_is_lhs`, else `f(other[i], dst[i])`.
+pub fn binary_slice_over<T: Num>(f: BinaryFn, other: &[T], dst_is_lhs: bool, dst: &mut [T]) {
+    macro_rules! arms {
+        ($($v:ident),*) => { match f { $(BinaryFn::$v => {
+            if dst_is_lhs {
+                for (d, &y) in dst.iter_mut().zip(other) {
+                    *d = d.binary(BinaryFn::$v, y);
+                }
+            } else {
+                for (d, &x) in dst.iter_mut().zip(other) {
+                    *d = x.binary(BinaryFn::$v, *d);
+                }
+            }
+        })* } };
+    }
+    arms!(Add, Sub, Mul, Div, Pow, Maximum, Minimum)
+}
+
 /// Maps a strided view to a new contiguous vector.
 pub fn map_unary<T: Element, U: Element>(
     src: &[T],

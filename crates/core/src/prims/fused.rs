@@ -30,7 +30,9 @@ use rayon::prelude::*;
 use smallvec::SmallVec;
 use spore_kernels::arena;
 
-use spore_kernels::elementwise::{binary_slice, mul_add_slice, unary_slice};
+use spore_kernels::elementwise::{
+    binary_slice, binary_slice_over, mul_add_slice, mul_add_slice_over_addend, unary_slice,
+};
 use spore_kernels::{BinaryFn, Buffer, CompareFn, DType, Dims, Layout, Num, Strides, UnaryFn};
 
 use super::broadcast_shapes;
@@ -124,6 +126,22 @@ pub(crate) struct Operands<'a, T: Clone> {
     repeated: SmallVec<[bool; 8]>,
     /// The input whose buffer the result is written into, if any (see [`super::in_place`]).
     lent_input: Option<usize>,
+    /// Set by the program when only its last instruction reads the lent input, which it
+    /// then reads from the result's chunk itself (see [`FusedProgram::reads_lent_at_end`]).
+    lent_read_at_end: Option<LastRead>,
+}
+
+/// How a program's last instruction reads the lent input, the only one to read it: the
+/// input's chunk is then still in the result's chunk, and is read there, not copied into
+/// a register first. (An optimizer's `w - lr * m` written over `w`: the copy took 2.3 % of
+/// the MLP training step's samples, and steps alternating with and without it in one
+/// process ran 1.5-2.4 % faster without.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LastRead {
+    /// `MulAdd`'s addend `c`.
+    Addend,
+    /// A `Binary`'s left (`true`) or right operand.
+    Binary { lhs: bool },
 }
 
 impl<'a, T: Num> Operands<'a, T> {
@@ -170,6 +188,7 @@ impl<'a, T: Num> Operands<'a, T> {
             in_place,
             repeated,
             lent_input,
+            lent_read_at_end: None,
         }
     }
 
@@ -252,7 +271,8 @@ impl FusedProgram {
             },
             None => (None, None),
         };
-        let operands = Operands::<T>::load(inputs, shape, lent_input);
+        let mut operands = Operands::<T>::load(inputs, shape, lent_input);
+        operands.lent_read_at_end = lent_input.and_then(|r| self.reads_lent_at_end(r));
         let mut out = lent_out.unwrap_or_else(|| arena::for_overwrite::<T>(n));
         let n_regs = self.registers();
         // Registers: one set per block of chunks, taken on this thread before forking so a
@@ -284,6 +304,24 @@ impl FusedProgram {
         }
     }
 
+    /// How the last instruction reads input `r` when it is the only one to read it, once,
+    /// and in a form that has a kernel reading it from the result (see [`LastRead`]).
+    fn reads_lent_at_end(&self, r: usize) -> Option<LastRead> {
+        let (last, before) = self.instrs.split_last()?;
+        if before.iter().any(|i| i.operands().contains(&r)) {
+            return None;
+        }
+        match *last {
+            FusedInstr::MulAdd { a, b, c, .. } if c == r && a != r && b != r => {
+                Some(LastRead::Addend)
+            }
+            FusedInstr::Binary(_, a, b) if (a == r) != (b == r) => {
+                Some(LastRead::Binary { lhs: a == r })
+            }
+            _ => None,
+        }
+    }
+
     /// Registers the program uses: its inputs, then one per instruction.
     pub(crate) fn registers(&self) -> usize {
         self.num_inputs + self.instrs.len()
@@ -303,8 +341,11 @@ impl FusedProgram {
         let len = dst.len();
         for (r, (vals, layout)) in operands.loaded.iter().enumerate() {
             if Some(r) == operands.lent_input {
-                // The lent input's values for this chunk are still in `dst`.
-                regs[r][..len].copy_from_slice(dst);
+                // The lent input's values for this chunk are still in `dst`: the last
+                // instruction reads them there, or a register takes a copy.
+                if operands.lent_read_at_end.is_none() {
+                    regs[r][..len].copy_from_slice(dst);
+                }
             } else if !operands.in_place[r] {
                 gather_range(vals, layout, start, &mut regs[r][..len]);
             }
@@ -327,6 +368,17 @@ impl FusedProgram {
             } else {
                 &mut after[0][..len]
             };
+            match (operands.lent_read_at_end.filter(|_| k == last), ins) {
+                (Some(LastRead::Addend), &FusedInstr::MulAdd { a, b, subtract, .. }) => {
+                    mul_add_slice_over_addend(src(a), src(b), subtract, d);
+                    continue;
+                }
+                (Some(LastRead::Binary { lhs }), &FusedInstr::Binary(f, a, b)) => {
+                    binary_slice_over(f, src(if lhs { b } else { a }), lhs, d);
+                    continue;
+                }
+                _ => {}
+            }
             match *ins {
                 FusedInstr::Unary(f, a) => unary_slice(f, src(a), d),
                 FusedInstr::Binary(f, a, b) => binary_slice(f, src(a), src(b), d),

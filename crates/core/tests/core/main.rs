@@ -3,6 +3,7 @@
 mod autodiff;
 mod custom;
 mod errors;
+mod fused_in_place;
 mod op_table;
 mod reference;
 mod table;
