@@ -119,6 +119,42 @@ pub(super) unsafe fn store_tile(
     }
 }
 
+/// Writes (or adds, with `accumulate`) the first `height` rows of a tile computed into
+/// `tmp` (rows of [`NR`]) to C at `c`, rows `ldc` apart, through the epilogue (if any),
+/// eight values at a time: the bottom tiles of a C whose rows are not a multiple of
+/// [`MR`], whose width is whole.
+///
+/// # Safety
+/// AVX2 is available; `c` has `height` writable (and, with `accumulate`, readable) rows of
+/// 16, and the epilogue's operands `height` rows of 16, `ldc` apart.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn store_rows(
+    tmp: &[f32; MR * NR],
+    height: usize,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+    epilogue: Option<&TileEpilogue>,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        for (r, row) in tmp.chunks_exact(NR).take(height).enumerate() {
+            let out = c.add(r * ldc);
+            for q in [0, 8] {
+                let mut v = _mm256_loadu_ps(row.as_ptr().add(q));
+                if accumulate {
+                    v = _mm256_add_ps(v, _mm256_loadu_ps(out.add(q)));
+                }
+                if let Some(e) = epilogue {
+                    v = e.finish8(r, q, ldc, v);
+                }
+                _mm256_storeu_ps(out.add(q), v);
+            }
+        }
+    }
+}
+
 /// Copies (or adds, with `accumulate`) the `height x width` corner of a full tile computed
 /// into `tmp` (rows of [`NR`]) to C at (`i0`, `j0`), rows `ldc` apart: how the products
 /// that take C as a slice finish their edge tiles.

@@ -403,8 +403,15 @@ unsafe fn edge_tile(
     unsafe {
         let c = dst.0.add(i0 * ldc + j0);
         let epilogue = epilogue.map(|e| e.at(i0, j0, ldc));
-        let mut tmp = [0.0f32; MR * NR];
-        kernel::tile(kc, ap, bp, ldb, tmp.as_mut_ptr(), NR, false, None);
+        // Uninitialised: the microkernel stores all of it (zeroing it called `memset`).
+        let mut tmp = std::mem::MaybeUninit::<[f32; MR * NR]>::uninit();
+        kernel::tile(kc, ap, bp, ldb, tmp.as_mut_ptr().cast(), NR, false, None);
+        let tmp = tmp.assume_init();
+        if width == NR {
+            // Only the height is cut short (the last row panel): whole rows of 16.
+            kernel::store_rows(&tmp, height, c, ldc, accumulate, epilogue.as_ref());
+            return;
+        }
         for r in 0..height {
             let row = c.add(r * ldc);
             for q in 0..width {
