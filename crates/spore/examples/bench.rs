@@ -158,10 +158,11 @@ fn measure(p: Protocol, mut step: impl FnMut() -> Result<()>) -> Result<Measurem
         fastest = fastest.min(t.elapsed().as_secs_f64());
     }
     let n = ((p.repeat_s / fastest.max(1e-7)).ceil() as usize).clamp(1, 1_000_000);
-    // Allocated before the counters are read: the harness's own vector is not the step's.
+    // Allocated before the counters are read, and the CPU times read outside them (they
+    // allocate): the harness's own memory is not the step's.
     let mut repeats_ms = Vec::with_capacity(p.repeats);
-    let (calls0, bytes0) = (ALLOC_CALLS.load(Relaxed), ALLOC_BYTES.load(Relaxed));
     let cpu0 = CpuTicks::now();
+    let (calls0, bytes0) = (ALLOC_CALLS.load(Relaxed), ALLOC_BYTES.load(Relaxed));
     for _ in 0..p.repeats {
         let t = Instant::now();
         for _ in 0..n {
@@ -169,6 +170,7 @@ fn measure(p: Protocol, mut step: impl FnMut() -> Result<()>) -> Result<Measurem
         }
         repeats_ms.push(t.elapsed().as_secs_f64() * 1e3 / n as f64);
     }
+    let (calls1, bytes1) = (ALLOC_CALLS.load(Relaxed), ALLOC_BYTES.load(Relaxed));
     let foreign_cpu_frac = cpu0
         .zip(CpuTicks::now())
         .map(|(a, b)| a.foreign_share_until(b));
@@ -187,8 +189,8 @@ fn measure(p: Protocol, mut step: impl FnMut() -> Result<()>) -> Result<Measurem
     Ok(Measurement {
         first_ms,
         repeats_ms,
-        steady_allocs_per_step: (ALLOC_CALLS.load(Relaxed) - calls0) as f64 / steps,
-        steady_alloc_bytes_per_step: (ALLOC_BYTES.load(Relaxed) - bytes0) as f64 / steps,
+        steady_allocs_per_step: (calls1 - calls0) as f64 / steps,
+        steady_alloc_bytes_per_step: (bytes1 - bytes0) as f64 / steps,
         work_per_step: 0.0,
         graph_flop_per_step: f64::NAN,
         foreign_cpu_frac,
