@@ -438,8 +438,14 @@ fn run_parent(args: &[String]) -> Result<()> {
             for attempt in 1..=1 + RETRIES {
                 let rec = match run_child_process(&exe, bench, mode, quick)? {
                     Ok(rec) => rec,
-                    Err(message) => {
+                    Err(message) if best.is_none() => {
                         println!("{bench:<20} {mode:<9} failed: {message}");
+                        break;
+                    }
+                    Err(message) => {
+                        eprintln!(
+                            "{bench} {mode}: attempt {attempt} failed ({message}); keeping the earlier one"
+                        );
                         break;
                     }
                 };
