@@ -150,7 +150,7 @@ last_error() {
 probe_host() {
   local bin="$ROOT/target/release/examples/bench" g=""
   if [ -x "$bin" ]; then
-    g="$("$bin" --child fma_peak:n/a --quick 2>/dev/null | grep -o '"gflops":[0-9.]*' | cut -d: -f2 || true)"
+    g="$("$bin" --child fma_peak:n/a --quick --threads "$THREADS" 2>/dev/null | grep -o '"gflops":[0-9.]*' | cut -d: -f2 || true)"
   fi
   printf '%s\t%s\t%s\n' "$1" "${g:-none}" "$(date -u +%H:%M:%S)" >> "$OUT/host_speed.tsv"
   echo "host probe ($1): ${g:-not measured (no Spore bench binary)} GFLOP/s"
@@ -197,7 +197,7 @@ if [ "$SKIP_SPORE" = 1 ]; then
   record spore skipped "--skip-spore"
 else
   say "(b) Spore harness"
-  spore_args=(--json "$OUT/spore.jsonl")
+  spore_args=(--json "$OUT/spore.jsonl" --threads "$THREADS")
   [ "$QUICK" = 1 ] && spore_args+=(--quick)
   [ -n "$ONLY" ] && spore_args+=(--only "$ONLY")
   built=1

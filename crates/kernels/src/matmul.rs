@@ -31,6 +31,17 @@ pub fn own_f32_gemm() -> bool {
     sgemm::available()
 }
 
+/// Products running in the `gemm` crate right now, on any thread.
+static CRATE_GEMMS_RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Whether a product is running in the `gemm` crate (which allocates its packing buffers in
+/// every call) on some thread. Why: a counting allocator can then tell the crate's
+/// allocations from everyone else's, so the steady-state test holds every other allocation
+/// to zero on CPUs without Spore's own f32 GEMM too.
+pub fn crate_gemm_running() -> bool {
+    CRATE_GEMMS_RUNNING.load(std::sync::atomic::Ordering::Relaxed) > 0
+}
+
 /// Prepares every thread of the kernel pool for GEMMs without allocation: each gets the
 /// packing scratch that LeNet- and MLP-sized products need, also for one nested GEMM (a
 /// worker waiting inside one product may run a task of another). Compiled graphs call
@@ -137,6 +148,14 @@ pub(crate) fn gemm_with<T: Num>(
             return;
         }
         let (one, zero) = (T::one(), T::zero());
+        struct Running;
+        impl Drop for Running {
+            fn drop(&mut self) {
+                CRATE_GEMMS_RUNNING.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        CRATE_GEMMS_RUNNING.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let running = Running;
         // SAFETY: the asserts above keep every strided access inside `a`, `b` and `c`;
         // gemm's generic entry dispatches on the concrete type (f32 or f64 here).
         unsafe {
@@ -162,6 +181,7 @@ pub(crate) fn gemm_with<T: Num>(
                 par,
             );
         }
+        drop(running);
         return add_after(c);
     }
     for i in 0..m {

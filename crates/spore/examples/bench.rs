@@ -406,6 +406,18 @@ fn arg(args: &[String], name: &str) -> Option<String> {
         .cloned()
 }
 
+/// The kernel threads asked for with `--threads` (2 when absent).
+fn threads_arg(args: &[String]) -> Result<usize> {
+    match arg(args, "--threads") {
+        None => Ok(2),
+        Some(t) => t.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+            Error::invalid(format!(
+                "--threads expects a whole number of at least 1, got {t:?}"
+            ))
+        }),
+    }
+}
+
 /// Runs every selected (bench, mode) in its own child process; prints the table and
 /// writes JSON Lines.
 fn run_parent(args: &[String]) -> Result<()> {
@@ -422,6 +434,7 @@ fn run_parent(args: &[String]) -> Result<()> {
         }
     }
     let quick = args.iter().any(|a| a == "--quick");
+    let threads = threads_arg(args)?;
     let exe = std::env::current_exe().map_err(|e| Error::invalid(format!("current_exe: {e}")))?;
     let mut lines = Vec::new();
     println!(
@@ -436,7 +449,7 @@ fn run_parent(args: &[String]) -> Result<()> {
             let mut best: Option<serde_json::Value> = None;
             let foreign = |r: &serde_json::Value| r["foreign_cpu_frac"].as_f64().unwrap_or(0.0);
             for attempt in 1..=1 + RETRIES {
-                let rec = match run_child_process(&exe, bench, mode, quick)? {
+                let rec = match run_child_process(&exe, bench, mode, quick, threads)? {
                     Ok(rec) => rec,
                     Err(message) if best.is_none() => {
                         println!("{bench:<20} {mode:<9} failed: {message}");
@@ -505,9 +518,12 @@ fn run_child_process(
     bench: &str,
     mode: &str,
     quick: bool,
+    threads: usize,
 ) -> Result<std::result::Result<serde_json::Value, String>> {
     let mut cmd = Command::new(exe);
     cmd.args(["--child", &format!("{bench}:{mode}")]);
+    // The child measures, so it is the process whose kernel pool must have this size.
+    cmd.args(["--threads", &threads.to_string()]);
     if quick {
         cmd.arg("--quick");
     }
@@ -526,9 +542,7 @@ fn run_child_process(
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let threads: usize = arg(&args, "--threads")
-        .and_then(|t| t.parse().ok())
-        .unwrap_or(2);
+    let threads = threads_arg(&args)?;
     // The main thread is one of the kernel pool's workers (see `spore::core::threads`).
     spore::core::threads::join_kernel_pool(Some(threads))?;
     let Some(which) = arg(&args, "--child") else {

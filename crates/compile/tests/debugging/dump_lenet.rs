@@ -35,23 +35,34 @@ fn find(files: &[String], prefix: &str, io: &str) -> String {
         .to_string()
 }
 
-fn numpy_sum(path: &std::path::Path) -> Option<f64> {
+/// NumPy's sum of a dumped `.npy` file. Python 3 with NumPy is required: `scripts/test.sh`
+/// installs it, and without it this cross-check fails instead of passing unchecked.
+fn numpy_sum(path: &std::path::Path) -> f64 {
     let out = std::process::Command::new("python3")
-        .args(["-c", "import numpy, sys; a = numpy.load(sys.argv[1]); print(float(a.astype('float64').sum()), a.dtype)", path.to_str()?])
+        .args(["-c", "import numpy, sys; a = numpy.load(sys.argv[1]); print(float(a.astype('float64').sum()), a.dtype)"])
+        .arg(path)
         .output()
-        .ok()?;
+        .unwrap_or_else(|e| {
+            panic!("the NumPy cross-check needs python3 with numpy (scripts/test.sh installs it): {e}")
+        });
     if !out.status.success() {
         panic!(
-            "numpy could not load {}: {}",
+            "numpy could not load {} (is numpy installed? scripts/test.sh installs it): {}",
             path.display(),
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    String::from_utf8_lossy(&out.stdout)
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
         .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "unexpected output from numpy for {}: {stdout:?}",
+                path.display()
+            )
+        })
 }
 
 fn check_dump(root: &std::path::Path, graph_id: usize, lenet_w0: &Tensor, x: &Tensor) {
@@ -105,17 +116,25 @@ fn check_dump(root: &std::path::Path, graph_id: usize, lenet_w0: &Tensor, x: &Te
     let dumped = npy::decode(&std::fs::read(&conv_out).unwrap()).unwrap();
     let eager = x.conv2d(lenet_w0, &Conv2dOptions::default()).unwrap();
     super::assert_close(&dumped, &eager, 1e-6, "dumped conv output");
-    if let Some(sum) = numpy_sum(&conv_out) {
-        let want: f64 = eager.to_f64_vec().unwrap().iter().sum();
-        assert!(
-            (sum - want).abs() < 1e-3 * (1.0 + want.abs()),
-            "numpy sum {sum} vs {want}"
-        );
-    }
+    let sum = numpy_sum(&conv_out);
+    let want: f64 = eager.to_f64_vec().unwrap().iter().sum();
+    assert!(
+        (sum - want).abs() < 1e-3 * (1.0 + want.abs()),
+        "numpy sum {sum} vs {want}"
+    );
     let every_npy: Vec<&String> = in_iter.iter().filter(|f| f.ends_with(".npy")).collect();
     for f in every_npy.iter().step_by(7) {
-        npy::decode(&std::fs::read(rank.join(f)).unwrap()).unwrap_or_else(|e| panic!("{f}: {e}"));
-        numpy_sum(&rank.join(f));
+        let ours = npy::decode(&std::fs::read(rank.join(f)).unwrap())
+            .unwrap_or_else(|e| panic!("{f}: {e}"));
+        let sum = numpy_sum(&rank.join(f));
+        let values = ours.to_f64_vec().unwrap();
+        let want: f64 = values.iter().sum();
+        // The two sums add in different orders: allow f64 rounding of the absolute sum.
+        let scale: f64 = values.iter().map(|v| v.abs()).sum();
+        assert!(
+            (sum - want).abs() <= 1e-9 * (1.0 + scale) || (sum.is_nan() && want.is_nan()),
+            "{f}: numpy sums {sum}, Spore's reader {want}"
+        );
     }
 }
 

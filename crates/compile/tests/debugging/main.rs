@@ -1,6 +1,7 @@
 //! Dump, overflow detection, Print and the profiler. These observe every op in the
 //! process, so they live in their own test binary and run one at a time (`serial`).
 
+mod dump_async;
 mod dump_config;
 mod dump_lenet;
 mod dump_selection;

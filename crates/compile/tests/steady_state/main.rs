@@ -3,6 +3,12 @@
 //! allocation of the process, which is why this is a binary of its own without libtest
 //! (`harness = false`): libtest runs tests on parallel threads, which would be counted
 //! too, and never on the main thread, which is the thread a training loop runs on.
+//!
+//! On CPUs without Spore's own f32 GEMM (no AVX2/FMA, or `SPORE_GEMM=crate`) products go
+//! through the `gemm` crate, which allocates packing buffers in every call: there the
+//! allocations made while such a product runs are counted apart and every other one must
+//! still be zero. The binary checks both paths on machines that have both: it runs itself
+//! again with `SPORE_GEMM=crate`.
 
 #[path = "../common/train_steps.rs"]
 mod train_steps;
@@ -24,17 +30,26 @@ struct Counting;
 
 static CALLS: AtomicU64 = AtomicU64::new(0);
 static BYTES: AtomicU64 = AtomicU64::new(0);
+/// Allocation calls made while a product ran in the `gemm` crate (not in CALLS).
+static CRATE_GEMM_CALLS: AtomicU64 = AtomicU64::new(0);
+
+fn count(size: usize) {
+    if spore_kernels::matmul::crate_gemm_running() {
+        CRATE_GEMM_CALLS.fetch_add(1, Relaxed);
+    } else {
+        CALLS.fetch_add(1, Relaxed);
+        BYTES.fetch_add(size as u64, Relaxed);
+    }
+}
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        CALLS.fetch_add(1, Relaxed);
-        BYTES.fetch_add(layout.size() as u64, Relaxed);
+        count(layout.size());
         // SAFETY: same contract as the caller's.
         unsafe { System.alloc(layout) }
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        CALLS.fetch_add(1, Relaxed);
-        BYTES.fetch_add(layout.size() as u64, Relaxed);
+        count(layout.size());
         // SAFETY: same contract as the caller's.
         unsafe { System.alloc_zeroed(layout) }
     }
@@ -43,8 +58,7 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        CALLS.fetch_add(1, Relaxed);
-        BYTES.fetch_add(new_size as u64, Relaxed);
+        count(new_size);
         // SAFETY: same contract as the caller's.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -54,13 +68,14 @@ unsafe impl GlobalAlloc for Counting {
 static GLOBAL: Counting = Counting;
 
 /// Compiles `forward`'s whole training step, runs it until warm, then returns the
-/// (allocation calls, bytes) of `steps` more runs, and the losses they produced.
+/// (allocation calls, bytes) of `steps` more runs outside the `gemm` crate, the calls
+/// inside it, and the losses the runs produced.
 fn steady_allocations(
     forward: Forward,
     shapes: &[&[usize]],
     x_shape: &[usize],
     steps: usize,
-) -> ((u64, u64), Vec<f64>) {
+) -> ((u64, u64), u64, Vec<f64>) {
     let ps = params(shapes, 7);
     let vs = velocities(&ps);
     let (x, y) = batch(x_shape, 0);
@@ -81,6 +96,7 @@ fn steady_allocations(
         exe.run_into(&inputs, &mut outputs).unwrap();
     }
     let (calls, bytes) = (CALLS.load(Relaxed), BYTES.load(Relaxed));
+    let crate_calls = CRATE_GEMM_CALLS.load(Relaxed);
     for _ in 0..steps {
         exe.run_into(&inputs, &mut outputs).unwrap();
         // Read without allocating: the loss's storage is a one-element f32 buffer.
@@ -93,7 +109,11 @@ fn steady_allocations(
         losses.push(loss as f64);
     }
     let counted = (CALLS.load(Relaxed) - calls, BYTES.load(Relaxed) - bytes);
-    (counted, losses)
+    (
+        counted,
+        CRATE_GEMM_CALLS.load(Relaxed) - crate_calls,
+        losses,
+    )
 }
 
 /// The MLP with dropout on its hidden layer: a random draw and a fresh key every step.
@@ -117,7 +137,31 @@ fn main() {
     assert_eq!(rayon::current_thread_index(), Some(0));
     set_context_checks_the_pool_size();
     compiled_training_steps_allocate_nothing_in_steady_state();
-    println!("test compiled_training_steps_allocate_nothing_in_steady_state ... ok");
+    let path = if spore_kernels::matmul::own_f32_gemm() {
+        "Spore's f32 GEMM"
+    } else {
+        "the gemm crate"
+    };
+    println!("test compiled_training_steps_allocate_nothing_in_steady_state ({path}) ... ok");
+    if spore_kernels::matmul::own_f32_gemm() {
+        check_the_gemm_crate_path_in_a_child();
+    }
+}
+
+/// Runs this binary again with `SPORE_GEMM=crate`, so that the path other CPUs take is
+/// checked here too.
+fn check_the_gemm_crate_path_in_a_child() {
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .env("SPORE_GEMM", "crate")
+        .output()
+        .unwrap();
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.status.success(),
+        "with SPORE_GEMM=crate: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Once the pool exists, `set_context` accepts its size and refuses any other.
@@ -147,19 +191,23 @@ fn compiled_training_steps_allocate_nothing_in_steady_state() {
             MLP_INPUT,
         ),
     ] {
-        let ((calls, bytes), losses) = steady_allocations(forward, shapes, x_shape, STEPS);
+        let ((calls, bytes), crate_calls, losses) =
+            steady_allocations(forward, shapes, x_shape, STEPS);
+        assert_eq!(
+            (calls, bytes),
+            (0, 0),
+            "{name}: {STEPS} steady-state steps made {calls} allocations ({bytes} bytes) \
+             outside the gemm crate's products"
+        );
         if spore_kernels::matmul::own_f32_gemm() {
             assert_eq!(
-                (calls, bytes),
-                (0, 0),
-                "{name}: {STEPS} steady-state steps made {calls} allocations ({bytes} bytes)"
+                crate_calls, 0,
+                "{name}: the gemm crate ran on Spore's GEMM path"
             );
         } else {
-            // The `gemm` crate (other CPUs, or SPORE_GEMM=crate) allocates its packing
-            // buffers in every call; nothing else may.
-            eprintln!(
-                "{name}: f32 GEMM runs on the gemm crate here, which allocates per call: \
-                 {calls} allocations in {STEPS} steps, not checked"
+            // The `gemm` crate allocates its packing buffers in every call.
+            println!(
+                "{name}: {crate_calls} allocations inside the gemm crate's products in {STEPS} steps"
             );
         }
         // The steps really trained on recycled memory only: the same batch every step, so

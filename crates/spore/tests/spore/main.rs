@@ -2,4 +2,5 @@
 //! `spore` command line.
 
 mod accuracy;
+mod bench_harness;
 mod cli;

@@ -1,14 +1,19 @@
 //! `EarlyStopping`: stops training when a monitored value (`"loss"` or an evaluation
-//! metric) has not improved by `min_delta` for `patience` epochs.
+//! metric) has not improved by `min_delta` for `patience` epochs in a row: the epoch that
+//! makes the `patience`-th epoch without improvement is the last one, as in MindSpore and
+//! Keras (`wait >= patience`).
 //!
 //! ```
 //! use spore_train::callback::{Callback, EarlyStopping, RunContext};
 //! let mut stop = EarlyStopping::new("loss", 1, 0.0);
 //! let mut ctx = RunContext::new(10, 1, false);
-//! for loss in [1.0, 0.5, 0.6, 0.7] {
+//! for loss in [1.0, 0.5] {
 //!     ctx.loss = Some(loss);
 //!     stop.on_epoch_end(&mut ctx).unwrap();
 //! }
+//! assert!(!ctx.stop_requested());
+//! ctx.loss = Some(0.6); // the first epoch without improvement: patience 1 is used up
+//! stop.on_epoch_end(&mut ctx).unwrap();
 //! assert!(ctx.stop_requested());
 //! ```
 
@@ -72,7 +77,7 @@ impl Callback for EarlyStopping {
             self.wait = 0;
         } else {
             self.wait += 1;
-            if self.wait > self.patience {
+            if self.wait >= self.patience {
                 self.stopped_epoch = Some(ctx.cur_epoch_num);
                 ctx.request_stop();
             }

@@ -98,9 +98,11 @@ fn early_stopping_ends_training_and_history_records_epochs() {
         TrainConfig::sink(-1),
     )
     .unwrap();
-    assert_eq!(stop.stopped_epoch, Some(4));
-    assert_eq!(history.epochs.len(), 4);
-    assert_eq!(time.epochs.len(), 4);
+    // Losses 1.0, 0.5, 0.5: epoch 3 is the first without improvement, and with patience 1
+    // it is the last (MindSpore and Keras stop when `wait >= patience`).
+    assert_eq!(stop.stopped_epoch, Some(3));
+    assert_eq!(history.epochs.len(), 3);
+    assert_eq!(time.epochs.len(), 3);
     let dir = std::env::temp_dir().join(format!("spore-history-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     history.write_csv(dir.join("h.csv")).unwrap();
@@ -109,7 +111,7 @@ fn early_stopping_ends_training_and_history_records_epochs() {
             .unwrap()
             .lines()
             .count(),
-        5
+        4
     );
     history.plot_png(dir.join("h.png"), 320, 200).unwrap();
     let img = image::open(dir.join("h.png")).unwrap();
@@ -147,4 +149,31 @@ fn learning_rate_scheduler_sets_the_optimizer_rate() {
         "{:?}",
         opt.learning_rate()
     );
+}
+
+/// MindSpore's and Keras's rule: with patience `p`, training stops at the epoch that is
+/// the `p`-th in a row without improvement (`wait >= patience`), not one epoch later.
+#[test]
+fn early_stopping_stops_at_the_patience_th_epoch_without_improvement() {
+    for (patience, losses, stop_at) in [
+        (0, vec![1.0, 0.9, 0.95, 0.8], Some(3)),
+        (2, vec![1.0, 0.9, 0.95, 0.93, 0.8], Some(4)),
+        (2, vec![1.0, 0.9, 0.95, 0.85, 0.86, 0.87], Some(6)),
+        (3, vec![1.0, 1.1, 1.2], None),
+    ] {
+        let mut stop = EarlyStopping::new("loss", patience, 0.0);
+        let mut ctx = RunContext::new(losses.len(), 1, false);
+        let mut stopped = None;
+        for (epoch, loss) in losses.iter().enumerate() {
+            ctx.cur_epoch_num = epoch + 1;
+            ctx.loss = Some(*loss);
+            stop.on_epoch_end(&mut ctx).unwrap();
+            if ctx.stop_requested() {
+                stopped = Some(epoch + 1);
+                break;
+            }
+        }
+        assert_eq!(stopped, stop_at, "patience {patience}, losses {losses:?}");
+        assert_eq!(stop.stopped_epoch, stop_at);
+    }
 }
