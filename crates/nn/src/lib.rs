@@ -30,8 +30,8 @@ pub mod zoo;
 pub mod prelude {
     pub use crate::cell::{Cell, CellBase, CellCall, CellExt, child, param};
     pub use crate::checkpoint::{
-        LoadReport, ParamDict, load_checkpoint, load_checkpoint_into, load_param_into_net,
-        save_checkpoint,
+        LoadOptions, LoadReport, ParamDict, SaveOptions, load_checkpoint, load_checkpoint_into,
+        load_checkpoint_with, load_param_into_net, save_checkpoint, save_checkpoint_with,
     };
     pub use crate::init::Initializer;
     pub use crate::layers::*;

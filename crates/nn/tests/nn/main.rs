@@ -6,6 +6,7 @@
 //! [`serial`] first.
 
 mod cells;
+mod checkpoint_integrity;
 mod checkpoints;
 mod init;
 mod layers;

@@ -2,10 +2,13 @@
 //! `moments.conv1.weight`, `global_step`): MindSpore's `save_checkpoint`,
 //! `load_checkpoint` and `load_param_into_net`.
 //!
-//! Saving is atomic: the file is written to a temporary file in the same folder, synced,
-//! then renamed over the target, so a crash mid-save leaves the previous checkpoint intact.
-//! Loading validates the whole file (a truncated or corrupted file is an error naming it)
-//! and `load_param_into_net` checks every shape and dtype before changing anything.
+//! Saving is atomic ([`atomic`]): a crash or `kill -9` mid-save leaves the previous
+//! checkpoint intact. Every tensor's CRC-32 and one for the tensor table go into the
+//! file's metadata ([`integrity`], MindSpore's `crc_check`), and loading checks them: a
+//! flipped byte is an error naming the file and the tensor, not silently wrong weights.
+//! Files from other tools (no checksums) still load. Loading validates the whole file (a
+//! truncated or corrupted file is an error naming it) and `load_param_into_net` checks
+//! every shape and dtype before changing anything.
 //!
 //! ```
 //! use spore_nn::prelude::*;
@@ -21,17 +24,42 @@
 //! # std::fs::remove_dir_all(&dir).unwrap();
 //! ```
 
+pub mod atomic;
+pub mod integrity;
+
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fs::File;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
 
 use safetensors::tensor::{Dtype, SafeTensors, View};
 use spore_core::{DType, Error, Result, Tensor, trace};
 
 use crate::cell::{Cell, CellExt};
+use atomic::write_atomic;
+use integrity::Verdict;
+
+/// Options of [`save_checkpoint_with`] and [`save_tensors_with`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SaveOptions {
+    /// Store every tensor's CRC-32 (and the table's) in the file. On by default, unlike
+    /// MindSpore's `crc_check=False`: computing them costs far less than writing the file,
+    /// and a checkpoint without them cannot tell a flipped byte from a weight.
+    pub crc_check: bool,
+}
+
+impl Default for SaveOptions {
+    fn default() -> Self {
+        SaveOptions { crc_check: true }
+    }
+}
+
+/// Options of [`load_checkpoint_with`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Refuse files that carry no checksums (MindSpore's `crc_check=True`). Checksums a
+    /// file does carry are checked whatever this says.
+    pub crc_check: bool,
+}
 
 /// Tensors by name, as read from a checkpoint.
 pub type ParamDict = BTreeMap<String, Tensor>;
@@ -110,8 +138,17 @@ fn entry(name: &str, t: &Tensor) -> Result<Entry> {
     })
 }
 
-/// Writes `tensors` to `path` atomically.
+/// Writes `tensors` to `path` atomically, with checksums.
 pub fn save_tensors(tensors: &[(String, Tensor)], path: impl AsRef<Path>) -> Result<()> {
+    save_tensors_with(tensors, path, SaveOptions::default())
+}
+
+/// [`save_tensors`] with options.
+pub fn save_tensors_with(
+    tensors: &[(String, Tensor)],
+    path: impl AsRef<Path>,
+    options: SaveOptions,
+) -> Result<()> {
     let path = path.as_ref();
     let mut seen = HashSet::new();
     let mut entries = Vec::with_capacity(tensors.len());
@@ -124,15 +161,30 @@ pub fn save_tensors(tensors: &[(String, Tensor)], path: impl AsRef<Path>) -> Res
         }
         entries.push((name.clone(), entry(name, t)?));
     }
-    let meta = HashMap::from([("format".to_string(), "spore".to_string())]);
+    let mut meta = HashMap::from([("format".to_string(), "spore".to_string())]);
+    if options.crc_check {
+        let table = entries
+            .iter()
+            .map(|(n, e)| (n.as_str(), e.dtype, e.shape.as_slice(), e.bytes.as_slice()));
+        integrity::add_checksums(table, &mut meta);
+    }
     let bytes = safetensors::tensor::serialize(entries.iter().map(|(n, e)| (n, e)), Some(meta))
         .map_err(|e| Error::io(path, format!("cannot serialise the checkpoint: {e}")))?;
     write_atomic(path, &bytes)
 }
 
 /// Saves every parameter of `cell` (for a `TrainOneStepCell`, the optimizer state too),
-/// named as `parameters_and_names` names them.
+/// named as `parameters_and_names` names them, with checksums.
 pub fn save_checkpoint<C: Cell + ?Sized>(cell: &C, path: impl AsRef<Path>) -> Result<()> {
+    save_checkpoint_with(cell, path, SaveOptions::default())
+}
+
+/// [`save_checkpoint`] with options (MindSpore's `save_checkpoint(..., crc_check=...)`).
+pub fn save_checkpoint_with<C: Cell + ?Sized>(
+    cell: &C,
+    path: impl AsRef<Path>,
+    options: SaveOptions,
+) -> Result<()> {
     if trace::is_tracing() {
         return Err(Error::io(
             path.as_ref(),
@@ -144,44 +196,7 @@ pub fn save_checkpoint<C: Cell + ?Sized>(cell: &C, path: impl AsRef<Path>) -> Re
         .into_iter()
         .map(|(n, p)| (n, p.stored()))
         .collect();
-    save_tensors(&tensors, path)
-}
-
-static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// Temporary file in the target's folder (a rename across file systems is not atomic),
-/// fsync, rename, then fsync the folder so the rename itself is durable.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir: PathBuf = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let Some(file_name) = path.file_name() else {
-        return Err(Error::io(path, "the checkpoint path has no file name"));
-    };
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}-{}",
-        file_name.to_string_lossy(),
-        std::process::id(),
-        TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let result = (|| -> std::io::Result<()> {
-        let mut f = File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)?;
-        #[cfg(unix)]
-        if let Ok(d) = File::open(&dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(Error::io(path, format!("cannot write the checkpoint: {e}")));
-    }
-    Ok(())
+    save_tensors_with(&tensors, path, options)
 }
 
 fn decode<T: spore_core::Element, const N: usize>(
@@ -200,17 +215,39 @@ fn decode<T: spore_core::Element, const N: usize>(
     Tensor::from_vec(values, shape)
 }
 
-/// Reads a safetensors checkpoint. Errors name the file: unreadable, truncated, corrupted,
-/// or holding a dtype Spore lacks.
+/// Reads a safetensors checkpoint and checks the checksums it carries. Errors name the
+/// file: unreadable, truncated, corrupted (with the tensor that fails its check), or
+/// holding a dtype Spore lacks.
 pub fn load_checkpoint(path: impl AsRef<Path>) -> Result<ParamDict> {
+    load_checkpoint_with(path, LoadOptions::default())
+}
+
+/// [`load_checkpoint`] with options (MindSpore's `load_checkpoint(..., crc_check=...)`).
+pub fn load_checkpoint_with(path: impl AsRef<Path>, options: LoadOptions) -> Result<ParamDict> {
     let path = path.as_ref();
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, format!("cannot read: {e}")))?;
-    let st = SafeTensors::deserialize(&bytes).map_err(|e| {
-        Error::io(
-            path,
-            format!("not a valid safetensors checkpoint (truncated or corrupted?): {e}"),
-        )
+    decode_checkpoint(&bytes, options).map_err(|message| Error::io(path, message))
+}
+
+/// The tensors of a checkpoint held in memory; `name` (its origin) is used in errors.
+pub fn load_checkpoint_bytes(bytes: &[u8], name: &str, options: LoadOptions) -> Result<ParamDict> {
+    decode_checkpoint(bytes, options).map_err(|message| Error::io(name, message))
+}
+
+fn decode_checkpoint(bytes: &[u8], options: LoadOptions) -> std::result::Result<ParamDict, String> {
+    let st = SafeTensors::deserialize(bytes).map_err(|e| {
+        format!("not a valid safetensors checkpoint (truncated or corrupted?): {e}")
     })?;
+    // `deserialize` validated the header; reading it again gives its metadata map.
+    let (_, header) = SafeTensors::read_metadata(bytes)
+        .map_err(|e| format!("not a valid safetensors checkpoint: {e}"))?;
+    let verdict = integrity::verify(&st, header.metadata().as_ref())?;
+    if options.crc_check && verdict == Verdict::Unchecked {
+        return Err(
+            "crc_check: the file carries no checksums (written by another tool, or saved with crc_check off)"
+                .to_string(),
+        );
+    }
     let mut out = ParamDict::new();
     for (name, view) in st.iter() {
         let (data, shape) = (view.data(), view.shape());
@@ -222,15 +259,12 @@ pub fn load_checkpoint(path: impl AsRef<Path>) -> Result<ParamDict> {
             Dtype::U8 => Tensor::from_vec(data.to_vec(), shape),
             Dtype::BOOL => Tensor::from_vec(data.iter().map(|&b| b != 0).collect(), shape),
             other => {
-                return Err(Error::io(
-                    path,
-                    format!(
-                        "tensor {name:?} has dtype {other:?}; Spore reads F32, F64, I32, I64, U8 and BOOL"
-                    ),
+                return Err(format!(
+                    "tensor {name:?} has dtype {other:?}; Spore reads F32, F64, I32, I64, U8 and BOOL"
                 ));
             }
         }
-        .map_err(|e| Error::io(path, format!("tensor {name:?}: {e}")))?;
+        .map_err(|e| format!("tensor {name:?}: {e}"))?;
         out.insert(name.to_string(), t);
     }
     Ok(out)
