@@ -7,7 +7,7 @@
 //! use spore_compile::executor::Executable;
 //! use spore_compile::pass::{default_passes, run_passes};
 //! use spore_core::{trace::trace, DType, Parameter, Tensor, TensorType};
-//! let w = Parameter::new(Tensor::ones(&[4096], DType::F32), "w");
+//! let w = Parameter::new(Tensor::ones(&[4096], DType::F32).unwrap(), "w");
 //! let x = TensorType::new(&[4096], DType::F32);
 //! let mut step = trace("step", &[x], |x| {
 //!     w.assign(&w.value().sub(&x[0].mul_scalar(0.5)?)?)?; // w - 0.5 x: one fused op
@@ -15,7 +15,7 @@
 //! }).unwrap();
 //! run_passes(&mut step, &default_passes(), None).unwrap();
 //! let mut exe = Executable::new(step).unwrap();
-//! let x = Tensor::ones(&[4096], DType::F32);
+//! let x = Tensor::ones(&[4096], DType::F32).unwrap();
 //! exe.run(&[x.clone()]).unwrap();
 //! exe.run(&[x]).unwrap();
 //! assert_eq!(w.value().to_vec::<f32>().unwrap()[0], 0.0);

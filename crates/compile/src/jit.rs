@@ -6,11 +6,11 @@
 //! use spore_compile::jit::jit;
 //! use spore_core::{Tensor, DType};
 //! let f = jit("double", |x: &[Tensor]| Ok(vec![x[0].add(&x[0])?]));
-//! let a = f.call(&[Tensor::ones(&[3], DType::F32)]).unwrap();
-//! let b = f.call(&[Tensor::full(&[3], 2.0, DType::F32)]).unwrap();
+//! let a = f.call(&[Tensor::ones(&[3], DType::F32).unwrap()]).unwrap();
+//! let b = f.call(&[Tensor::full(&[3], 2.0, DType::F32).unwrap()]).unwrap();
 //! assert_eq!(b[0].to_vec::<f32>().unwrap(), vec![4.0; 3]);
 //! assert_eq!(f.compile_count(), 1);
-//! f.call(&[Tensor::ones(&[4], DType::F32)]).unwrap(); // new shape: compiles again
+//! f.call(&[Tensor::ones(&[4], DType::F32).unwrap()]).unwrap(); // new shape: compiles again
 //! assert_eq!(f.compile_count(), 2);
 //! # let _ = a;
 //! ```

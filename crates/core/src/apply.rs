@@ -3,7 +3,7 @@
 //!
 //! ```
 //! use spore_core::{no_grad, Tensor, DType};
-//! let w = Tensor::ones(&[2], DType::F32).with_requires_grad(true);
+//! let w = Tensor::ones(&[2], DType::F32).unwrap().with_requires_grad(true);
 //! let y = w.exp().unwrap();
 //! assert!(y.requires_grad());
 //! let z = no_grad(|| w.exp()).unwrap();
@@ -83,6 +83,8 @@ fn apply_observed(
     // Inline for every op's arity: inference allocates nothing in a compiled step.
     let types: SmallVec<[&TensorType; 8]> = inputs.iter().map(|t| t.tensor_type()).collect();
     let ty = op.infer(&types).map_err(|m| op_error(op, m, inputs, loc))?;
+    // Before any kernel allocates the output (and before a trace records it).
+    crate::memory::check(&ty.shape, ty.dtype).map_err(|m| op_error(op, m, inputs, loc))?;
     // Side effects inside a trace are recorded even without symbolic inputs, so that a
     // compiled graph prints on every run rather than once while tracing.
     let record =

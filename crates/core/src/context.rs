@@ -62,6 +62,14 @@ pub struct Context {
     pub profiling_result_path: PathBuf,
     /// Whether the iteration trace is recorded (`profiling_options.training_trace`).
     pub training_trace: bool,
+    /// The most bytes one tensor may take (MindSpore's `max_device_memory`, e.g. "3.5GB");
+    /// `None` = what the machine has available (see [`crate::memory`]).
+    pub max_device_memory: Option<u64>,
+    /// Whether Spore sets glibc's `mmap` and trim thresholds for the whole process (see
+    /// `spore_kernels::arena::tune_system_allocator`); off unless asked for, here or with
+    /// `SPORE_MALLOC_TUNING=1`, because it changes the allocator of every library in the
+    /// process.
+    pub malloc_tuning: bool,
 }
 
 impl Default for Context {
@@ -78,6 +86,8 @@ impl Default for Context {
             enable_profiling: false,
             profiling_result_path: PathBuf::from("./data"),
             training_trace: true,
+            max_device_memory: None,
+            malloc_tuning: false,
         }
     }
 }
@@ -119,6 +129,8 @@ pub struct ContextUpdate {
     enable_profiling: Option<bool>,
     profiling_result_path: Option<PathBuf>,
     training_trace: Option<bool>,
+    max_device_memory: Option<String>,
+    malloc_tuning: Option<bool>,
     bad_option: Option<String>,
 }
 
@@ -135,6 +147,8 @@ pub const CONTEXT_KEYS: &[&str] = &[
     "enable_profiling",
     "profiling_result_path",
     "profiling_options",
+    "max_device_memory",
+    "malloc_tuning",
 ];
 
 impl ContextUpdate {
@@ -201,6 +215,19 @@ impl ContextUpdate {
         self
     }
 
+    /// The most memory one tensor may take, as MindSpore writes it: "3.5GB", "512MB",
+    /// "64KB" or a number of bytes. A larger tensor is an error naming its size.
+    pub fn max_device_memory(mut self, size: &str) -> Self {
+        self.max_device_memory = Some(size.to_string());
+        self
+    }
+    /// Let Spore set glibc's `mmap` and trim thresholds for the process (faster eager
+    /// mode; see [`Context::malloc_tuning`]).
+    pub fn malloc_tuning(mut self, on: bool) -> Self {
+        self.malloc_tuning = Some(on);
+        self
+    }
+
     /// Sets a field from strings, as a configuration file or command line would.
     pub fn set(self, key: &str, value: &str) -> Result<Self> {
         let num = |what: &str| -> Result<u64> {
@@ -238,6 +265,8 @@ impl ContextUpdate {
                 parse_profiling_options(value)?;
                 self.profiling_options(value)
             }
+            "max_device_memory" => self.max_device_memory(value),
+            "malloc_tuning" => self.malloc_tuning(flag()?),
             _ => {
                 return Err(Error::invalid(format!(
                     "set_context: unknown key {key:?}; known keys: {}",
@@ -245,6 +274,31 @@ impl ContextUpdate {
                 )));
             }
         })
+    }
+}
+
+/// "3.5GB", "512MB", "64KB", "100B" or "100" to bytes (binary units, as MindSpore's
+/// memory pool counts them).
+fn parse_memory_size(text: &str) -> Result<u64> {
+    let t = text.trim().to_ascii_uppercase();
+    let (number, unit) = match t.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => t.split_at(i),
+        None => (t.as_str(), "B"),
+    };
+    let scale = match unit {
+        "GB" => 1u64 << 30,
+        "MB" => 1 << 20,
+        "KB" => 1 << 10,
+        "B" => 1,
+        _ => 0,
+    };
+    match number.trim().parse::<f64>() {
+        Ok(n) if scale > 0 && n.is_finite() && n > 0.0 && n * (scale as f64) < u64::MAX as f64 => {
+            Ok((n * scale as f64) as u64)
+        }
+        _ => Err(Error::invalid(format!(
+            "set_context: max_device_memory must be a positive size such as \"3.5GB\" or \"512MB\", got {text:?}"
+        ))),
     }
 }
 
@@ -304,12 +358,17 @@ static CONTEXT_PROFILER: std::sync::Mutex<
     Option<std::sync::Arc<crate::debug::profiler::Profiler>>,
 > = std::sync::Mutex::new(None);
 
+/// Serialises `set_context` calls: each reads the context, changes it and writes it back,
+/// so two threads calling it at once would otherwise lose one's change.
+static UPDATING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Applies `update` after validating every field (nothing changes if one is invalid).
 pub fn set_context(update: ContextUpdate) -> Result<()> {
     crate::logging::init();
     if let Some(e) = &update.bad_option {
         return Err(Error::invalid(e.clone()));
     }
+    let _updating = UPDATING.lock().unwrap_or_else(|p| p.into_inner());
     let previous = get_context();
     let mut next = previous.clone();
     if let Some(m) = update.mode {
@@ -357,6 +416,12 @@ pub fn set_context(update: ContextUpdate) -> Result<()> {
     if let Some(t) = update.training_trace {
         next.training_trace = t;
     }
+    if let Some(size) = &update.max_device_memory {
+        next.max_device_memory = Some(parse_memory_size(size)?);
+    }
+    if let Some(on) = update.malloc_tuning {
+        next.malloc_tuning = on;
+    }
     if let Some(s) = update.seed {
         next.seed = s;
         crate::rng::set_seed(s);
@@ -371,6 +436,8 @@ pub fn set_context(update: ContextUpdate) -> Result<()> {
         next.mode == Mode::Graph,
         std::sync::atomic::Ordering::Release,
     );
+    crate::memory::set_cap(next.max_device_memory);
+    spore_kernels::arena::set_malloc_tuning(next.malloc_tuning);
     match CONTEXT.write() {
         Ok(mut c) => *c = Some(next),
         Err(p) => *p.into_inner() = Some(next),

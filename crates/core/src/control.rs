@@ -279,7 +279,7 @@ where
     let buffers: Vec<Tensor> = y_types
         .iter()
         .map(|t| Tensor::zeros(&[&[n][..], &t.shape[..]].concat(), t.dtype))
-        .collect();
+        .collect::<Result<_>>()?;
     let (nc, ny) = (init.len(), buffers.len());
     let state: Vec<Tensor> = init.iter().chain(&buffers).cloned().collect();
     let out = fori_loop(

@@ -3,8 +3,8 @@
 //!
 //! ```
 //! use spore_core::Tensor;
-//! let a = Tensor::zeros(&[2, 3], spore_core::DType::F32);
-//! let b = Tensor::zeros(&[4, 5], spore_core::DType::F32);
+//! let a = Tensor::zeros(&[2, 3], spore_core::DType::F32).unwrap();
+//! let b = Tensor::zeros(&[4, 5], spore_core::DType::F32).unwrap();
 //! let err = a.matmul(&b).unwrap_err().to_string();
 //! assert!(err.contains("MatMul") && err.contains("[2, 3]") && err.contains("[4, 5]"));
 //! ```

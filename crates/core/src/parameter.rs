@@ -4,7 +4,7 @@
 //!
 //! ```
 //! use spore_core::{Parameter, Tensor, DType};
-//! let p = Parameter::new(Tensor::ones(&[2], DType::F32), "fc.weight");
+//! let p = Parameter::new(Tensor::ones(&[2], DType::F32).unwrap(), "fc.weight");
 //! p.assign(&p.value().mul_scalar(3.0).unwrap()).unwrap();
 //! assert_eq!(p.value().to_vec::<f32>().unwrap(), vec![3.0, 3.0]);
 //! assert!(p.value().requires_grad());

@@ -56,18 +56,26 @@ fn float_tensor(values: Vec<f64>, shape: &[usize], dtype: DType, what: &str) -> 
     Tensor::from_buffer(Buffer::from_f64(dtype, &values), shape)
 }
 
+/// Elements of `shape`, after checking that its samples (drawn as f64 first) fit in memory.
+#[track_caller]
+fn sample_count(shape: &[usize], what: &str) -> Result<usize> {
+    crate::memory::check(shape, DType::F64)
+        .map_err(|m| Error::invalid_here(format!("{what}: {m}")))?;
+    Ok(shape.iter().product())
+}
+
 impl Tensor {
     /// Uniform samples in [0, 1). `seed: None` draws from the global generator.
     #[track_caller]
     pub fn rand(shape: &[usize], dtype: DType, seed: Option<u64>) -> Result<Tensor> {
-        let n = shape.iter().product();
+        let n = sample_count(shape, "rand")?;
         float_tensor(random::uniform_f64(key_for(seed), n), shape, dtype, "rand")
     }
 
     /// Standard normal samples.
     #[track_caller]
     pub fn randn(shape: &[usize], dtype: DType, seed: Option<u64>) -> Result<Tensor> {
-        let n = shape.iter().product();
+        let n = sample_count(shape, "randn")?;
         float_tensor(random::normal(key_for(seed), n), shape, dtype, "randn")
     }
 
@@ -104,7 +112,7 @@ impl Tensor {
                 "truncated_normal: need sigma > 0 and bounds [{lo}, {hi}] within 6 sigma of mean {mean}, got sigma {sigma}"
             )));
         }
-        let n = shape.iter().product();
+        let n = sample_count(shape, "truncated_normal")?;
         let v = random::truncated_normal_in(key_for(seed), n, zl, zh)
             .into_iter()
             .map(|z| mean + z * sigma)

@@ -156,8 +156,9 @@ impl Tensor {
     /// A tensor over an owned buffer; `shape` must hold exactly `buffer.len()` elements.
     #[track_caller]
     pub fn from_buffer(buffer: Buffer, shape: &[usize]) -> Result<Tensor> {
-        let n: usize = shape.iter().product();
-        if n != buffer.len() {
+        let n = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+        if n != Some(buffer.len()) {
+            let n = n.map_or("more than 2^64".to_string(), |n| n.to_string());
             return Err(Error::invalid_here(format!(
                 "Tensor::from_buffer: shape {shape:?} holds {n} elements but {} were given",
                 buffer.len()
@@ -196,10 +197,21 @@ impl Tensor {
 
     /// A 0-d tensor of `dtype` holding `value` (converted with `as` semantics).
     pub fn scalar_of(value: f64, dtype: DType) -> Tensor {
-        Tensor::full(&[], value, dtype)
+        Tensor::filled(&[], value, dtype)
     }
 
-    pub fn full(shape: &[usize], value: f64, dtype: DType) -> Tensor {
+    /// A tensor of `shape` filled with `value` (converted to `dtype`). A shape whose size
+    /// overflows or exceeds the memory available is an error (see [`crate::memory`]).
+    #[track_caller]
+    pub fn full(shape: &[usize], value: f64, dtype: DType) -> Result<Tensor> {
+        crate::memory::check(shape, dtype)
+            .map_err(|m| Error::invalid_here(format!("full/zeros/ones: {m}")))?;
+        Ok(Tensor::filled(shape, value, dtype))
+    }
+
+    /// [`Tensor::full`] for a shape known to fit: a scalar, or the shape of a tensor that
+    /// exists (its size passed the check when it was made).
+    fn filled(shape: &[usize], value: f64, dtype: DType) -> Tensor {
         let n = shape.iter().product();
         Tensor::from_parts(
             TensorType::new(shape, dtype),
@@ -209,20 +221,29 @@ impl Tensor {
         )
     }
 
-    pub fn zeros(shape: &[usize], dtype: DType) -> Tensor {
+    #[track_caller]
+    pub fn zeros(shape: &[usize], dtype: DType) -> Result<Tensor> {
         Tensor::full(shape, 0.0, dtype)
     }
 
-    pub fn ones(shape: &[usize], dtype: DType) -> Tensor {
+    #[track_caller]
+    pub fn ones(shape: &[usize], dtype: DType) -> Result<Tensor> {
         Tensor::full(shape, 1.0, dtype)
     }
 
-    pub fn zeros_like(&self) -> Tensor {
-        Tensor::zeros(self.shape(), self.dtype())
+    /// `value` in this tensor's shape and dtype.
+    pub fn full_like(&self, value: f64) -> Tensor {
+        Tensor::filled(self.shape(), value, self.dtype())
     }
 
+    /// Zeros of this tensor's shape and dtype.
+    pub fn zeros_like(&self) -> Tensor {
+        Tensor::filled(self.shape(), 0.0, self.dtype())
+    }
+
+    /// Ones of this tensor's shape and dtype.
     pub fn ones_like(&self) -> Tensor {
-        Tensor::ones(self.shape(), self.dtype())
+        Tensor::filled(self.shape(), 1.0, self.dtype())
     }
 
     /// `start, start + step, ...` below `end` (like `numpy.arange`).
@@ -234,22 +255,27 @@ impl Tensor {
             )));
         }
         let n = ((end - start) / step).ceil().max(0.0) as usize;
+        crate::memory::check(&[n], DType::F64)
+            .map_err(|m| Error::invalid_here(format!("arange({start}, {end}, {step}): {m}")))?;
         let values: Vec<f64> = (0..n).map(|i| start + i as f64 * step).collect();
         Tensor::from_f64(&values, &[n], dtype)
     }
 
     /// The `n x n` identity matrix.
-    pub fn eye(n: usize, dtype: DType) -> Tensor {
+    #[track_caller]
+    pub fn eye(n: usize, dtype: DType) -> Result<Tensor> {
+        crate::memory::check(&[n, n], DType::F64)
+            .map_err(|m| Error::invalid_here(format!("eye({n}): {m}")))?;
         let mut v = vec![0.0; n * n];
         for i in 0..n {
             v[i * n + i] = 1.0;
         }
-        Tensor::from_parts(
+        Ok(Tensor::from_parts(
             TensorType::new(&[n, n], dtype),
             Storage::contiguous(Buffer::from_f64(dtype, &v), &[n, n]),
             None,
             false,
-        )
+        ))
     }
 
     // ----- accessors -----

@@ -79,17 +79,58 @@ pub fn parse_idx(bytes: &[u8], name: &str) -> Result<IdxArray> {
     })
 }
 
+/// Largest output per input byte of a deflate stream (its format's limit is about 1032:1),
+/// with room for the gzip header. Why: a gzipped IDX header may promise any size; one
+/// that promises more than its compressed bytes could hold is refused before its data is
+/// allocated.
+const MAX_GZIP_RATIO: usize = 1100;
+
+/// Decodes an IDX file's bytes, raw or gzipped (by the gzip magic bytes); `name` is used
+/// in error messages. A gzipped file is decompressed header first, so that the promised
+/// size is checked against what the compressed bytes can hold before anything is
+/// allocated for the data, and decompression stops at the promised size.
+pub fn decode_idx(raw: &[u8], name: &str) -> Result<IdxArray> {
+    if !raw.starts_with(&[0x1f, 0x8b]) {
+        return parse_idx(raw, name);
+    }
+    let bad = |what: String| Error::io(name, what);
+    let corrupt = |e: std::io::Error| bad(format!("corrupt gzip stream: {e}"));
+    let mut stream = flate2::read::GzDecoder::new(raw);
+    let mut header = [0u8; 4];
+    stream
+        .read_exact(&mut header)
+        .map_err(|e| bad(format!("truncated IDX header inside the gzip stream: {e}")))?;
+    let rank = header[3] as usize;
+    let mut dims = vec![0u8; 4 * rank];
+    stream
+        .read_exact(&mut dims)
+        .map_err(|e| bad(format!("truncated IDX header inside the gzip stream: {e}")))?;
+    let promised = dims
+        .chunks_exact(4)
+        .try_fold(1usize, |acc, d| {
+            acc.checked_mul(u32::from_be_bytes([d[0], d[1], d[2], d[3]]) as usize)
+        })
+        .unwrap_or(usize::MAX);
+    let capacity = raw.len().saturating_mul(MAX_GZIP_RATIO);
+    if promised > capacity {
+        return Err(bad(format!(
+            "the IDX header promises {promised} bytes of data, more than {} compressed bytes can hold (truncated or corrupted file?)",
+            raw.len()
+        )));
+    }
+    let mut bytes = Vec::with_capacity(header.len() + dims.len() + promised);
+    bytes.extend_from_slice(&header);
+    bytes.extend_from_slice(&dims);
+    // One byte more than promised, so that trailing data is seen by `parse_idx`.
+    (&mut stream)
+        .take(promised as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(corrupt)?;
+    parse_idx(&bytes, name)
+}
+
 /// Reads an IDX file, gunzipping it when it starts with the gzip magic bytes.
 pub fn read_idx(path: &Path) -> Result<IdxArray> {
     let raw = std::fs::read(path).map_err(|e| Error::io(path, format!("cannot read: {e}")))?;
-    let bytes = if raw.starts_with(&[0x1f, 0x8b]) {
-        let mut out = Vec::new();
-        flate2::read::GzDecoder::new(raw.as_slice())
-            .read_to_end(&mut out)
-            .map_err(|e| Error::io(path, format!("corrupt gzip stream: {e}")))?;
-        out
-    } else {
-        raw
-    };
-    parse_idx(&bytes, &path.display().to_string())
+    decode_idx(&raw, &path.display().to_string())
 }

@@ -27,6 +27,10 @@
 //! # Ok::<(), spore_core::Error>(())
 //! ```
 
+// A user's input never reaches an `unwrap` or `expect`: the few left in library code are
+// on invariants the code guarantees, each allowed where it stands with the reason.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 pub mod config;
 mod dataset;
 pub mod download;

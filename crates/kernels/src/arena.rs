@@ -214,25 +214,58 @@ pub fn share(b: Buffer) -> Arc<Buffer> {
     Arc::new(b)
 }
 
+/// Whether [`tune_system_allocator`] may run: 0 = not decided yet (read
+/// `SPORE_MALLOC_TUNING` on first use), 1 = no, 2 = yes.
+static MALLOC_TUNING: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Turns glibc tuning on or off for this process (`set_context(malloc_tuning=...)`); on
+/// takes effect at once. Off cannot undo thresholds already set.
+pub fn set_malloc_tuning(on: bool) {
+    MALLOC_TUNING.store(if on { 2 } else { 1 }, std::sync::atomic::Ordering::Relaxed);
+    if on {
+        tune_system_allocator();
+    }
+}
+
+/// Whether glibc tuning is on: set by [`set_malloc_tuning`], else `SPORE_MALLOC_TUNING=1`
+/// (or `on`/`true`), else off.
+pub fn malloc_tuning() -> bool {
+    use std::sync::atomic::Ordering::Relaxed;
+    match MALLOC_TUNING.load(Relaxed) {
+        0 => {
+            let on = matches!(
+                std::env::var("SPORE_MALLOC_TUNING").as_deref(),
+                Ok("1" | "on" | "true")
+            );
+            // Only the first decision sticks: a concurrent `set_malloc_tuning` wins.
+            let _ = MALLOC_TUNING.compare_exchange(0, if on { 2 } else { 1 }, Relaxed, Relaxed);
+            MALLOC_TUNING.load(Relaxed) == 2
+        }
+        state => state == 2,
+    }
+}
+
 fn take<T: Element>(len: usize) -> Option<Vec<T>> {
     let pooled = with_current(|pool| pool.take(T::DTYPE, len));
-    if pooled.is_none() {
+    if pooled.is_none() && malloc_tuning() {
         tune_system_allocator();
     }
     pooled.flatten().and_then(T::vec_of)
 }
 
-/// Without a pool (eager mode) kernels allocate from the system allocator; on glibc this
-/// first fixes its thresholds, once per process: buffers under 32 MiB come from the heap
-/// instead of fresh `mmap`s, and up to 256 MiB of freed heap is kept instead of being
-/// returned to the system.
+/// Fixes glibc's malloc thresholds for the whole process, once: buffers under 32 MiB come
+/// from the heap instead of fresh `mmap`s, and up to 256 MiB of freed heap is kept instead
+/// of being returned to the system. Only when asked for ([`set_malloc_tuning`],
+/// `SPORE_MALLOC_TUNING=1`): it changes the allocator of every library in the process,
+/// and keeps up to 256 MiB of freed memory from going back to the system.
 ///
-/// Why: glibc adapts its `mmap` threshold to the largest block freed so far, so whether
-/// an eager step's 0.1-1 MB buffers were mapped and unmapped (and their pages faulted
-/// in again) on every call depended on which sizes happened to be freed first. A change
-/// of one convolution's scratch size flipped LeNet's PyNative step from 4,900 to 77,000
-/// page faults per run and from 2.3 to 2.9 ms; with fixed thresholds it is 2.1 ms.
-fn tune_system_allocator() {
+/// Why it helps eager mode, which allocates every kernel's output from the system: glibc
+/// adapts its `mmap` threshold to the largest block freed so far, so whether an eager
+/// step's 0.1-1 MB buffers are mapped and unmapped (and their pages faulted in again) on
+/// every call depends on which sizes happened to be freed first. Its measured effect is
+/// in BENCHMARKS.md ("Allocator tuning in eager mode"). Compiled graphs take their
+/// buffers from the pool and do not depend on it.
+pub fn tune_system_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         static ONCE: std::sync::Once = std::sync::Once::new();

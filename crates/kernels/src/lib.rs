@@ -9,6 +9,10 @@
 //! assert_eq!(y, Buffer::F32(vec![0.0, 2.0]));
 //! ```
 
+// A user's input never reaches an `unwrap` or `expect`: the few left in library code are
+// on invariants the code guarantees, each allowed where it stands with the reason.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 pub mod arena;
 pub mod buffer;
 pub mod conv;

@@ -31,7 +31,7 @@
 //! let net = Arc::new(Net { base: CellBase::new(), fc: Dense::new(4, 2).unwrap(), relu: ReLU::new() });
 //! let names: Vec<String> = net.parameters_and_names().into_iter().map(|(n, _)| n).collect();
 //! assert_eq!(names, ["fc.weight", "fc.bias"]);
-//! let y = net.call1(&Tensor::ones(&[3, 4], DType::F32)).unwrap();
+//! let y = net.call1(&Tensor::ones(&[3, 4], DType::F32).unwrap()).unwrap();
 //! assert_eq!(y.shape(), &[3, 2]);
 //! ```
 

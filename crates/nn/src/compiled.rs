@@ -19,7 +19,7 @@
 //!     let y = d.call1(&x[0])?;
 //!     Ok(vec![y.sum(&[], false)?, y])
 //! };
-//! let x = Tensor::ones(&[64], DType::F32);
+//! let x = Tensor::ones(&[64], DType::F32).unwrap();
 //! let out = value_and_grad(f, Some(&[0]), &[], true)(&[x]).unwrap();
 //! // The gradient uses the forward pass's mask.
 //! assert_eq!(out.aux[0].to_vec::<f32>().unwrap(), out.input_grads[0].to_vec::<f32>().unwrap());

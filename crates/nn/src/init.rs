@@ -166,9 +166,9 @@ impl Initializer {
                 let (fan_in, fan_out) = fans(shape)?;
                 uniform(gain * (6.0 / (fan_in + fan_out).max(1) as f64).sqrt())
             }
-            Initializer::Zero => Ok(Tensor::zeros(shape, dtype)),
-            Initializer::One => Ok(Tensor::ones(shape, dtype)),
-            Initializer::Constant(v) => Ok(Tensor::full(shape, *v, dtype)),
+            Initializer::Zero => Ok(Tensor::zeros(shape, dtype)?),
+            Initializer::One => Ok(Tensor::ones(shape, dtype)?),
+            Initializer::Constant(v) => Ok(Tensor::full(shape, *v, dtype)?),
             Initializer::Tensor(t) => {
                 if t.shape() != shape {
                     return Err(Error::invalid(format!(

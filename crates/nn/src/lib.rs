@@ -9,12 +9,16 @@
 //! let loss = SoftmaxCrossEntropyWithLogits::new(true, Reduction::Mean);
 //! let opt = Momentum::new(net.trainable_params(), 0.01, 0.9).unwrap();
 //! let step = TrainOneStepCell::new(WithLossCell::new(net, loss), opt);
-//! let x = Tensor::ones(&[2, 1, 32, 32], DType::F32);
+//! let x = Tensor::ones(&[2, 1, 32, 32], DType::F32).unwrap();
 //! let y = Tensor::from_vec(vec![1i32, 7], &[2]).unwrap();
 //! let l0 = step.step(&x, &y).unwrap().item().unwrap();
 //! let l1 = step.step(&x, &y).unwrap().item().unwrap();
 //! assert!(l1 < l0);
 //! ```
+
+// A user's input never reaches an `unwrap` or `expect`: the few left in library code are
+// on invariants the code guarantees, each allowed where it stands with the reason.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod cell;
 pub mod checkpoint;

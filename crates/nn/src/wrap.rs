@@ -16,7 +16,7 @@
 //! let train = TrainOneStepCell::new(WithLossCell::new(net, loss), opt);
 //! let names: Vec<String> = train.parameters_and_names().into_iter().map(|(n, _)| n).collect();
 //! assert_eq!(names, ["weight", "bias", "learning_rate", "global_step", "moments.weight", "moments.bias"]);
-//! let x = Tensor::ones(&[2, 4], DType::F32);
+//! let x = Tensor::ones(&[2, 4], DType::F32).unwrap();
 //! let y = Tensor::from_vec(vec![0i32, 2], &[2]).unwrap();
 //! assert!(train.step(&x, &y).unwrap().item().unwrap() > 0.0);
 //! ```

@@ -545,6 +545,11 @@ fn main() -> Result<()> {
     let threads = threads_arg(&args)?;
     // The main thread is one of the kernel pool's workers (see `spore::core::threads`).
     spore::core::threads::join_kernel_pool(Some(threads))?;
+    // An application's choice, made here as the `spore` command makes it: glibc tuned for
+    // eager mode's allocations, unless `SPORE_MALLOC_TUNING=0` (to measure without).
+    spore::kernels::arena::set_malloc_tuning(
+        std::env::var("SPORE_MALLOC_TUNING").as_deref() != Ok("0"),
+    );
     let Some(which) = arg(&args, "--child") else {
         return run_parent(&args);
     };

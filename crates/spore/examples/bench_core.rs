@@ -55,8 +55,8 @@ fn main() -> Result<()> {
         2.0 * (n as f64).powi(3) / secs / 1e9
     );
 
-    let x = Tensor::ones(&[4], DType::F32);
-    let y = Tensor::ones(&[4], DType::F32);
+    let x = Tensor::ones(&[4], DType::F32).unwrap();
+    let y = Tensor::ones(&[4], DType::F32).unwrap();
     let per_op = time_it(7, 100_000, || {
         x.add(&y).expect("add");
     });
@@ -72,7 +72,7 @@ fn main() -> Result<()> {
         "eager dispatch with autodiff recording, mul [4]: {:.2} us/op",
         per_op * 1e6
     );
-    let s = Tensor::ones(&[64, 10], DType::F32);
+    let s = Tensor::ones(&[64, 10], DType::F32).unwrap();
     let per_op = time_it(7, 20_000, || {
         s.log_softmax(-1).expect("log_softmax");
     });

@@ -7,6 +7,10 @@
 //! assert_eq!(ops::relu(&x).unwrap().to_vec::<f32>().unwrap(), vec![1.0, 0.0]);
 //! ```
 
+// A user's input never reaches an `unwrap` or `expect`: the few left in library code are
+// on invariants the code guarantees, each allowed where it stands with the reason.
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 pub mod cli;
 pub mod datasets;
 

@@ -43,7 +43,7 @@ fn cumulative(x: &[Tensor]) -> Result<Vec<Tensor>> {
             let n = c[0].add(&xi[0])?;
             Ok((vec![n.clone()], vec![n.mul_scalar(2.0)?]))
         },
-        &[Tensor::zeros(&[3], DType::F32)],
+        &[Tensor::zeros(&[3], DType::F32).unwrap()],
         &[x[0].clone()],
     )
 }
@@ -121,7 +121,9 @@ fn rust_if_on_a_traced_value_is_an_error_naming_the_call_site() {
             Ok(vec![x[0].neg()?])
         }
     });
-    let err = f.call(&[Tensor::ones(&[2], DType::F32)]).unwrap_err();
+    let err = f
+        .call(&[Tensor::ones(&[2], DType::F32).unwrap()])
+        .unwrap_err();
     let msg = err.to_string();
     assert!(
         msg.contains("symbolic") && msg.contains("ops::cond"),
@@ -142,7 +144,7 @@ fn cond_branches_must_agree_and_gradients_through_traced_control_flow_are_refuse
         )
     });
     assert!(
-        f.call(&[Tensor::ones(&[2], DType::F32)])
+        f.call(&[Tensor::ones(&[2], DType::F32).unwrap()])
             .unwrap_err()
             .to_string()
             .contains("different types")
@@ -167,7 +169,7 @@ fn cond_branches_must_agree_and_gradients_through_traced_control_flow_are_refuse
         Ok(vg(x)?.input_grads)
     });
     assert!(
-        g.call(&[Tensor::ones(&[2], DType::F32)])
+        g.call(&[Tensor::ones(&[2], DType::F32).unwrap()])
             .unwrap_err()
             .to_string()
             .contains("not supported yet")

@@ -64,7 +64,7 @@ fn custom_ops_compile_with_their_gradients() {
         move |a: &[Tensor]| Ok(vec![a[0].custom(&op, &[])?])
     });
     assert!(
-        bad.call(&[Tensor::ones(&[2], DType::I32)])
+        bad.call(&[Tensor::ones(&[2], DType::I32).unwrap()])
             .unwrap_err()
             .to_string()
             .contains("CubePlus")

@@ -79,12 +79,13 @@ fn moment_and_weight_steps_overwrite_their_parameters_with_the_interpreters_bits
 
 #[test]
 fn a_parameter_value_the_user_holds_keeps_its_values() {
-    let m = Parameter::with_requires_grad(Tensor::zeros(&[150, 110], DType::F32), "m", false);
-    let w = Parameter::new(Tensor::ones(&[150, 110], DType::F32), "w");
+    let m =
+        Parameter::with_requires_grad(Tensor::zeros(&[150, 110], DType::F32).unwrap(), "m", false);
+    let w = Parameter::new(Tensor::ones(&[150, 110], DType::F32).unwrap(), "w");
     let mut exe = Executable::new(optimised(&momentum_step(&m, &w))).unwrap();
     let held = w.value();
-    let x = Tensor::ones(&[64, 150], DType::F32);
-    let g = Tensor::ones(&[64, 110], DType::F32);
+    let x = Tensor::ones(&[64, 150], DType::F32).unwrap();
+    let g = Tensor::ones(&[64, 110], DType::F32).unwrap();
     exe.run(&[x, g]).unwrap();
     assert!(held.to_vec::<f32>().unwrap().iter().all(|&v| v == 1.0));
     // m' = 64 everywhere, w' = 1 - 0.64.
@@ -118,9 +119,9 @@ fn update_and_gather(w: &Parameter, gather_first: bool) -> Graph {
 #[test]
 fn a_step_that_fails_on_an_index_leaves_every_parameter_as_it_was() {
     for gather_first in [true, false] {
-        let w = Parameter::new(Tensor::ones(&[8], DType::F32), "w");
+        let w = Parameter::new(Tensor::ones(&[8], DType::F32).unwrap(), "w");
         let mut exe = Executable::new(optimised(&update_and_gather(&w, gather_first))).unwrap();
-        let x = Tensor::ones(&[8], DType::F32);
+        let x = Tensor::ones(&[8], DType::F32).unwrap();
         let bad = Tensor::from_vec(vec![1i32, 9], &[2]).unwrap();
         let err = exe.run(&[x.clone(), bad]).unwrap_err().to_string();
         assert!(err.contains("out of range"), "{err}");

@@ -6,7 +6,7 @@ use spore_core::{DType, Parameter, Tensor, grad};
 
 #[test]
 fn parameters_update_in_place_without_recompiling() {
-    let p = Parameter::new(Tensor::ones(&[2], DType::F32), "w");
+    let p = Parameter::new(Tensor::ones(&[2], DType::F32).unwrap(), "w");
     let pc = p.clone();
     let step = jit("accumulate", move |x: &[Tensor]| {
         let next = pc.value().add(&x[0])?;
@@ -14,24 +14,33 @@ fn parameters_update_in_place_without_recompiling() {
         Ok(vec![next.sum(&[], false)?])
     });
     for k in 1..=3 {
-        let s = step.call(&[Tensor::ones(&[2], DType::F32)]).unwrap()[0]
+        let s = step
+            .call(&[Tensor::ones(&[2], DType::F32).unwrap()])
+            .unwrap()[0]
             .item()
             .unwrap();
         assert_eq!(s, 2.0 * (1.0 + k as f64));
     }
     assert_eq!(p.stored().to_vec::<f32>().unwrap(), vec![4.0, 4.0]);
-    p.assign(&Tensor::zeros(&[2], DType::F32)).unwrap(); // an outside change is seen, no recompile
+    p.assign(&Tensor::zeros(&[2], DType::F32).unwrap()).unwrap(); // an outside change is seen, no recompile
     assert_eq!(
-        step.call(&[Tensor::ones(&[2], DType::F32)]).unwrap()[0]
+        step.call(&[Tensor::ones(&[2], DType::F32).unwrap()])
+            .unwrap()[0]
             .item()
             .unwrap(),
         2.0
     );
     assert_eq!(step.compile_count(), 1);
-    step.call(&[Tensor::ones(&[2], DType::F64).cast(DType::F32).unwrap()])
+    step.call(&[Tensor::ones(&[2], DType::F64)
+        .unwrap()
+        .cast(DType::F32)
+        .unwrap()])
         .unwrap();
     assert_eq!(step.compile_count(), 1);
-    assert!(step.call(&[Tensor::ones(&[1], DType::F32)]).is_ok());
+    assert!(
+        step.call(&[Tensor::ones(&[1], DType::F32).unwrap()])
+            .is_ok()
+    );
     assert_eq!(step.compile_count(), 2, "a new input shape compiles again");
 }
 
@@ -55,7 +64,7 @@ fn compiled_functions_are_differentiable_in_pynative_mode() {
 #[test]
 fn dropout_in_a_compiled_graph_draws_fresh_masks_each_run() {
     let f = jit("drop", |x: &[Tensor]| Ok(vec![x[0].dropout(0.5, true)?]));
-    let x = Tensor::ones(&[256], DType::F32);
+    let x = Tensor::ones(&[256], DType::F32).unwrap();
     let a = f.call(std::slice::from_ref(&x)).unwrap()[0]
         .to_vec::<f32>()
         .unwrap();

@@ -382,7 +382,7 @@ fn relu_gradient_folds_into_max_pool_gradient() {
             &[0],
         );
         let ty = TensorType::new(&shape, DType::F32);
-        let zeros = Tensor::zeros(&shape, DType::F32);
+        let zeros = Tensor::zeros(&shape, DType::F32).unwrap();
         let pooled = zeros.max_pool2d(&opts).unwrap().tensor_type().clone();
         let mut g = trace("pool_relu", &[ty, pooled.clone()], |x| d(x)).unwrap();
         let n: usize = shape.iter().product();

@@ -18,7 +18,7 @@ fn save_graphs_writes_renderable_dot_and_located_ir() {
                 .matmul(&x[0].transpose()?)?,
         ])
     });
-    let result = f.call(&[Tensor::ones(&[2, 3], DType::F32)]);
+    let result = f.call(&[Tensor::ones(&[2, 3], DType::F32).unwrap()]);
     set_context(ContextUpdate::new().save_graphs(0)).unwrap();
     result.unwrap();
     let out = dir.join("saved_0");

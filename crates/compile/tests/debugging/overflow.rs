@@ -17,7 +17,7 @@ fn overflow_detection_names_the_first_nan_producer() {
         Ok(vec![out])
     });
     dump::enable(DumpConfig::parse(&dump_json(&dir, r#", "op_debug_mode": 3"#)).unwrap()).unwrap();
-    let result = f.call(&[Tensor::ones(&[3, 4], DType::F32)]);
+    let result = f.call(&[Tensor::ones(&[3, 4], DType::F32).unwrap()]);
     dump::disable().unwrap();
     assert!(result.unwrap()[0].item().unwrap().is_nan());
     let first = dump::last_overflow().expect("an overflow was detected");

@@ -109,12 +109,18 @@ pub fn decode(bytes: &[u8]) -> Result<Tensor> {
         })
         .collect::<Result<_>>()?;
     let body = &bytes[start + hlen..];
-    let n: usize = shape.iter().product();
     let size = dtype.size_in_bytes();
-    if body.len() != n * size {
+    let expected = shape
+        .iter()
+        .try_fold(size, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| {
+            bad(&format!(
+                "shape {shape:?} of {dtype} overflows the address space"
+            ))
+        })?;
+    if body.len() != expected {
         return Err(bad(&format!(
-            "expected {} data bytes for {shape:?} {dtype}, found {}",
-            n * size,
+            "expected {expected} data bytes for {shape:?} {dtype}, found {}",
             body.len()
         )));
     }

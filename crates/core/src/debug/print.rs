@@ -14,7 +14,8 @@ use super::npy;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
-const MAGIC: &[u8] = b"SPOREPRT";
+/// The first bytes of every print file.
+pub const MAGIC: &[u8] = b"SPOREPRT";
 
 /// One printed argument.
 #[derive(Clone, Debug)]
@@ -53,7 +54,9 @@ fn resolve(requested: &Path) -> PathBuf {
     PathBuf::from(format!("{}_{stamp}", requested.display()))
 }
 
-fn encode(values: &[PrintValue]) -> Result<Vec<u8>> {
+/// One print call's record as it is appended to a print file (after the file's
+/// `SPOREPRT` magic, written once).
+pub fn encode(values: &[PrintValue]) -> Result<Vec<u8>> {
     let mut out = (values.len() as u32).to_le_bytes().to_vec();
     for v in values {
         match v {
@@ -117,33 +120,36 @@ pub fn current_print_file() -> Option<PathBuf> {
 pub fn parse_print(path: impl AsRef<Path>) -> Result<Vec<Vec<PrintValue>>> {
     let path = path.as_ref();
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, format!("cannot read: {e}")))?;
-    let bad = |m: &str| Error::io(path, format!("not a valid Spore print file: {m}"));
+    parse_print_bytes(&bytes, &path.display().to_string())
+}
+
+/// [`parse_print`] of a file's bytes; `name` (its origin) is used in errors.
+pub fn parse_print_bytes(bytes: &[u8], name: &str) -> Result<Vec<Vec<PrintValue>>> {
+    let bad = |m: &str| Error::io(name, format!("not a valid Spore print file: {m}"));
     if !bytes.starts_with(MAGIC) {
         return Err(bad("missing SPOREPRT header"));
     }
-    let mut at = MAGIC.len();
-    let mut take = |n: usize| -> Result<&[u8]> {
-        let s = bytes.get(at..at + n).ok_or_else(|| bad("truncated"))?;
-        at += n;
-        Ok(s)
+    let mut file = Cursor {
+        bytes,
+        at: MAGIC.len(),
     };
     let mut calls = vec![];
-    while let Ok(head) = take(4) {
-        let count = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+    while !file.at_end() {
+        let count = u32::from_le_bytes(file.array().map_err(|m| bad(&m))?);
         let mut values = vec![];
         for _ in 0..count {
-            match take(1)?[0] {
+            match file.take(1).map_err(|m| bad(&m))?[0] {
                 0 => {
-                    let l = take(4)?;
-                    let n = u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize;
-                    values.push(PrintValue::Text(
-                        String::from_utf8_lossy(take(n)?).into_owned(),
-                    ));
+                    let n = u32::from_le_bytes(file.array().map_err(|m| bad(&m))?) as usize;
+                    let text = file.take(n).map_err(|m| bad(&m))?;
+                    values.push(PrintValue::Text(String::from_utf8_lossy(text).into_owned()));
                 }
                 1 => {
-                    let l = take(8)?;
-                    let n = u64::from_le_bytes(l.try_into().map_err(|_| bad("length"))?) as usize;
-                    values.push(PrintValue::Tensor(npy::decode(take(n)?)?));
+                    let n = u64::from_le_bytes(file.array().map_err(|m| bad(&m))?);
+                    let n = usize::try_from(n).map_err(|_| bad("tensor length overflows"))?;
+                    let npy_bytes = file.take(n).map_err(|m| bad(&m))?;
+                    let tensor = npy::decode(npy_bytes).map_err(|e| bad(&e.to_string()))?;
+                    values.push(PrintValue::Tensor(tensor));
                 }
                 t => return Err(bad(&format!("unknown tag {t}"))),
             }
@@ -151,6 +157,39 @@ pub fn parse_print(path: impl AsRef<Path>) -> Result<Vec<Vec<PrintValue>>> {
         calls.push(values);
     }
     Ok(calls)
+}
+
+/// Reads a print file front to back; lengths come from the file, so every end is
+/// computed checked.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn at_end(&self) -> bool {
+        self.at >= self.bytes.len()
+    }
+
+    fn take(&mut self, n: usize) -> std::result::Result<&'a [u8], String> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len());
+        let Some(end) = end else {
+            return Err(format!(
+                "truncated: {n} bytes wanted at offset {}, the file has {}",
+                self.at,
+                self.bytes.len()
+            ));
+        };
+        let s = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+
+    fn array<const N: usize>(&mut self) -> std::result::Result<[u8; N], String> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
 }
 
 /// A print file as the text the screen would have shown.

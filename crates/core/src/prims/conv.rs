@@ -3,8 +3,8 @@
 //!
 //! ```
 //! use spore_core::{Tensor, DType, prims::conv::{Conv2dOptions, PadMode}};
-//! let x = Tensor::ones(&[1, 1, 5, 5], DType::F32);
-//! let w = Tensor::ones(&[2, 1, 3, 3], DType::F32);
+//! let x = Tensor::ones(&[1, 1, 5, 5], DType::F32).unwrap();
+//! let w = Tensor::ones(&[2, 1, 3, 3], DType::F32).unwrap();
 //! let y = x.conv2d(&w, &Conv2dOptions::default().pad_mode(PadMode::Same)).unwrap();
 //! assert_eq!(y.shape(), &[1, 2, 5, 5]);
 //! ```

@@ -436,7 +436,10 @@ fn coalesce(layout: &Layout) -> Layout {
         match (shape.last_mut(), strides.last()) {
             (Some(prev_n), Some(&prev_st)) if prev_st == st * n as isize => {
                 *prev_n *= n;
-                *strides.last_mut().expect("same length as shape") = st;
+                // `strides` grows with `shape`, and this arm matched a last element of it.
+                #[allow(clippy::expect_used)]
+                let last = strides.last_mut().expect("same length as shape");
+                *last = st;
             }
             _ => {
                 shape.push(n);

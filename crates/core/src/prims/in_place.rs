@@ -7,8 +7,8 @@
 //! ```
 //! use spore_core::prims::in_place::{accepts_lent_buffer, lend_input_buffer};
 //! use spore_core::{op::Op, Tensor};
-//! let (a, b) = (Tensor::ones(&[2, 3], spore_core::DType::F32), Tensor::ones(&[3, 4], spore_core::DType::F32));
-//! let mut m = Tensor::zeros(&[2, 4], spore_core::DType::F32);
+//! let (a, b) = (Tensor::ones(&[2, 3], spore_core::DType::F32).unwrap(), Tensor::ones(&[3, 4], spore_core::DType::F32).unwrap());
+//! let mut m = Tensor::zeros(&[2, 4], spore_core::DType::F32).unwrap();
 //! let op = Op::MatMulAdd { beta_bits: 0.5f64.to_bits() };
 //! let out = m.tensor_type().clone();
 //! assert!(accepts_lent_buffer(&op, &[&a, &b, &m], &out, 2));

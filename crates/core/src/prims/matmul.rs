@@ -3,7 +3,7 @@
 //! ```
 //! use spore_core::Tensor;
 //! let a = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
-//! let i = Tensor::eye(2, spore_core::DType::F32);
+//! let i = Tensor::eye(2, spore_core::DType::F32).unwrap();
 //! assert_eq!(a.matmul(&i).unwrap().to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
 //! ```
 

@@ -24,8 +24,9 @@ pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, Strin
     let x = inputs[0];
     let shape: Dims = match op {
         Op::Reshape(shape) => {
-            let n: usize = shape.iter().product();
-            if n != x.numel() {
+            let n = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+            if n != Some(x.numel()) {
+                let n = n.map_or("more than 2^64".to_string(), |n| n.to_string());
                 return Err(format!(
                     "cannot reshape {:?} ({} elements) to {shape:?} ({n} elements)",
                     x.shape,

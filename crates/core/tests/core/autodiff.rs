@@ -118,15 +118,15 @@ fn value_and_grad_with_weights_and_aux() {
 
 #[test]
 fn value_and_grad_rejects_bad_arguments() {
-    let plain = Tensor::ones(&[2], DType::F32);
+    let plain = Tensor::ones(&[2], DType::F32).unwrap();
     let vg = value_and_grad(|x: &[Tensor]| x[0].sum(&[], false), None, &[plain], false);
-    let err = vg(&[Tensor::ones(&[2], DType::F32)])
+    let err = vg(&[Tensor::ones(&[2], DType::F32).unwrap()])
         .unwrap_err()
         .to_string();
     assert!(err.contains("does not require grad"), "{err}");
     let vg = value_and_grad(|x: &[Tensor]| x[0].sum(&[], false), Some(&[3]), &[], false);
     assert!(
-        vg(&[Tensor::ones(&[2], DType::F32)])
+        vg(&[Tensor::ones(&[2], DType::F32).unwrap()])
             .unwrap_err()
             .to_string()
             .contains("grad_position 3")
@@ -138,7 +138,7 @@ fn value_and_grad_rejects_bad_arguments() {
         false,
     );
     assert!(
-        vg(&[Tensor::ones(&[2], DType::I32)])
+        vg(&[Tensor::ones(&[2], DType::I32).unwrap()])
             .unwrap_err()
             .to_string()
             .contains("Int32")
@@ -205,7 +205,7 @@ fn deep_chains_do_not_overflow_the_stack() {
         &[0],
     );
     assert_eq!(
-        g(&[Tensor::ones(&[1], DType::F32)]).unwrap()[0]
+        g(&[Tensor::ones(&[1], DType::F32).unwrap()]).unwrap()[0]
             .to_vec::<f32>()
             .unwrap(),
         vec![1.0]

@@ -20,7 +20,9 @@ fn eager_mlp_training_lowers_the_loss() {
         .mul_scalar(0.3)
         .unwrap()
         .with_requires_grad(true);
-    let mut b1 = Tensor::zeros(&[16], DType::F32).with_requires_grad(true);
+    let mut b1 = Tensor::zeros(&[16], DType::F32)
+        .unwrap()
+        .with_requires_grad(true);
     let mut w2 = Tensor::randn(&[16, 2], DType::F32, Some(2))
         .unwrap()
         .mul_scalar(0.3)

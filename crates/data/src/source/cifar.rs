@@ -114,22 +114,38 @@ fn batch_files(dir: &Path, usage: Usage) -> Result<Vec<PathBuf>> {
 /// Appends a batch file's images (converted to HWC) and labels.
 fn read_batch(path: &Path, images: &mut Vec<u8>, labels: &mut Vec<u8>) -> Result<()> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, format!("cannot read: {e}")))?;
-    if bytes.is_empty() || bytes.len() % RECORD != 0 {
+    parse_batch(&bytes, &path.display().to_string(), images, labels)
+}
+
+/// Appends the images (converted to HWC) and labels of a batch file's bytes; `name` is
+/// used in error messages. On error nothing is appended.
+pub fn parse_batch(
+    bytes: &[u8],
+    name: &str,
+    images: &mut Vec<u8>,
+    labels: &mut Vec<u8>,
+) -> Result<()> {
+    if bytes.is_empty() || !bytes.len().is_multiple_of(RECORD) {
         return Err(Error::io(
-            path,
+            name,
             format!(
                 "truncated or not a CIFAR-10 batch: {} bytes is not a whole number of {RECORD}-byte records (1 label + 3072 pixels)",
                 bytes.len()
             ),
         ));
     }
-    for (r, rec) in bytes.chunks_exact(RECORD).enumerate() {
-        if rec[0] > 9 {
-            return Err(Error::io(
-                path,
-                format!("record {r}: label {} is outside 0..=9", rec[0]),
-            ));
-        }
+    if let Some((r, rec)) = bytes
+        .chunks_exact(RECORD)
+        .enumerate()
+        .find(|(_, rec)| rec[0] > 9)
+    {
+        return Err(Error::io(
+            name,
+            format!("record {r}: label {} is outside 0..=9", rec[0]),
+        ));
+    }
+    images.reserve(bytes.len() / RECORD * PIXELS);
+    for rec in bytes.chunks_exact(RECORD) {
         labels.push(rec[0]);
         let planes = &rec[1..];
         for p in 0..SIDE * SIDE {

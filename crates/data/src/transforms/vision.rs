@@ -603,16 +603,40 @@ impl TensorOp for Decode {
     }
 }
 
-/// PNG/JPEG bytes to an RGB `[H, W, 3]` UInt8 tensor.
+/// Memory a decoded image may take: 64 MiB (a 4096x4096 RGBA image), or more when the
+/// file is large enough to justify it (PNG's deflate and JPEG's entropy coding shrink
+/// plain images by up to about a thousand times). Why: a 60-byte PNG may declare
+/// 100000x100000 pixels; the decoder refuses it before allocating.
+pub fn decode_limit(encoded_len: usize) -> u64 {
+    (64u64 << 20).max((encoded_len as u64).saturating_mul(1100))
+}
+
+/// PNG/JPEG bytes to an RGB `[H, W, 3]` UInt8 tensor. Images whose decoded size exceeds
+/// [`decode_limit`] are an error, not an allocation.
 pub fn decode_bytes(bytes: &[u8]) -> Result<Tensor> {
-    let img = image::load_from_memory(bytes)
-        .map_err(|e| {
-            Error::invalid(format!(
-                "Decode: cannot decode the image ({} bytes): {e}",
-                bytes.len()
-            ))
-        })?
-        .to_rgb8();
+    let failed = |e: &dyn std::fmt::Display| {
+        Error::invalid(format!(
+            "Decode: cannot decode the image ({} bytes): {e}",
+            bytes.len()
+        ))
+    };
+    let mut reader = image::ImageReader::new(std::io::Cursor::new(bytes))
+        .with_guessed_format()
+        .map_err(|e| failed(&e))?;
+    let mut limits = image::Limits::default();
+    limits.max_alloc = Some(decode_limit(bytes.len()));
+    reader.limits(limits);
+    let decoded = reader.decode().map_err(|e| failed(&e))?;
+    let rgb_bytes = u64::from(decoded.width()) * u64::from(decoded.height()) * 3;
+    if rgb_bytes > decode_limit(bytes.len()) {
+        return Err(failed(&format!(
+            "{}x{} RGB needs {rgb_bytes} bytes, more than the limit of {} for a file this size",
+            decoded.width(),
+            decoded.height(),
+            decode_limit(bytes.len())
+        )));
+    }
+    let img = decoded.to_rgb8();
     let (w, h) = (img.width() as usize, img.height() as usize);
     Tensor::from_vec(img.into_raw(), &[h, w, 3])
 }

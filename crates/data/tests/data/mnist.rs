@@ -162,3 +162,32 @@ fn bilinear_resize_uses_half_pixel_centres() {
     // Bad sizes give an empty result rather than a panic.
     assert!(resize_bilinear_u8(&[1, 2, 3], 2, 2, 4, 4).is_empty());
 }
+
+/// A gzipped IDX file whose header promises 2^40 bytes: refused before the data is
+/// allocated, since 40 compressed bytes cannot hold it (deflate expands at most ~1032x).
+#[test]
+fn a_gzipped_idx_header_promising_more_than_the_file_holds_is_refused_early() {
+    use std::io::Write;
+    let mut header = vec![0u8, 0, 8, 2];
+    header.extend_from_slice(&(1u32 << 20).to_be_bytes());
+    header.extend_from_slice(&(1u32 << 20).to_be_bytes());
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&header).unwrap();
+    gz.write_all(&[0u8; 64]).unwrap();
+    let bytes = gz.finish().unwrap();
+    let err = spore_data::idx::decode_idx(&bytes, "bomb.gz")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("bomb.gz") && err.contains("promises 1099511627776 bytes"),
+        "{err}"
+    );
+    // A gzipped file of 300 zero bytes that honestly says so decodes.
+    let mut header = vec![0u8, 0, 8, 1];
+    header.extend_from_slice(&300u32.to_be_bytes());
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(&header).unwrap();
+    gz.write_all(&[0u8; 300]).unwrap();
+    let a = spore_data::idx::decode_idx(&gz.finish().unwrap(), "ok.gz").unwrap();
+    assert_eq!((a.dims, a.data.len()), (vec![300], 300));
+}

@@ -437,7 +437,7 @@ fn column_operations_project_rename_zip_concat() {
 fn batch_refuses_ragged_rows_naming_the_column() {
     let g = GeneratorDataset::from_fn(["img", "n"], 3, |i| {
         vec![
-            Tensor::zeros(&[i + 1], DType::F32),
+            Tensor::zeros(&[i + 1], DType::F32).unwrap(),
             Tensor::scalar(i as i32),
         ]
     })

@@ -280,8 +280,8 @@ fn generators_and_in_memory_arrays() {
         .unwrap();
     assert_eq!(rows(&ds)[1], vec![vec![4.0, 6.0, 5.0, 7.0]]);
     let bad = NumpySlicesDataset::new(vec![
-        ("x", Tensor::zeros(&[3], DType::F32)),
-        ("y", Tensor::zeros(&[4], DType::F32)),
+        ("x", Tensor::zeros(&[3], DType::F32).unwrap()),
+        ("y", Tensor::zeros(&[4], DType::F32).unwrap()),
     ]);
     let err = bad.err().unwrap().to_string();
     assert!(err.contains("'y' has 4 rows but 'x' has 3"), "{err}");

@@ -122,7 +122,7 @@ fn resize_matches_opencv_bit_for_bit() {
     let flat = Tensor::from_vec(vec![0u8; 20], &[4, 5]).unwrap();
     assert_eq!(apply(Resize::new(2, 3), flat.clone()).shape(), &[2, 3]);
     assert_eq!(apply(Resize::shorter_side(3), flat).shape(), &[3, 3]);
-    let big = Tensor::zeros(&[40, 50, 3], DType::U8);
+    let big = Tensor::zeros(&[40, 50, 3], DType::U8).unwrap();
     assert_eq!(apply(Resize::shorter_side(30), big).shape(), &[30, 37, 3]);
     let err = Resize::new(2, 2)
         .apply(
@@ -338,4 +338,27 @@ fn decode_png_and_jpeg() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("Decode: cannot decode"), "{err}");
+}
+
+/// A 70-byte PNG whose header declares 100000 x 100000 pixels (30 GB of RGB): refused by
+/// the decoder's memory limit before anything that size is allocated.
+#[test]
+fn an_image_declaring_a_huge_size_is_refused_before_decoding() {
+    let mut png = std::io::Cursor::new(Vec::new());
+    image::RgbImage::new(1, 1)
+        .write_to(&mut png, image::ImageFormat::Png)
+        .unwrap();
+    let mut bytes = png.into_inner();
+    // IHDR is the first chunk: 8 signature bytes, length, "IHDR", width, height, ..., CRC.
+    assert_eq!(&bytes[12..16], b"IHDR");
+    bytes[16..20].copy_from_slice(&100_000u32.to_be_bytes());
+    bytes[20..24].copy_from_slice(&100_000u32.to_be_bytes());
+    let mut crc = flate2::Crc::new();
+    crc.update(&bytes[12..29]);
+    bytes[29..33].copy_from_slice(&crc.sum().to_be_bytes());
+    let err = spore_data::transforms::vision::decode_bytes(&bytes)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("Decode: cannot decode the image"), "{err}");
+    assert!(err.to_lowercase().contains("limit"), "{err}");
 }

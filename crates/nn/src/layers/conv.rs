@@ -8,7 +8,7 @@
 //! let conv = Conv2d::config(1, 6, 5).pad_mode(PadMode::Valid).build().unwrap();
 //! assert_eq!(conv.weight.tensor_type().shape.as_slice(), &[6, 1, 5, 5]);
 //! assert!(conv.bias.is_none()); // has_bias defaults to false
-//! let y = conv.call1(&Tensor::ones(&[2, 1, 32, 32], DType::F32)).unwrap();
+//! let y = conv.call1(&Tensor::ones(&[2, 1, 32, 32], DType::F32).unwrap()).unwrap();
 //! assert_eq!(y.shape(), &[2, 6, 28, 28]);
 //! ```
 

@@ -6,7 +6,7 @@
 //! use spore_core::{DType, Tensor};
 //! use spore_nn::{init::Initializer, prelude::*};
 //! let fc = Dense::config(3, 2).weight_init(Initializer::one()).bias_init(Initializer::zero()).build().unwrap();
-//! let y = fc.call1(&Tensor::ones(&[4, 3], DType::F32)).unwrap();
+//! let y = fc.call1(&Tensor::ones(&[4, 3], DType::F32).unwrap()).unwrap();
 //! assert_eq!(y.to_vec::<f32>().unwrap(), vec![3.0; 8]);
 //! ```
 

@@ -6,7 +6,7 @@
 //! use spore_core::{DType, Tensor};
 //! use spore_nn::prelude::*;
 //! let drop = Dropout::new(0.5).unwrap();
-//! let x = Tensor::ones(&[1000], DType::F32);
+//! let x = Tensor::ones(&[1000], DType::F32).unwrap();
 //! assert_eq!(drop.call1(&x).unwrap().to_vec::<f32>().unwrap(), vec![1.0; 1000]); // eval
 //! drop.set_train(true);
 //! let y = drop.call1(&x).unwrap().to_vec::<f32>().unwrap();

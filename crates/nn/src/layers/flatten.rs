@@ -4,9 +4,9 @@
 //! ```
 //! use spore_core::{DType, Tensor};
 //! use spore_nn::prelude::*;
-//! let y = Flatten::new().call1(&Tensor::ones(&[2, 3, 4, 5], DType::F32)).unwrap();
+//! let y = Flatten::new().call1(&Tensor::ones(&[2, 3, 4, 5], DType::F32).unwrap()).unwrap();
 //! assert_eq!(y.shape(), &[2, 60]);
-//! let z = Flatten::with_dims(1, 2).call1(&Tensor::ones(&[2, 3, 4, 5], DType::F32)).unwrap();
+//! let z = Flatten::with_dims(1, 2).call1(&Tensor::ones(&[2, 3, 4, 5], DType::F32).unwrap()).unwrap();
 //! assert_eq!(z.shape(), &[2, 12, 5]);
 //! ```
 

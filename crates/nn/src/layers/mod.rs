@@ -9,7 +9,7 @@
 //!     Dense::new(12, 4).unwrap(),
 //!     ReLU::new(),
 //! ]);
-//! let y = net.call1(&Tensor::ones(&[2, 3, 2, 2], DType::F32)).unwrap();
+//! let y = net.call1(&Tensor::ones(&[2, 3, 2, 2], DType::F32).unwrap()).unwrap();
 //! assert_eq!(y.shape(), &[2, 4]);
 //! ```
 

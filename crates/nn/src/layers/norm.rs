@@ -336,8 +336,8 @@ impl LayerNorm {
         }
         Ok(Arc::new(LayerNorm {
             base: CellBase::new(),
-            gamma: Parameter::new(Tensor::ones(normalized_shape, DType::F32), "gamma"),
-            beta: Parameter::new(Tensor::zeros(normalized_shape, DType::F32), "beta"),
+            gamma: Parameter::new(Tensor::ones(normalized_shape, DType::F32)?, "gamma"),
+            beta: Parameter::new(Tensor::zeros(normalized_shape, DType::F32)?, "beta"),
             normalized_shape: normalized_shape.to_vec(),
             begin_norm_axis,
             begin_params_axis,

@@ -11,9 +11,9 @@
 //! ```
 //! use spore_core::{DType, Parameter, Tensor};
 //! use spore_nn::optim::{Adam, Optimizer};
-//! let w = Parameter::new(Tensor::zeros(&[1], DType::F64), "w");
+//! let w = Parameter::new(Tensor::zeros(&[1], DType::F64).unwrap(), "w");
 //! let opt = Adam::new(vec![w.clone()], 0.1).unwrap();
-//! opt.apply(&[Tensor::full(&[1], 3.0, DType::F64)]).unwrap();
+//! opt.apply(&[Tensor::full(&[1], 3.0, DType::F64).unwrap()]).unwrap();
 //! // First step: m = 0.3, v = 0.009 (times 1 - b), lr_t = 0.1 * sqrt(0.001) / 0.1: the step is ~lr.
 //! assert!((w.value().item().unwrap() + 0.1).abs() < 1e-6);
 //! ```
@@ -130,8 +130,9 @@ impl AdamConfig {
     }
     pub fn build(mut self) -> Result<Arc<Adam>> {
         let core = self.core()?;
-        let power =
-            |name: &str| Parameter::with_requires_grad(Tensor::ones(&[], DType::F32), name, false);
+        let power = |name: &str| {
+            Parameter::with_requires_grad(Tensor::scalar_of(1.0, DType::F32), name, false)
+        };
         Ok(Arc::new(Adam {
             moment1: core.clone_state("moment1", 0.0),
             moment2: core.clone_state("moment2", 0.0),

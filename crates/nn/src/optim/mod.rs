@@ -9,9 +9,9 @@
 //! ```
 //! use spore_core::{DType, Parameter, Tensor};
 //! use spore_nn::optim::{Momentum, Optimizer};
-//! let w = Parameter::new(Tensor::ones(&[2], DType::F32), "w");
+//! let w = Parameter::new(Tensor::ones(&[2], DType::F32).unwrap(), "w");
 //! let opt = Momentum::new(vec![w.clone()], 0.1, 0.9).unwrap();
-//! let g = Tensor::ones(&[2], DType::F32);
+//! let g = Tensor::ones(&[2], DType::F32).unwrap();
 //! opt.apply(&[g.clone()]).unwrap(); // v = 1, w = 1 - 0.1
 //! opt.apply(&[g]).unwrap(); // v = 1.9, w = 0.9 - 0.19
 //! assert!((w.value().to_vec::<f32>().unwrap()[0] - 0.71).abs() < 1e-6);
@@ -177,7 +177,7 @@ impl OptimizerCore {
             lr,
             lr_param,
             global_step: Parameter::with_requires_grad(
-                Tensor::zeros(&[1], DType::I32),
+                Tensor::zeros(&[1], DType::I32)?,
                 "global_step",
                 false,
             ),
@@ -247,9 +247,8 @@ impl OptimizerCore {
         self.params
             .iter()
             .map(|p| {
-                let ty = p.tensor_type();
                 Parameter::with_requires_grad(
-                    Tensor::full(&ty.shape, value, ty.dtype),
+                    p.stored().full_like(value),
                     &format!("{prefix}.{}", p.name()),
                     false,
                 )

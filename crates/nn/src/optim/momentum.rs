@@ -4,9 +4,9 @@
 //! ```
 //! use spore_core::{DType, Parameter, Tensor};
 //! use spore_nn::optim::{Momentum, Optimizer};
-//! let w = Parameter::new(Tensor::ones(&[1], DType::F64), "w");
+//! let w = Parameter::new(Tensor::ones(&[1], DType::F64).unwrap(), "w");
 //! let opt = Momentum::config(vec![w.clone()], 0.1, 0.9).nesterov(true).build().unwrap();
-//! opt.apply(&[Tensor::ones(&[1], DType::F64)]).unwrap(); // v = 1; w = 1 - 0.1 * (1 + 0.9)
+//! opt.apply(&[Tensor::ones(&[1], DType::F64).unwrap()]).unwrap(); // v = 1; w = 1 - 0.1 * (1 + 0.9)
 //! assert!((w.value().item().unwrap() - 0.81).abs() < 1e-7); // the learning rate is Float32, as in MindSpore
 //! ```
 

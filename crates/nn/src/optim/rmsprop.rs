@@ -6,9 +6,9 @@
 //! ```
 //! use spore_core::{DType, Parameter, Tensor};
 //! use spore_nn::optim::{Optimizer, RMSProp};
-//! let w = Parameter::new(Tensor::zeros(&[1], DType::F64), "w");
+//! let w = Parameter::new(Tensor::zeros(&[1], DType::F64).unwrap(), "w");
 //! let opt = RMSProp::new(vec![w.clone()], 0.1).unwrap();
-//! opt.apply(&[Tensor::ones(&[1], DType::F64)]).unwrap();
+//! opt.apply(&[Tensor::ones(&[1], DType::F64).unwrap()]).unwrap();
 //! // ms = 0.9 * 1 + 0.1 * 1 = 1, so the step is lr * 1 / sqrt(1 + 1e-10).
 //! assert!((w.value().item().unwrap() + 0.1).abs() < 1e-7);
 //! ```

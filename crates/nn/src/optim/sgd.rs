@@ -6,9 +6,9 @@
 //! ```
 //! use spore_core::{DType, Parameter, Tensor};
 //! use spore_nn::optim::{Optimizer, SGD};
-//! let w = Parameter::new(Tensor::ones(&[1], DType::F64), "w");
+//! let w = Parameter::new(Tensor::ones(&[1], DType::F64).unwrap(), "w");
 //! let opt = SGD::config(vec![w.clone()], 0.1).momentum(0.9).dampening(0.5).build().unwrap();
-//! let g = Tensor::ones(&[1], DType::F64);
+//! let g = Tensor::ones(&[1], DType::F64).unwrap();
 //! opt.apply(&[g.clone()]).unwrap(); // buf = 1 (no dampening at the first step)
 //! opt.apply(&[g]).unwrap(); // buf = 0.9 + 0.5 = 1.4
 //! assert!((w.value().item().unwrap() - (1.0 - 0.1 - 0.14)).abs() < 1e-7);
@@ -84,7 +84,7 @@ impl SGDConfig {
             .iter()
             .map(|p| {
                 Parameter::with_requires_grad(
-                    Tensor::ones(&[], DType::F32),
+                    Tensor::scalar_of(1.0, DType::F32),
                     &format!("stat.{}", p.name()),
                     false,
                 )
@@ -136,7 +136,7 @@ impl Optimizer for SGD {
                     .add(&g.mul_scalar(1.0 - self.dampening)?)?;
                 let b = Tensor::select(&first, &g, &later)?;
                 buf.assign(&b)?;
-                stat.assign(&Tensor::zeros(&[], DType::F32))?;
+                stat.assign(&Tensor::zeros(&[], DType::F32)?)?;
                 g = if self.nesterov {
                     g.add(&b.mul_scalar(self.momentum)?)?
                 } else {

@@ -9,7 +9,7 @@
 //! let net = LeNet5::new(10).unwrap();
 //! let names: Vec<String> = net.parameters_and_names().into_iter().map(|(n, _)| n).collect();
 //! assert_eq!(names[..3], ["conv1.weight", "conv2.weight", "fc1.weight"]);
-//! assert_eq!(net.call1(&Tensor::ones(&[2, 1, 32, 32], DType::F32)).unwrap().shape(), &[2, 10]);
+//! assert_eq!(net.call1(&Tensor::ones(&[2, 1, 32, 32], DType::F32).unwrap()).unwrap().shape(), &[2, 10]);
 //! ```
 
 use std::sync::Arc;

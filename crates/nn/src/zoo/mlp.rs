@@ -8,7 +8,7 @@
 //! let net = Mlp::new().unwrap();
 //! let names: Vec<String> = net.parameters_and_names().into_iter().map(|(n, _)| n).collect();
 //! assert_eq!(names[0], "dense_relu_sequential.0.weight");
-//! assert_eq!(net.call1(&Tensor::ones(&[3, 1, 28, 28], DType::F32)).unwrap().shape(), &[3, 10]);
+//! assert_eq!(net.call1(&Tensor::ones(&[3, 1, 28, 28], DType::F32).unwrap()).unwrap().shape(), &[3, 10]);
 //! ```
 
 use std::sync::Arc;

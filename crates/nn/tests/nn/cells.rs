@@ -155,7 +155,7 @@ fn set_train_switches_every_descendant_and_graph_mode_compiles_one_graph_per_fla
     assert_eq!(base.compiled(false).unwrap().compile_count(), 1);
     assert_eq!(base.compiled(true).unwrap().compile_count(), 1);
     // A new input shape compiles again (per signature), the same flag reuses the cache.
-    no_grad(|| net.call1(&Tensor::ones(&[3, 6], DType::F32))).unwrap();
+    no_grad(|| net.call1(&Tensor::ones(&[3, 6], DType::F32).unwrap())).unwrap();
     assert_eq!(base.compiled(true).unwrap().compile_count(), 2);
     // With gradients wanted it runs eagerly, and the training graph is not used.
     net.call1(&x).unwrap();

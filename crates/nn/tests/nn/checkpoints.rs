@@ -247,7 +247,7 @@ fn shape_mismatches_are_reported_by_name_and_nothing_is_loaded() {
     save_tensors(
         &[(
             "conv1.weight".to_string(),
-            Tensor::zeros(&[6, 1, 5, 5], DType::F32),
+            Tensor::zeros(&[6, 1, 5, 5], DType::F32).unwrap(),
         )],
         &partial,
     )
@@ -263,7 +263,7 @@ fn shape_mismatches_are_reported_by_name_and_nothing_is_loaded() {
     save_tensors(
         &[(
             "conv1.weight".to_string(),
-            Tensor::zeros(&[6, 1, 5, 5], DType::F64),
+            Tensor::zeros(&[6, 1, 5, 5], DType::F64).unwrap(),
         )],
         &dtype,
     )
@@ -289,8 +289,8 @@ fn a_failed_save_leaves_the_previous_checkpoint_and_no_temporary_file() {
     assert!(err.contains("blocked.safetensors"), "{err}");
     // Two tensors with one name: refused before anything is written.
     let dup = vec![
-        ("w".to_string(), Tensor::ones(&[1], DType::F32)),
-        ("w".to_string(), Tensor::ones(&[1], DType::F32)),
+        ("w".to_string(), Tensor::ones(&[1], DType::F32).unwrap()),
+        ("w".to_string(), Tensor::ones(&[1], DType::F32).unwrap()),
     ];
     assert!(save_tensors(&dup, &path).is_err());
     assert_eq!(

@@ -102,9 +102,9 @@ fn regression_and_binary_losses() {
 fn loss_input_errors_say_what_was_expected() {
     let _s = serial();
     let sce = SoftmaxCrossEntropyWithLogits::new(true, Reduction::Mean);
-    let logits = Tensor::zeros(&[4, 3], DType::F32);
+    let logits = Tensor::zeros(&[4, 3], DType::F32).unwrap();
     let err = sce
-        .call(&[logits.clone(), Tensor::zeros(&[4], DType::F32)])
+        .call(&[logits.clone(), Tensor::zeros(&[4], DType::F32).unwrap()])
         .unwrap_err()
         .to_string();
     assert!(
@@ -119,11 +119,11 @@ fn loss_input_errors_say_what_was_expected() {
     let dense = SoftmaxCrossEntropyWithLogits::new(false, Reduction::Mean);
     assert!(
         dense
-            .call(&[logits.clone(), Tensor::zeros(&[4, 2], DType::F32)])
+            .call(&[logits.clone(), Tensor::zeros(&[4, 2], DType::F32).unwrap()])
             .is_err()
     );
     let bad_w = CrossEntropyLoss::with_options(
-        Some(Tensor::ones(&[2], DType::F32)),
+        Some(Tensor::ones(&[2], DType::F32).unwrap()),
         -100,
         Reduction::Mean,
         0.0,

@@ -8,6 +8,7 @@
 mod cells;
 mod checkpoint_integrity;
 mod checkpoints;
+mod concurrency;
 mod init;
 mod layers;
 mod losses;

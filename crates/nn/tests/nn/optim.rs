@@ -343,7 +343,7 @@ fn schedules_follow_their_formulas() {
     assert!(DynamicLR::new(&[]).is_err());
 
     // Inside an optimizer: momentum 0, so each step moves by lr(step) * g.
-    let w = Parameter::new(Tensor::zeros(&[1], DType::F64), "w");
+    let w = Parameter::new(Tensor::zeros(&[1], DType::F64).unwrap(), "w");
     let opt = Momentum::new(
         vec![w.clone()],
         ExponentialDecayLR::new(1.0, 0.5, 1, false),
@@ -352,7 +352,8 @@ fn schedules_follow_their_formulas() {
     .unwrap();
     let mut expected = 0.0;
     for s in 0..4 {
-        opt.apply(&[Tensor::ones(&[1], DType::F64)]).unwrap();
+        opt.apply(&[Tensor::ones(&[1], DType::F64).unwrap()])
+            .unwrap();
         expected -= 0.5f64.powi(s);
         close(w.value().item().unwrap(), expected);
     }
@@ -410,8 +411,8 @@ fn optimizer_errors_name_what_is_wrong() {
     let err = opt.apply(&grads(0, &ps)[..1]).unwrap_err().to_string();
     assert!(err.contains("expected 2 gradients"), "{err}");
     let wrong = vec![
-        Tensor::zeros(&[3], DType::F64),
-        Tensor::zeros(&[4], DType::F64),
+        Tensor::zeros(&[3], DType::F64).unwrap(),
+        Tensor::zeros(&[4], DType::F64).unwrap(),
     ];
     let err = opt.apply(&wrong).unwrap_err().to_string();
     assert!(
@@ -423,6 +424,6 @@ fn optimizer_errors_name_what_is_wrong() {
     assert!(Adam::config(params(), 0.1).betas(1.0, 0.9).build().is_err());
     assert!(SGD::config(params(), 0.1).nesterov(true).build().is_err());
     assert!(RMSProp::config(params(), 0.1).epsilon(0.0).build().is_err());
-    let int = Parameter::new(Tensor::zeros(&[2], DType::I32), "steps");
+    let int = Parameter::new(Tensor::zeros(&[2], DType::I32).unwrap(), "steps");
     assert!(SGD::new(vec![int], 0.1).is_err());
 }

@@ -44,7 +44,7 @@ fn lenet5_is_seed_001s_network() {
     }
     assert_eq!(count(&net.trainable_params()), 61_684);
     let y = net
-        .call1(&Tensor::ones(&[3, 1, 32, 32], DType::F32))
+        .call1(&Tensor::ones(&[3, 1, 32, 32], DType::F32).unwrap())
         .unwrap();
     assert_eq!(y.shape(), &[3, 10]);
 }
@@ -71,7 +71,7 @@ fn resnet18_has_11_173_962_parameters_and_classifies_cifar_images() {
     let net = ResNet::resnet18(10).unwrap();
     assert_eq!(count(&net.trainable_params()), 11_173_962);
     let y = net
-        .call1(&Tensor::ones(&[1, 3, 32, 32], DType::F32))
+        .call1(&Tensor::ones(&[1, 3, 32, 32], DType::F32).unwrap())
         .unwrap();
     assert_eq!(y.shape(), &[1, 10]);
 }

@@ -7,9 +7,11 @@
 //! println!("{}", train(&args).unwrap());
 //! ```
 
+pub mod args;
 mod data;
 mod run;
 
+pub use args::Invocation;
 pub use run::{EvalArgs, PredictArgs, TrainArgs, eval, predict, train};
 
 use std::sync::Arc;
@@ -58,5 +60,27 @@ impl ZooModel {
             ZooModel::Mlp => Mlp::new()?,
             ZooModel::ResNet18 => ResNet::resnet18(10)?,
         })
+    }
+}
+
+/// Runs what the command line asked for; returns the text to print.
+pub fn execute(invocation: &Invocation) -> Result<String> {
+    use spore_core::debug::dump::inspect;
+    match invocation {
+        Invocation::Train(a) => train(a),
+        Invocation::Eval(a) => eval(a),
+        Invocation::Predict(a) => predict(a),
+        Invocation::DumpList { dir } => inspect::list(dir),
+        Invocation::DumpStats {
+            dir,
+            graph,
+            iteration,
+        } => inspect::stats(dir, graph.as_deref(), iteration.as_deref()),
+        Invocation::DumpCompare {
+            first,
+            second,
+            tolerance,
+        } => Ok(inspect::compare(first, second, *tolerance)?.to_string()),
+        Invocation::PrintFile { file } => spore_core::debug::print::parse_print_text(file),
     }
 }

@@ -76,5 +76,5 @@ impl Cell for Recorder {
 }
 
 pub fn ones(shape: &[usize]) -> Tensor {
-    Tensor::ones(shape, DType::F32)
+    Tensor::ones(shape, DType::F32).unwrap()
 }

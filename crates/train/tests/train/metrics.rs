@@ -54,7 +54,7 @@ fn metrics_match_hand_computed_values() {
     let mut loss = Loss::new();
     loss.update(&p, &y, Some(2.0)).unwrap();
     loss.update(
-        &Tensor::ones(&[2, 3], spore_core::DType::F32),
+        &Tensor::ones(&[2, 3], spore_core::DType::F32).unwrap(),
         &Tensor::from_vec(vec![0i32, 0], &[2]).unwrap(),
         Some(1.0),
     )

@@ -1,0 +1,228 @@
+//! The `spore` command's arguments: parsed and validated into an [`Invocation`] before
+//! anything runs, so that every mistake is a message and no argument can make it panic
+//! (a fuzz target feeds this parser arbitrary argument lists).
+//!
+//! ```
+//! use spore::cli::args::{Invocation, parse};
+//! let inv = parse(["spore", "eval", "--model", "lenet", "--checkpoint", "a.ckpt"]).unwrap();
+//! assert!(matches!(inv, Invocation::Eval(a) if a.batch_size == 32));
+//! let err = parse(["spore", "train", "--model", "lenet", "--epochs", "0"]).unwrap_err();
+//! assert!(err.to_string().contains("--epochs expects a positive integer, got \"0\""));
+//! ```
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::error::ErrorKind;
+use clap::{Arg, ArgMatches, Command};
+use spore_core::context::Mode;
+
+use super::{EvalArgs, PredictArgs, TrainArgs, ZooModel};
+
+/// What the command line asks for.
+#[derive(Clone, Debug)]
+pub enum Invocation {
+    Train(TrainArgs),
+    Eval(EvalArgs),
+    Predict(PredictArgs),
+    DumpList {
+        dir: PathBuf,
+    },
+    DumpStats {
+        dir: PathBuf,
+        graph: Option<String>,
+        iteration: Option<String>,
+    },
+    DumpCompare {
+        first: PathBuf,
+        second: PathBuf,
+        tolerance: f64,
+    },
+    PrintFile {
+        file: PathBuf,
+    },
+}
+
+fn model_arg() -> Arg {
+    Arg::new("model")
+        .long("model")
+        .required(true)
+        .help("network from the model zoo: lenet, mlp or resnet18")
+}
+
+/// The command's definition (subcommands, flags, help texts).
+pub fn command() -> Command {
+    Command::new("spore")
+        .about("Spore: train, evaluate and debug networks from the command line")
+        .after_help("Examples:\n  spore train --model lenet --mode graph --epochs 10 --batch-size 32 --sink-size 250 --checkpoint-dir ckpt\n  spore eval --model lenet --checkpoint ckpt/lenet-10_250.ckpt\n  spore predict --model lenet --checkpoint ckpt/lenet-10_250.ckpt digit.png\n  spore dump compare /tmp/dump_pynative /tmp/dump_graph")
+        .subcommand_required(true)
+        .arg_required_else_help(true)
+        .subcommand(
+            Command::new("train")
+                .about("Train a zoo model (the bundled MNIST digits unless --data is given) and save checkpoints")
+                .arg(model_arg())
+                .arg(Arg::new("mode").long("mode").default_value("graph").help("graph (one compiled graph per step) or pynative (op by op)"))
+                .arg(Arg::new("epochs").long("epochs").default_value("10"))
+                .arg(Arg::new("batch-size").long("batch-size").default_value("32"))
+                .arg(Arg::new("sink-size").long("sink-size").help("data sink mode: steps per epoch, or -1 for the whole dataset; without it, no sinking"))
+                .arg(Arg::new("checkpoint-dir").long("checkpoint-dir").default_value("checkpoints").help("folder for {model}-{epoch}_{step}.ckpt files"))
+                .arg(Arg::new("data").long("data").help("MNIST folder (IDX files, raw or .gz, directly or in train/ and test/), or CIFAR-10 binary folder for resnet18"))
+                .arg(Arg::new("lr").long("lr").default_value("0.01").help("Momentum learning rate"))
+                .arg(Arg::new("momentum").long("momentum").default_value("0.9"))
+                .arg(Arg::new("seed").long("seed").default_value("1")),
+        )
+        .subcommand(
+            Command::new("eval")
+                .about("Evaluate a checkpoint: prints the accuracy on test data")
+                .arg(model_arg())
+                .arg(Arg::new("checkpoint").long("checkpoint").required(true).help("a .ckpt file written by spore train"))
+                .arg(Arg::new("data").long("data").help("folder holding MNIST t10k IDX test files (default: the bundled test digits)"))
+                .arg(Arg::new("batch-size").long("batch-size").default_value("32")),
+        )
+        .subcommand(
+            Command::new("predict")
+                .about("Classify PNG/JPEG images with a checkpoint")
+                .arg(model_arg())
+                .arg(Arg::new("checkpoint").long("checkpoint").required(true))
+                .arg(Arg::new("images").required(true).num_args(1..).help("image files")),
+        )
+        .subcommand(
+            Command::new("dump")
+                .about("Inspect dumps written by the Dump tool (SPORE_DUMP_CONFIG / MINDSPORE_DUMP_CONFIG)")
+                .subcommand_required(true)
+                .subcommand(Command::new("list").about("List graphs and iterations in a dump").arg(Arg::new("dir").required(true).help("the dump's `path` (or a rank_N folder)")))
+                .subcommand(
+                    Command::new("stats")
+                        .about("Print max/min/L2 norm and NaN/Inf counts of every dumped tensor (CSV)")
+                        .arg(Arg::new("dir").required(true))
+                        .arg(Arg::new("graph").long("graph").help("only this graph id"))
+                        .arg(Arg::new("iteration").long("iteration").help("only this iteration")),
+                )
+                .subcommand(
+                    Command::new("compare")
+                        .about("Compare two dumps (e.g. PyNative vs Graph) and report the first op whose outputs differ")
+                        .arg(Arg::new("first").required(true))
+                        .arg(Arg::new("second").required(true))
+                        .arg(Arg::new("tolerance").long("tolerance").default_value("1e-5").help("relative tolerance per element")),
+                ),
+        )
+        .subcommand(
+            Command::new("print-file")
+                .about("Turn a file written by the Print operator (print_file_path) back into text")
+                .arg(Arg::new("file").required(true)),
+        )
+}
+
+/// Parses and validates `args` (the program name first). Help requests and every
+/// mistake come back as clap's errors: `Error::exit` prints them as clap does.
+pub fn parse<I, T>(args: I) -> Result<Invocation, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let mut cmd = command();
+    let matches = cmd.try_get_matches_from_mut(args)?;
+    invocation(&matches).map_err(|message| cmd.error(ErrorKind::InvalidValue, message))
+}
+
+fn text<'a>(m: &'a ArgMatches, name: &str) -> &'a str {
+    m.get_one::<String>(name)
+        .map(String::as_str)
+        .unwrap_or_default()
+}
+
+fn optional(m: &ArgMatches, name: &str) -> Option<String> {
+    m.get_one::<String>(name).cloned()
+}
+
+fn path(m: &ArgMatches, name: &str) -> PathBuf {
+    PathBuf::from(text(m, name))
+}
+
+/// `--name`'s value parsed as `T` and accepted by `valid`; else a message saying what
+/// was expected and what was given.
+fn number<T: std::str::FromStr>(
+    m: &ArgMatches,
+    name: &str,
+    what: &str,
+    valid: impl Fn(&T) -> bool,
+) -> Result<T, String> {
+    let v = text(m, name);
+    v.parse()
+        .ok()
+        .filter(|n| valid(n))
+        .ok_or_else(|| format!("--{name} expects {what}, got {v:?}"))
+}
+
+fn positive(n: &usize) -> bool {
+    *n > 0
+}
+
+fn finite(x: &f64) -> bool {
+    x.is_finite()
+}
+
+fn invocation(m: &ArgMatches) -> Result<Invocation, String> {
+    let model = |a: &ArgMatches| ZooModel::parse(text(a, "model")).map_err(|e| e.to_string());
+    Ok(match m.subcommand() {
+        Some(("train", a)) => Invocation::Train(TrainArgs {
+            model: model(a)?,
+            mode: Mode::parse(text(a, "mode")).map_err(|e| e.to_string())?,
+            epochs: number(a, "epochs", "a positive integer", positive)?,
+            batch_size: number(a, "batch-size", "a positive integer", positive)?,
+            sink_size: match a.get_one::<String>("sink-size") {
+                Some(_) => Some(number(
+                    a,
+                    "sink-size",
+                    "-1 or a positive integer",
+                    |n: &i64| *n == -1 || *n > 0,
+                )?),
+                None => None,
+            },
+            checkpoint_dir: path(a, "checkpoint-dir"),
+            data: optional(a, "data").map(PathBuf::from),
+            learning_rate: number(a, "lr", "a finite number", finite)?,
+            momentum: number(a, "momentum", "a finite number", finite)?,
+            seed: number(a, "seed", "a non-negative integer", |_: &u64| true)?,
+        }),
+        Some(("eval", a)) => Invocation::Eval(EvalArgs {
+            model: model(a)?,
+            checkpoint: path(a, "checkpoint"),
+            data: optional(a, "data").map(PathBuf::from),
+            batch_size: number(a, "batch-size", "a positive integer", positive)?,
+        }),
+        Some(("predict", a)) => Invocation::Predict(PredictArgs {
+            model: model(a)?,
+            checkpoint: path(a, "checkpoint"),
+            images: a
+                .get_many::<String>("images")
+                .map(|v| v.map(PathBuf::from).collect())
+                .unwrap_or_default(),
+        }),
+        Some(("dump", d)) => match d.subcommand() {
+            Some(("list", a)) => Invocation::DumpList {
+                dir: path(a, "dir"),
+            },
+            Some(("stats", a)) => Invocation::DumpStats {
+                dir: path(a, "dir"),
+                graph: optional(a, "graph"),
+                iteration: optional(a, "iteration"),
+            },
+            Some(("compare", a)) => Invocation::DumpCompare {
+                first: path(a, "first"),
+                second: path(a, "second"),
+                tolerance: number(
+                    a,
+                    "tolerance",
+                    "a non-negative number such as 1e-5",
+                    |t: &f64| t.is_finite() && *t >= 0.0,
+                )?,
+            },
+            _ => return Err("unknown dump command; see `spore dump --help`".into()),
+        },
+        Some(("print-file", a)) => Invocation::PrintFile {
+            file: path(a, "file"),
+        },
+        _ => return Err("unknown command; see `spore --help`".into()),
+    })
+}
