@@ -13,6 +13,9 @@ mod table_products;
 #[path = "../../../core/tests/core/table_structural.rs"]
 mod table_structural;
 
+#[path = "../../../core/tests/core/table_compiled.rs"]
+mod table_compiled;
+
 mod buffer_pool;
 mod compiled_table;
 mod control_flow;

@@ -59,6 +59,36 @@ pub trait CustomPrimitive: Send + Sync + fmt::Debug {
 #[derive(Clone, Debug)]
 pub struct CustomOp(pub Arc<dyn CustomPrimitive>);
 
+fn primitive(op: &Op) -> std::result::Result<&CustomOp, String> {
+    match op {
+        Op::Custom(c) => Ok(c),
+        _ => Err(super::not_in_family(op, "custom")),
+    }
+}
+
+pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> std::result::Result<TensorType, String> {
+    primitive(op)?.infer(inputs)
+}
+
+pub(crate) fn eval(
+    op: &Op,
+    inputs: &[&Tensor],
+    out: &TensorType,
+) -> std::result::Result<Storage, String> {
+    primitive(op)?.eval(inputs, out)
+}
+
+pub(crate) fn vjp(
+    op: &Op,
+    inputs: &[Tensor],
+    out: &Tensor,
+    grad: &Tensor,
+) -> Result<Vec<Option<Tensor>>> {
+    primitive(op)
+        .map_err(crate::error::Error::invalid)?
+        .vjp(inputs, out, grad)
+}
+
 impl CustomOp {
     pub fn new(p: Arc<dyn CustomPrimitive>) -> CustomOp {
         CustomOp(p)

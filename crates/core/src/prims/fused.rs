@@ -36,7 +36,8 @@ use spore_kernels::elementwise::{
 use spore_kernels::{BinaryFn, Buffer, CompareFn, DType, Dims, Layout, Num, Strides, UnaryFn};
 
 use super::broadcast_shapes;
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::op::Op;
 use crate::tensor::{Storage, Tensor, TensorType};
 
 /// One step of a fused program; operands are register numbers.
@@ -390,11 +391,30 @@ impl FusedProgram {
             }
         }
     }
+}
 
-    pub(crate) fn vjp(&self) -> Result<Vec<Option<Tensor>>> {
-        Err(Error::invalid(
-            "FusedElementwise has no gradient rule: fusion runs after autodiff, on compiled graphs only",
-        ))
+/// `FusedElementwise` and `FusedReduceSum`'s shape rule.
+pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> std::result::Result<TensorType, String> {
+    match op {
+        Op::Fused(p) => p.infer(inputs),
+        Op::FusedReduceSum {
+            program,
+            axes,
+            keep_dims,
+        } => program.infer_sum(inputs, axes, *keep_dims),
+        _ => Err(super::not_in_family(op, "fused")),
+    }
+}
+
+pub(crate) fn eval(
+    op: &Op,
+    inputs: &[&Tensor],
+    out: &TensorType,
+) -> std::result::Result<Storage, String> {
+    match op {
+        Op::Fused(p) => p.eval(inputs, out),
+        Op::FusedReduceSum { program, axes, .. } => program.eval_sum(inputs, axes, out),
+        _ => Err(super::not_in_family(op, "fused")),
     }
 }
 

@@ -22,7 +22,27 @@ use crate::error::Result;
 use crate::op::Op;
 use crate::tensor::{Storage, Tensor, TensorType};
 
-pub(crate) fn infer(inputs: &[&TensorType]) -> Result<TensorType, String> {
+pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
+    match op {
+        Op::MatMul => infer_product(inputs),
+        Op::MatMulAdd { .. } => infer_plus(inputs),
+        Op::MatMulBias { .. } => infer_bias(inputs),
+        Op::MatMulReluGrad => infer_masked(inputs),
+        _ => Err(super::not_in_family(op, "matmul")),
+    }
+}
+
+pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Storage, String> {
+    match op {
+        Op::MatMul => eval_product(inputs, out),
+        Op::MatMulAdd { beta_bits } => eval_plus(inputs, f64::from_bits(*beta_bits), out),
+        Op::MatMulBias { relu } => eval_bias(inputs, *relu, out),
+        Op::MatMulReluGrad => eval_masked(inputs, out),
+        _ => Err(super::not_in_family(op, "matmul")),
+    }
+}
+
+fn infer_product(inputs: &[&TensorType]) -> Result<TensorType, String> {
     let (a, b) = (inputs[0], inputs[1]);
     require_same_dtype(a, b)?;
     if a.dtype == DType::Bool {
@@ -47,7 +67,7 @@ pub(crate) fn infer(inputs: &[&TensorType]) -> Result<TensorType, String> {
     Ok(TensorType::new(&shape, a.dtype))
 }
 
-pub(crate) fn eval(inputs: &[&Tensor], out: &TensorType) -> Result<Storage, String> {
+fn eval_product(inputs: &[&Tensor], out: &TensorType) -> Result<Storage, String> {
     let (a, b) = (inputs[0], inputs[1]);
     let batch = &out.shape[..out.rank() - 2];
     let shape_a: Dims = batch
@@ -67,12 +87,12 @@ pub(crate) fn eval(inputs: &[&Tensor], out: &TensorType) -> Result<Storage, Stri
 }
 
 /// `MatMulAdd(A, B, D)`: two float matrices and an addend of their product's type.
-pub(crate) fn infer_plus(inputs: &[&TensorType]) -> Result<TensorType, String> {
+fn infer_plus(inputs: &[&TensorType]) -> Result<TensorType, String> {
     infer_shaped_as_product(inputs, "addend")
 }
 
 /// `MatMulReluGrad(A, B, Y)`: two float matrices and a mask of their product's type.
-pub(crate) fn infer_masked(inputs: &[&TensorType]) -> Result<TensorType, String> {
+fn infer_masked(inputs: &[&TensorType]) -> Result<TensorType, String> {
     infer_shaped_as_product(inputs, "mask")
 }
 
@@ -89,7 +109,7 @@ fn infer_shaped_as_product(inputs: &[&TensorType], what: &str) -> Result<TensorT
 }
 
 /// `MatMulBias(A, B, bias)`: two float matrices and a bias of one value per column.
-pub(crate) fn infer_bias(inputs: &[&TensorType]) -> Result<TensorType, String> {
+fn infer_bias(inputs: &[&TensorType]) -> Result<TensorType, String> {
     let product = infer_matrices(inputs)?;
     let n = product.shape[1];
     if inputs[2].shape.as_slice() != [n] || inputs[2].dtype != product.dtype {
@@ -103,7 +123,7 @@ pub(crate) fn infer_bias(inputs: &[&TensorType]) -> Result<TensorType, String> {
 
 /// The product type of the first two inputs, which must be float matrices.
 fn infer_matrices(inputs: &[&TensorType]) -> Result<TensorType, String> {
-    let product = infer(&inputs[..2])?;
+    let product = infer_product(&inputs[..2])?;
     if product.rank() != 2 || !product.dtype.is_float() {
         return Err(format!(
             "expected two float matrices, got {} and {}",
@@ -116,11 +136,7 @@ fn infer_matrices(inputs: &[&TensorType]) -> Result<TensorType, String> {
 /// `A · B + beta · D`, each `beta · D` rounded before the sum: the bits of a product and
 /// a separate multiply-add. Written over D's buffer when an executor lent it (see
 /// [`super::in_place`]); D's tensor is then empty and is not read.
-pub(crate) fn eval_plus(
-    inputs: &[&Tensor],
-    beta: f64,
-    out: &TensorType,
-) -> Result<Storage, String> {
+fn eval_plus(inputs: &[&Tensor], beta: f64, out: &TensorType) -> Result<Storage, String> {
     match super::in_place::take_lent() {
         Some((2, mut d)) => {
             let (a, b) = (inputs[0], inputs[1]);
@@ -149,11 +165,7 @@ pub(crate) fn eval_plus(
 
 /// `A · B + bias`, then ReLU with `relu`: the bits of the product, a broadcast add and a
 /// ReLU.
-pub(crate) fn eval_bias(
-    inputs: &[&Tensor],
-    relu: bool,
-    out: &TensorType,
-) -> Result<Storage, String> {
+fn eval_bias(inputs: &[&Tensor], relu: bool, out: &TensorType) -> Result<Storage, String> {
     eval_with(inputs, out, |bias| BufferEpilogue {
         bias: Some(bias),
         relu,
@@ -163,7 +175,7 @@ pub(crate) fn eval_bias(
 
 /// `Y > 0 ? A · B : 0` (`+0` where `Y` is not positive, NaN included): the bits of the
 /// product and a `Select(Y > 0, P, 0)`.
-pub(crate) fn eval_masked(inputs: &[&Tensor], out: &TensorType) -> Result<Storage, String> {
+fn eval_masked(inputs: &[&Tensor], out: &TensorType) -> Result<Storage, String> {
     eval_with(inputs, out, |y| BufferEpilogue {
         mask: Some(y),
         ..Default::default()

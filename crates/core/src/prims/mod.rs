@@ -20,127 +20,78 @@ pub mod reduce;
 use spore_kernels::Dims;
 
 use crate::error::Result;
-use crate::op::Op;
+use crate::op::{Family, Op};
 use crate::tensor::{Storage, Tensor, TensorType};
 
+// Routing: the op table names each op's family; each family's file takes the op and
+// finds its own variant. This is the only place that maps ops to rule files.
+
 pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
-    match op {
-        Op::Identity | Op::StopGradient | Op::Unary(_) | Op::Binary(_) | Op::Compare(_) => {
-            elementwise::infer(op, inputs)
-        }
-        Op::Select | Op::Cast(_) => elementwise::infer(op, inputs),
-        Op::Reduce { .. } | Op::ArgReduce { .. } => reduce::infer(op, inputs),
-        Op::Reshape(_) | Op::Transpose(_) | Op::BroadcastTo(_) | Op::StridedSlice { .. } => {
-            movement::infer(op, inputs)
-        }
-        Op::StridedSliceGrad { .. } | Op::Pad { .. } | Op::Concat { .. } => {
-            movement::infer(op, inputs)
-        }
-        Op::MatMul => matmul::infer(inputs),
-        Op::MatMulAdd { .. } => matmul::infer_plus(inputs),
-        Op::MatMulBias { .. } => matmul::infer_bias(inputs),
-        Op::MatMulReluGrad => matmul::infer_masked(inputs),
-        Op::Conv2d(_)
-        | Op::Conv2dRelu(_)
-        | Op::Conv2dBackpropInput { .. }
-        | Op::Conv2dBackpropFilter { .. } => conv::infer(op, inputs),
-        Op::MaxPool2d(_)
-        | Op::MaxPool2dGrad(_)
-        | Op::MaxPool2dGradOfRelu(_)
-        | Op::AvgPool2d(_)
-        | Op::AvgPool2dGrad { .. } => pool::infer(op, inputs),
-        Op::Gather { .. } | Op::ScatterAdd { .. } | Op::OneHot { .. } => index::infer(op, inputs),
-        Op::RandomUniform { .. } => random::infer(op, inputs),
-        Op::Fused(p) => p.infer(inputs),
-        Op::FusedReduceSum {
-            program,
-            axes,
-            keep_dims,
-        } => program.infer_sum(inputs, axes, *keep_dims),
-        Op::Print(segments) => print::infer(segments, inputs),
-        Op::Custom(c) => c.infer(inputs),
+    match op.row().family {
+        Family::Elementwise => elementwise::infer(op, inputs),
+        Family::Reduce => reduce::infer(op, inputs),
+        Family::Movement => movement::infer(op, inputs),
+        Family::MatMul => matmul::infer(op, inputs),
+        Family::Conv => conv::infer(op, inputs),
+        Family::Pool => pool::infer(op, inputs),
+        Family::Index => index::infer(op, inputs),
+        Family::Random => random::infer(op, inputs),
+        Family::Fused => fused::infer(op, inputs),
+        Family::Print => print::infer(op, inputs),
+        Family::Custom => custom::infer(op, inputs),
     }
 }
 
 pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Storage, String> {
-    match op {
-        Op::Identity | Op::StopGradient | Op::Unary(_) | Op::Binary(_) | Op::Compare(_) => {
-            elementwise::eval(op, inputs, out)
-        }
-        Op::Select | Op::Cast(_) => elementwise::eval(op, inputs, out),
-        Op::Reduce { .. } | Op::ArgReduce { .. } => reduce::eval(op, inputs, out),
-        Op::Reshape(_) | Op::Transpose(_) | Op::BroadcastTo(_) | Op::StridedSlice { .. } => {
-            movement::eval(op, inputs, out)
-        }
-        Op::StridedSliceGrad { .. } | Op::Pad { .. } | Op::Concat { .. } => {
-            movement::eval(op, inputs, out)
-        }
-        Op::MatMul => matmul::eval(inputs, out),
-        Op::MatMulAdd { beta_bits } => matmul::eval_plus(inputs, f64::from_bits(*beta_bits), out),
-        Op::MatMulBias { relu } => matmul::eval_bias(inputs, *relu, out),
-        Op::MatMulReluGrad => matmul::eval_masked(inputs, out),
-        Op::Conv2d(_)
-        | Op::Conv2dRelu(_)
-        | Op::Conv2dBackpropInput { .. }
-        | Op::Conv2dBackpropFilter { .. } => conv::eval(op, inputs, out),
-        Op::MaxPool2d(_)
-        | Op::MaxPool2dGrad(_)
-        | Op::MaxPool2dGradOfRelu(_)
-        | Op::AvgPool2d(_)
-        | Op::AvgPool2dGrad { .. } => pool::eval(op, inputs, out),
-        Op::Gather { .. } | Op::ScatterAdd { .. } | Op::OneHot { .. } => {
-            index::eval(op, inputs, out)
-        }
-        Op::RandomUniform { .. } => random::eval(op, inputs, out),
-        Op::Fused(p) => p.eval(inputs, out),
-        Op::FusedReduceSum { program, axes, .. } => program.eval_sum(inputs, axes, out),
-        Op::Print(segments) => print::eval(segments, inputs),
-        Op::Custom(c) => c.eval(inputs, out),
+    match op.row().family {
+        Family::Elementwise => elementwise::eval(op, inputs, out),
+        Family::Reduce => reduce::eval(op, inputs, out),
+        Family::Movement => movement::eval(op, inputs, out),
+        Family::MatMul => matmul::eval(op, inputs, out),
+        Family::Conv => conv::eval(op, inputs, out),
+        Family::Pool => pool::eval(op, inputs, out),
+        Family::Index => index::eval(op, inputs, out),
+        Family::Random => random::eval(op, inputs, out),
+        Family::Fused => fused::eval(op, inputs, out),
+        Family::Print => print::eval(op, inputs),
+        Family::Custom => custom::eval(op, inputs, out),
     }
 }
 
+/// Gradients of `op`'s inputs. Ops the compiler makes run after autodiff and have none.
 pub(crate) fn vjp(
     op: &Op,
     inputs: &[Tensor],
     out: &Tensor,
     grad: &Tensor,
 ) -> Result<Vec<Option<Tensor>>> {
-    match op {
-        Op::Identity | Op::StopGradient | Op::Unary(_) | Op::Binary(_) | Op::Compare(_) => {
-            elementwise::vjp(op, inputs, out, grad)
-        }
-        Op::Select | Op::Cast(_) => elementwise::vjp(op, inputs, out, grad),
-        Op::Reduce { .. } | Op::ArgReduce { .. } => reduce::vjp(op, inputs, out, grad),
-        Op::Reshape(_) | Op::Transpose(_) | Op::BroadcastTo(_) | Op::StridedSlice { .. } => {
-            movement::vjp(op, inputs, out, grad)
-        }
-        Op::StridedSliceGrad { .. } | Op::Pad { .. } | Op::Concat { .. } => {
-            movement::vjp(op, inputs, out, grad)
-        }
-        Op::MatMul => matmul::vjp(inputs, grad),
-        Op::MatMulAdd { .. } | Op::MatMulBias { .. } | Op::MatMulReluGrad => {
-            Err(crate::error::Error::invalid(format!(
-                "{} has no gradient rule: the graph compiler builds it after autodiff",
-                op.name()
-            )))
-        }
-        Op::Conv2d(_)
-        | Op::Conv2dRelu(_)
-        | Op::Conv2dBackpropInput { .. }
-        | Op::Conv2dBackpropFilter { .. } => conv::vjp(op, inputs, grad),
-        Op::MaxPool2d(_)
-        | Op::MaxPool2dGrad(_)
-        | Op::MaxPool2dGradOfRelu(_)
-        | Op::AvgPool2d(_)
-        | Op::AvgPool2dGrad { .. } => pool::vjp(op, inputs, grad),
-        Op::Gather { .. } | Op::ScatterAdd { .. } | Op::OneHot { .. } => {
-            index::vjp(op, inputs, grad)
-        }
-        Op::RandomUniform { .. } => Ok(vec![None]),
-        Op::Fused(p) | Op::FusedReduceSum { program: p, .. } => p.vjp(),
-        Op::Print(_) => Ok(vec![None; inputs.len()]),
-        Op::Custom(c) => c.vjp(inputs, out, grad),
+    let row = op.row();
+    if row.compiler_made {
+        return Err(crate::error::Error::invalid(format!(
+            "{} has no gradient rule: the graph compiler builds it after autodiff, on compiled graphs only",
+            row.name
+        )));
     }
+    match row.family {
+        Family::Elementwise => elementwise::vjp(op, inputs, out, grad),
+        Family::Reduce => reduce::vjp(op, inputs, out, grad),
+        Family::Movement => movement::vjp(op, inputs, out, grad),
+        Family::MatMul => matmul::vjp(inputs, grad),
+        Family::Conv => conv::vjp(op, inputs, grad),
+        Family::Pool => pool::vjp(op, inputs, grad),
+        Family::Index => index::vjp(op, inputs, grad),
+        // Samples do not depend on their key; printing passes nothing back.
+        Family::Random | Family::Print => Ok(vec![None; inputs.len()]),
+        // Compiler-made: answered above.
+        Family::Fused => Ok(vec![None; inputs.len()]),
+        Family::Custom => custom::vjp(op, inputs, out, grad),
+    }
+}
+
+/// The error of a family asked about an op of another family (the op table and the
+/// family's file disagree: a bug, reported rather than panicking).
+pub(crate) fn not_in_family(op: &Op, family: &str) -> String {
+    format!("internal error: {} routed to the {family} rules", op.name())
 }
 
 // ----- helpers shared by the families -----

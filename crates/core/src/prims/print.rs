@@ -41,10 +41,10 @@ impl<'a> From<&'a Tensor> for PrintArg<'a> {
     }
 }
 
-pub(crate) fn infer(
-    segments: &[PrintSegment],
-    inputs: &[&TensorType],
-) -> Result<TensorType, String> {
+pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
+    let Op::Print(segments) = op else {
+        return Err(super::not_in_family(op, "print"));
+    };
     let wanted = segments
         .iter()
         .filter(|s| **s == PrintSegment::Tensor)
@@ -58,7 +58,10 @@ pub(crate) fn infer(
     Ok(TensorType::new(&[], DType::I32))
 }
 
-pub(crate) fn eval(segments: &[PrintSegment], inputs: &[&Tensor]) -> Result<Storage, String> {
+pub(crate) fn eval(op: &Op, inputs: &[&Tensor]) -> Result<Storage, String> {
+    let Op::Print(segments) = op else {
+        return Err(super::not_in_family(op, "print"));
+    };
     let mut next = inputs.iter();
     let values: Vec<PrintValue> = segments
         .iter()

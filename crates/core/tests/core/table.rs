@@ -349,5 +349,6 @@ pub fn rows() -> Vec<Row> {
     .into_iter()
     .chain(super::table_structural::structural_rows())
     .chain(super::table_products::product_rows())
+    .chain(super::table_compiled::compiled_rows())
     .collect()
 }

@@ -13,6 +13,10 @@
 //! assert_eq!(Op::Unary(UnaryFn::Exp).name(), "Exp");
 //! ```
 
+mod table;
+
+pub use table::{Family, OP_TABLE, OpRow};
+
 use spore_kernels::{ArgReduceFn, BinaryFn, CompareFn, DType, ReduceFn, UnaryFn};
 
 use crate::error::Result;
@@ -163,152 +167,14 @@ pub enum PrintSegment {
     Tensor,
 }
 
-/// Names of every built-in primitive, as [`Op::name`] prints them (the op-table coverage
-/// test checks each has a row).
-pub const PRIMITIVE_NAMES: &[&str] = &[
-    "Identity",
-    "StopGradient",
-    "Neg",
-    "Exp",
-    "Log",
-    "Sqrt",
-    "Rsqrt",
-    "Abs",
-    "Sign",
-    "Tanh",
-    "Sigmoid",
-    "ReLU",
-    "Sin",
-    "Cos",
-    "Erf",
-    "Add",
-    "Sub",
-    "Mul",
-    "Div",
-    "Pow",
-    "Maximum",
-    "Minimum",
-    "Equal",
-    "NotEqual",
-    "Less",
-    "LessEqual",
-    "Greater",
-    "GreaterEqual",
-    "Select",
-    "Cast",
-    "ReduceSum",
-    "ReduceMax",
-    "ReduceMin",
-    "Argmax",
-    "Argmin",
-    "Reshape",
-    "Transpose",
-    "BroadcastTo",
-    "StridedSlice",
-    "StridedSliceGrad",
-    "Pad",
-    "Concat",
-    "MatMul",
-    "MatMulAdd",
-    "MatMulBiasAdd",
-    "MatMulBiasAddReLU",
-    "MatMulReluGrad",
-    "Conv2D",
-    "Conv2DBackpropInput",
-    "Conv2DBackpropFilter",
-    "MaxPool",
-    "MaxPoolGrad",
-    "MaxPoolGradReLU",
-    "AvgPool",
-    "AvgPoolGrad",
-    "Gather",
-    "ScatterAdd",
-    "OneHot",
-    "UniformReal",
-    "FusedElementwise",
-    "FusedReduceSum",
-];
-
 impl Op {
-    /// MindSpore's primitive name (`Conv2D`, `ReduceSum`, ...), used in IR, dumps and errors.
+    /// MindSpore's primitive name (`Conv2D`, `ReduceSum`, ...), used in IR, dumps and
+    /// errors: the op table's, or a custom op's own.
     pub fn name(&self) -> String {
-        let s: &str = match self {
-            Op::Identity => "Identity",
-            Op::StopGradient => "StopGradient",
-            Op::Unary(f) => match f {
-                UnaryFn::Neg => "Neg",
-                UnaryFn::Exp => "Exp",
-                UnaryFn::Log => "Log",
-                UnaryFn::Sqrt => "Sqrt",
-                UnaryFn::Rsqrt => "Rsqrt",
-                UnaryFn::Abs => "Abs",
-                UnaryFn::Sign => "Sign",
-                UnaryFn::Tanh => "Tanh",
-                UnaryFn::Sigmoid => "Sigmoid",
-                UnaryFn::Relu => "ReLU",
-                UnaryFn::Sin => "Sin",
-                UnaryFn::Cos => "Cos",
-                UnaryFn::Erf => "Erf",
-            },
-            Op::Binary(f) => match f {
-                BinaryFn::Add => "Add",
-                BinaryFn::Sub => "Sub",
-                BinaryFn::Mul => "Mul",
-                BinaryFn::Div => "Div",
-                BinaryFn::Pow => "Pow",
-                BinaryFn::Maximum => "Maximum",
-                BinaryFn::Minimum => "Minimum",
-            },
-            Op::Compare(f) => match f {
-                CompareFn::Equal => "Equal",
-                CompareFn::NotEqual => "NotEqual",
-                CompareFn::Less => "Less",
-                CompareFn::LessEqual => "LessEqual",
-                CompareFn::Greater => "Greater",
-                CompareFn::GreaterEqual => "GreaterEqual",
-            },
-            Op::Select => "Select",
-            Op::Cast(_) => "Cast",
-            Op::Reduce { kind, .. } => match kind {
-                ReduceFn::Sum => "ReduceSum",
-                ReduceFn::Max => "ReduceMax",
-                ReduceFn::Min => "ReduceMin",
-            },
-            Op::ArgReduce { kind, .. } => match kind {
-                ArgReduceFn::ArgMax => "Argmax",
-                ArgReduceFn::ArgMin => "Argmin",
-            },
-            Op::Reshape(_) => "Reshape",
-            Op::Transpose(_) => "Transpose",
-            Op::BroadcastTo(_) => "BroadcastTo",
-            Op::StridedSlice { .. } => "StridedSlice",
-            Op::StridedSliceGrad { .. } => "StridedSliceGrad",
-            Op::Pad { .. } => "Pad",
-            Op::Concat { .. } => "Concat",
-            Op::MatMul => "MatMul",
-            Op::MatMulAdd { .. } => "MatMulAdd",
-            Op::MatMulBias { relu: false } => "MatMulBiasAdd",
-            Op::MatMulBias { relu: true } => "MatMulBiasAddReLU",
-            Op::MatMulReluGrad => "MatMulReluGrad",
-            Op::Conv2d(_) => "Conv2D",
-            Op::Conv2dRelu(_) => "Conv2DReLU",
-            Op::Conv2dBackpropInput { .. } => "Conv2DBackpropInput",
-            Op::Conv2dBackpropFilter { .. } => "Conv2DBackpropFilter",
-            Op::MaxPool2d(_) => "MaxPool",
-            Op::MaxPool2dGrad(_) => "MaxPoolGrad",
-            Op::MaxPool2dGradOfRelu(_) => "MaxPoolGradReLU",
-            Op::AvgPool2d(_) => "AvgPool",
-            Op::AvgPool2dGrad { .. } => "AvgPoolGrad",
-            Op::Gather { .. } => "Gather",
-            Op::ScatterAdd { .. } => "ScatterAdd",
-            Op::OneHot { .. } => "OneHot",
-            Op::RandomUniform { .. } => "UniformReal",
-            Op::Fused(_) => "FusedElementwise",
-            Op::FusedReduceSum { .. } => "FusedReduceSum",
-            Op::Print(_) => "Print",
-            Op::Custom(c) => return c.name().to_string(),
-        };
-        s.to_string()
+        match self {
+            Op::Custom(c) => c.name().to_string(),
+            _ => self.row().name.to_string(),
+        }
     }
 
     /// True for ops whose output element `i` depends only on input elements `i` (after
@@ -340,18 +206,9 @@ impl Op {
         )
     }
 
-    /// Number of inputs, or `None` for custom ops (which check their own).
+    /// Number of inputs (the op table's), or `None` where it varies (the family checks).
     pub fn arity(&self) -> Option<usize> {
-        Some(match self {
-            Op::Binary(_) | Op::Compare(_) | Op::MatMul | Op::Conv2d(_) | Op::Conv2dRelu(_) => 2,
-            Op::Conv2dBackpropInput { .. } | Op::Conv2dBackpropFilter { .. } => 2,
-            Op::MaxPool2dGrad(_) | Op::MaxPool2dGradOfRelu(_) | Op::Gather { .. } => 2,
-            Op::Select | Op::ScatterAdd { .. } => 3,
-            Op::MatMulAdd { .. } | Op::MatMulBias { .. } | Op::MatMulReluGrad => 3,
-            Op::Concat { .. } | Op::Custom(_) | Op::Print(_) => return None,
-            Op::Fused(_) | Op::FusedReduceSum { .. } => return None,
-            _ => 1,
-        })
+        self.row().arity
     }
 
     /// Shape and dtype of the result; the only place inputs are validated.
