@@ -16,22 +16,19 @@
 pub mod arena;
 pub mod buffer;
 pub mod conv;
-pub mod conv_panels;
 pub mod dtype;
 pub mod elementwise;
-mod im2col;
-pub mod implicit_conv;
 pub mod index;
 pub mod layout;
 pub mod matmul;
 pub mod matmul_epilogue;
+mod operand;
 pub mod peak;
 pub mod pool;
 mod pool2x2;
 pub mod random;
 pub mod reduce;
 mod sgemm;
-pub mod winograd;
 
 pub use buffer::Buffer;
 pub use dtype::{DType, Element};

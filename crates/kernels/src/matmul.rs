@@ -17,7 +17,9 @@ use rayon::prelude::*;
 use crate::buffer::Buffer;
 use crate::elementwise::{BinaryFn, Num};
 use crate::layout::{Dims, Layout, Strides, walk_rows};
-use crate::matmul_epilogue::Epilogue;
+use crate::operand::Epilogue;
+pub use crate::operand::MatRef;
+pub(crate) use crate::operand::{as_f32, as_f32_mut};
 use crate::sgemm;
 
 /// Work (m*n*k) above which one product is split across threads.
@@ -58,26 +60,6 @@ pub fn parallelism_for(work: usize) -> Parallelism {
         Parallelism::Rayon(rayon::current_num_threads())
     } else {
         Parallelism::None
-    }
-}
-
-/// One strided matrix operand: pointer offset, row stride, column stride.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct MatRef {
-    pub offset: usize,
-    pub row_stride: isize,
-    pub col_stride: isize,
-}
-
-impl MatRef {
-    /// The matrix of `l`'s last two axes, starting at `offset`.
-    pub(crate) fn of_last_two(l: &Layout, offset: usize) -> MatRef {
-        let r = l.rank();
-        MatRef {
-            offset,
-            row_stride: l.strides[r - 2],
-            col_stride: l.strides[r - 1],
-        }
     }
 }
 
@@ -228,20 +210,6 @@ pub(crate) fn threads_of(par: Parallelism) -> usize {
         Parallelism::Rayon(t) => t,
         Parallelism::None => 1,
     }
-}
-
-/// `s` as `f32` values when `T` is `f32`.
-pub(crate) fn as_f32<T: Num>(s: &[T]) -> Option<&[f32]> {
-    // SAFETY: only `f32` implements `Element` with dtype F32, so `T` is `f32` here.
-    (T::DTYPE == crate::DType::F32)
-        .then(|| unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<f32>(), s.len()) })
-}
-
-/// `s` as mutable `f32` values when `T` is `f32`.
-pub(crate) fn as_f32_mut<T: Num>(s: &mut [T]) -> Option<&mut [f32]> {
-    // SAFETY: as in `as_f32`.
-    (T::DTYPE == crate::DType::F32)
-        .then(|| unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<f32>(), s.len()) })
 }
 
 /// `[..., m, k] x [..., k, n] -> [..., m, n]`; `la` and `lb` are already broadcast to the

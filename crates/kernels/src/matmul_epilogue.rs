@@ -24,72 +24,10 @@ use gemm::Parallelism;
 
 use crate::buffer::Buffer;
 use crate::dtype::DType;
-use crate::elementwise::{BinaryFn, Num, UnaryFn};
+use crate::elementwise::Num;
 use crate::layout::Layout;
-use crate::matmul::{MatRef, as_f32, check_reach, gemm_with, parallelism_for, threads_of};
-
-/// What a product does to each value before storing it, in this order: add
-/// `beta * addend` (laid out as C), add `bias[j]` in column `j`, apply ReLU, and keep the
-/// value only where `mask` (laid out as C) is greater than zero (`+0` elsewhere, NaN
-/// included).
-#[derive(Clone, Copy)]
-pub struct Epilogue<'a, T> {
-    pub addend: Option<(&'a [T], T)>,
-    pub bias: Option<&'a [T]>,
-    pub relu: bool,
-    pub mask: Option<&'a [T]>,
-}
-
-impl<T: Num> Epilogue<'_, T> {
-    /// The epilogue as a pass over a finished `m x n` product `c` (rows `n` apart).
-    pub(crate) fn apply_after(&self, c: &mut [T], n: usize) {
-        if let Some((d, beta)) = self.addend {
-            for (c, &d) in c.iter_mut().zip(d) {
-                *c = c.binary(BinaryFn::Add, beta.binary(BinaryFn::Mul, d));
-            }
-        }
-        if let Some(bias) = self.bias {
-            for row in c.chunks_exact_mut(n) {
-                for (c, &b) in row.iter_mut().zip(bias) {
-                    *c = c.binary(BinaryFn::Add, b);
-                }
-            }
-        }
-        if self.relu {
-            c.iter_mut().for_each(|c| *c = c.unary(UnaryFn::Relu));
-        }
-        if let Some(mask) = self.mask {
-            for (c, &y) in c.iter_mut().zip(mask) {
-                // Not positive, NaN included: the value becomes +0.
-                if y.partial_cmp(&T::zero()) != Some(std::cmp::Ordering::Greater) {
-                    *c = T::zero();
-                }
-            }
-        }
-    }
-
-    /// The same epilogue over `f32` values when `T` is `f32`.
-    pub(crate) fn as_f32(&self) -> Option<Epilogue<'_, f32>> {
-        let addend = match self.addend {
-            Some((d, beta)) => Some((as_f32(d)?, as_f32(std::slice::from_ref(&beta))?[0])),
-            None => None,
-        };
-        let bias = match self.bias {
-            Some(b) => Some(as_f32(b)?),
-            None => None,
-        };
-        let mask = match self.mask {
-            Some(y) => Some(as_f32(y)?),
-            None => None,
-        };
-        Some(Epilogue {
-            addend,
-            bias,
-            relu: self.relu,
-            mask,
-        })
-    }
-}
+use crate::matmul::{MatRef, check_reach, gemm_with, parallelism_for, threads_of};
+pub use crate::operand::Epilogue;
 
 /// `c = epilogue(a · b)` for an `m x n` C (row-major, stride `n`); see the module doc.
 ///

@@ -23,7 +23,7 @@ use super::{
     Dst, MR, NR, PRIVATE, Product, SHARED, depth_blocks, max_depth_block, split, tile_at,
     with_scratch,
 };
-use crate::matmul::MatRef;
+use crate::operand::MatRef;
 
 /// Columns of B packed at once: 256 x 1024 values (1 MiB per thread).
 const NC: usize = 1024;

@@ -19,7 +19,7 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use crate::matmul_epilogue::Epilogue;
+use crate::operand::Epilogue;
 
 /// An [`Epilogue`] as raw pointers at one tile (or at C's first element): D and the mask
 /// have C's row stride, the bias one value per column.

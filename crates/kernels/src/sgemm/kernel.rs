@@ -180,7 +180,7 @@ pub(super) fn write_edge(
 pub(crate) fn transpose_pack(
     dst: &mut [f32],
     b: &[f32],
-    mb: crate::matmul::MatRef,
+    mb: crate::operand::MatRef,
     p0: usize,
     kc: usize,
     j0: usize,
@@ -225,7 +225,7 @@ pub(crate) fn transpose_pack(
 pub(super) fn transpose_pack_a(
     panel: &mut [f32],
     a: &[f32],
-    ma: crate::matmul::MatRef,
+    ma: crate::operand::MatRef,
     i0: usize,
     p0: usize,
     kc: usize,

@@ -35,8 +35,8 @@ pub(crate) use pack::pack_b as pack_b_panel;
 use std::cell::RefCell;
 use std::ops::Range;
 
-use crate::matmul::MatRef;
-use crate::matmul_epilogue::Epilogue;
+use crate::operand::Epilogue;
+use crate::operand::MatRef;
 pub(crate) use epilogue::TileEpilogue;
 
 /// Rows of C one microkernel call computes.

@@ -5,7 +5,7 @@
 use std::ops::Range;
 
 use super::{MR, NR};
-use crate::matmul::MatRef;
+use crate::operand::MatRef;
 
 /// Index of element (i, j) of a strided operand (the caller checked the bounds).
 #[inline(always)]

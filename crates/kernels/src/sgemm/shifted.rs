@@ -22,7 +22,7 @@ use super::kernel::store_tile;
 use super::kernel::write_edge;
 use super::pack::pack_a;
 use super::{MR, NR, SHARED, depth_blocks, max_depth_block, with_scratch};
-use crate::matmul::MatRef;
+use crate::operand::MatRef;
 
 /// B, described by where its rows start: `b[p][j] = src[depth[p] + j]`.
 #[derive(Clone, Copy)]

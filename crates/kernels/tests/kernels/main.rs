@@ -4,8 +4,19 @@
 
 mod products;
 
-use spore_kernels::conv::{ConvGeometry, conv2d, conv2d_backward_filter, conv2d_backward_input};
+use spore_kernels::conv::{
+    ConvGeometry, ConvPath, Pass, conv2d, conv2d_backward_filter, conv2d_backward_input,
+};
 use spore_kernels::random::philox;
+
+/// Whether the convolution planner lists `path` for `pass` of `g` (f32).
+fn takes(
+    pass: spore_kernels::conv::Pass,
+    path: spore_kernels::conv::ConvPath,
+    g: &spore_kernels::conv::ConvGeometry,
+) -> bool {
+    spore_kernels::conv::applicable(g, pass, true).contains(&path)
+}
 
 #[test]
 fn philox_matches_random123_known_answers() {
@@ -238,7 +249,7 @@ fn panel_convolutions_match_naive_f64() {
         assert_f32_conv_matches_naive(&g);
         // Their weight gradients stay on the panels (fewer than 144 taps or 256 positions).
         assert!(
-            !spore_kernels::implicit_conv::padded_filter_gradient_applies(&g),
+            !takes(Pass::FilterGradient, ConvPath::PaddedGathered, &g),
             "{g:?}"
         );
     }
@@ -252,7 +263,7 @@ fn panel_convolutions_match_naive_f64() {
         2,
     );
     if spore_kernels::matmul::own_f32_gemm() {
-        assert!(spore_kernels::conv_panels::applies(&resnet));
+        assert!(takes(Pass::Forward, ConvPath::Panels, &resnet));
         assert!(spore_kernels::conv::input_gradient_runs_forward(&resnet));
         for (xs, ws, stride, dilation, pads, groups) in forward_form {
             let g = ConvGeometry::new(xs, ws, stride, dilation, pads, groups);
@@ -266,10 +277,14 @@ fn panel_convolutions_match_naive_f64() {
         let unpadded = ConvGeometry::new([2, 24, 9, 9], [32, 24, 3, 3], [1, 1], [1, 1], [0; 4], 1);
         assert!(!spore_kernels::conv::input_gradient_runs_forward(&strided));
         assert!(!spore_kernels::conv::input_gradient_runs_forward(&unpadded));
-        assert!(spore_kernels::implicit_conv::padded_input_gradient_applies(
+        assert!(takes(
+            Pass::InputGradient,
+            ConvPath::PaddedScatterAdd,
             &resnet
         ));
-        assert!(spore_kernels::implicit_conv::padded_input_gradient_applies(
+        assert!(takes(
+            Pass::InputGradient,
+            ConvPath::PaddedScatterAdd,
             &grouped
         ));
     }
@@ -299,7 +314,7 @@ fn gathered_weight_gradient_of_padded_layers_matches_naive_f64() {
         let g = ConvGeometry::new(xs, ws, stride, dilation, pads, groups);
         if spore_kernels::matmul::own_f32_gemm() {
             assert!(
-                spore_kernels::implicit_conv::padded_filter_gradient_applies(&g),
+                takes(Pass::FilterGradient, ConvPath::PaddedGathered, &g),
                 "{g:?}"
             );
         }
@@ -313,7 +328,11 @@ fn gathered_weight_gradient_of_padded_layers_matches_naive_f64() {
         [1; 4],
         1,
     );
-    assert!(!spore_kernels::implicit_conv::padded_filter_gradient_applies(&wide_gradient));
+    assert!(!takes(
+        Pass::FilterGradient,
+        ConvPath::PaddedGathered,
+        &wide_gradient
+    ));
 }
 
 #[test]
@@ -345,17 +364,15 @@ fn implicit_gemm_convolutions_match_naive_f64() {
     let lenet = ConvGeometry::new([32, 6, 14, 14], [16, 6, 5, 5], [1, 1], [1, 1], [0; 4], 1);
     let conv1 = ConvGeometry::new([32, 1, 32, 32], [6, 1, 5, 5], [1, 1], [1, 1], [0; 4], 1);
     if spore_kernels::matmul::own_f32_gemm() {
-        assert!(spore_kernels::implicit_conv::applies(&lenet));
-        assert!(spore_kernels::implicit_conv::input_gradient_applies(&lenet));
+        assert!(takes(Pass::Forward, ConvPath::Implicit, &lenet));
+        assert!(takes(Pass::InputGradient, ConvPath::ScatterAdd, &lenet));
         let grouped = ConvGeometry::new([2, 14, 9, 12], [8, 7, 2, 3], [1, 1], [2, 1], [0; 4], 2);
-        assert!(spore_kernels::implicit_conv::input_gradient_applies(
-            &grouped
-        ));
-        assert!(spore_kernels::implicit_conv::wide_applies(&conv1));
+        assert!(takes(Pass::InputGradient, ConvPath::ScatterAdd, &grouped));
+        assert!(takes(Pass::Forward, ConvPath::Wide, &conv1));
         let dilated = ConvGeometry::new([2, 3, 9, 30], [7, 3, 2, 3], [1, 1], [2, 2], [0; 4], 1);
-        assert!(spore_kernels::implicit_conv::wide_applies(&dilated));
+        assert!(takes(Pass::Forward, ConvPath::Wide, &dilated));
         let deep = ConvGeometry::new([3, 2, 40, 40], [4, 2, 3, 3], [1, 1], [1, 1], [0; 4], 1);
-        assert!(spore_kernels::implicit_conv::wide_applies(&deep));
+        assert!(takes(Pass::Forward, ConvPath::Wide, &deep));
     }
 }
 
@@ -367,7 +384,7 @@ fn implicit_gemm_convolutions_match_naive_f64() {
 fn wide_weight_gradient_ignores_recycled_scratch() {
     let g = ConvGeometry::new([4, 1, 12, 12], [3, 1, 3, 3], [1, 1], [1, 1], [0; 4], 1);
     if spore_kernels::matmul::own_f32_gemm() {
-        assert!(spore_kernels::implicit_conv::wide_applies(&g));
+        assert!(takes(Pass::Forward, ConvPath::Wide, &g));
     }
     let x: Vec<f32> = values(4 * 144, 11).iter().map(|&v| v as f32).collect();
     let dy: Vec<f32> = values(4 * 3 * 100, 12).iter().map(|&v| v as f32).collect();
@@ -400,9 +417,9 @@ fn scattered_input_gradient_ignores_recycled_buffers() {
     for (g, unpadded) in cases {
         if spore_kernels::matmul::own_f32_gemm() {
             let applies = if unpadded {
-                spore_kernels::implicit_conv::input_gradient_applies(&g)
+                takes(Pass::InputGradient, ConvPath::ScatterAdd, &g)
             } else {
-                spore_kernels::implicit_conv::padded_input_gradient_applies(&g)
+                takes(Pass::InputGradient, ConvPath::PaddedScatterAdd, &g)
             };
             assert!(applies, "{g:?}");
         }

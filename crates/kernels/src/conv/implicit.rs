@@ -1,53 +1,38 @@
-//! Convolutions of small images without a column matrix: the forward pass and the weight
-//! gradient as implicit GEMMs, whose A operand is read from the image through offset
-//! tables (`crate::sgemm`'s gathered product). The input gradient's scatter-add
-//! product also serves padded stride-1 layers of any size
-//! ([`padded_input_gradient_applies`]).
+//! Convolutions of small images without a column matrix (the planner's `Implicit`,
+//! `PaddedGathered`, `Wide`, `ScatterAdd` and `PaddedScatterAdd` paths).
 //!
-//! ```
-//! use spore_kernels::conv::ConvGeometry;
-//! use spore_kernels::implicit_conv;
-//! // LeNet's conv2 (6 -> 16 channels, 14x14 images, 5x5 filters): small, unpadded.
-//! let lenet = ConvGeometry::new([32, 6, 14, 14], [16, 6, 5, 5], [1, 1], [1, 1], [0; 4], 1);
-//! // ResNet's 3x3 convolutions are padded and their images large: im2col + GEMM.
-//! let resnet = ConvGeometry::new([32, 64, 32, 32], [64, 64, 3, 3], [1, 1], [1, 1], [1; 4], 1);
-//! assert!(!implicit_conv::applies(&resnet));
-//! # let _ = implicit_conv::applies(&lenet); // true where the CPU has AVX2 and FMA
+//! ```text
+//! forward (Implicit):        Yᵀ[pos][out]  = Σ_tap x[pos + tap] · W[tap][out]
+//! filter gradient (Implicit): dWᵀ[tap][out] = Σ_pos x[tap + pos] · dYᵀ[pos][out]
 //! ```
 //!
-//! The forward pass is `Yᵀ[position][out channel] = Σ_tap x[position + tap] · W[tap][out]`:
-//! output positions are the rows, taps (input channel, filter row, filter column) the
-//! depth, and the packed filter is B, so each step broadcasts six image values and loads
-//! 16 output channels of the filter. The weight gradient swaps the roles:
-//! `dWᵀ[tap][out] = Σ_position x[tap + position] · dYᵀ[position][out]`, with the output
-//! gradient packed as B. Both results come out transposed and are turned around once
-//! (a [positions x 16] tile per image, the [taps x out] gradient per step), which costs
-//! far less than writing and reading back `KH * KW` copies of the image.
+//! The forward pass is an implicit GEMM whose A operand is read from the image through
+//! offset tables (`crate::sgemm`'s gathered product): output positions are the rows,
+//! taps (input channel, filter row, filter column) the depth, and the packed filter is
+//! B, so each step broadcasts six image values and loads 16 output channels of the
+//! filter. The weight gradient swaps the roles, with the output gradient packed as B.
+//! Both results come out transposed and are turned around once, which costs far less
+//! than writing and reading back `KH * KW` copies of the image.
 //!
-//! Where it applies ([`applies`]): f32 on AVX2/FMA, no padding (every tap of every window
-//! lies inside the image), at least 16 output channels per group (B's panels are 16
-//! wide), and one image's channels of a group within [`MAX_IMAGE_BYTES`], so that the
-//! gathers hit L1. LeNet's `conv2` qualifies; its forward pass and weight gradient went
-//! from 0.171 and 0.165 ms to 0.104 and 0.100 ms (batch 32, 2 threads,
-//! `cargo run --release -p spore-kernels --example conv_micro lenet`).
-//!
-//! Layers with fewer output channels ([`wide_applies`], LeNet's `conv1`) run on wide
-//! positions: both passes read the image shifted by each tap's offset in place, the
-//! forward pass as B of a shifted product, the weight gradient as the columns of dot
-//! products (`filter_gradient_wide`).
-//!
-//! The gathered weight gradient also serves larger padded layers
-//! ([`padded_filter_gradient_applies`], ResNet's first two stages), read from
-//! zero-bordered copies of the images: there its depth is the output positions, so each
-//! of a tile's six rows streams through one run of the image.
+//! Layers with fewer output channels (`Wide`, LeNet's `conv1`) run on wide positions:
+//! both passes read the image shifted by each tap's offset in place, the forward pass as
+//! B of a shifted product, the weight gradient as the columns of dot products
+//! (`filter_gradient_wide`). The input gradient's scatter-add product (`ScatterAdd`)
+//! adds each row of `Wᵀ · dY` at its tap's offset in the image gradient, for padded
+//! stride-1 layers into a zero-bordered copy (`PaddedScatterAdd`). The gathered weight
+//! gradient also serves larger padded layers (`PaddedGathered`, ResNet's first two
+//! stages), read from zero-bordered copies of the images: there its depth is the output
+//! positions, so each of a tile's six rows streams through one run of the image.
 
 use rayon::prelude::*;
 
+use super::batch::{batch_blocks, sum_partials};
+use super::geometry::ConvGeometry;
+use super::lowering::{border_plane, copy_short};
+use super::plan;
 use crate::UnaryFn;
 use crate::arena;
-use crate::conv::{ConvGeometry, batch_blocks, sum_partials};
 use crate::elementwise::Num;
-use crate::im2col::{border_plane, copy_short};
 use crate::matmul::MatRef;
 use crate::sgemm::dot::{Columns, dot_columns};
 use crate::sgemm::gather::{Gathered, gather_gemm, packed_b_index, packed_b_len};
@@ -55,103 +40,9 @@ use crate::sgemm::scatter::{packed_a_index, packed_a_len, scatter_add_gemm};
 use crate::sgemm::shifted::{Shifted, shifted_gemm};
 use crate::sgemm::{self, NR};
 
-/// Largest image (the channels of one group) read by gathers: L1 holds it while the
-/// tables sweep it.
-pub const MAX_IMAGE_BYTES: usize = 32 << 10;
-
-/// Positions the weight gradient aims to sum per gathered product: the images of a chunk
-/// together form its depth, one block of the GEMM's depth blocking.
-const GRADIENT_DEPTH: usize = 320;
-
-/// Whether [`crate::conv`] computes `g`'s forward pass and weight gradient (f32) here.
-pub fn applies(g: &ConvGeometry) -> bool {
-    let (_, per) = batch_blocks(g.n);
-    let chunk_reach = g.c * g.h * g.w * chunk_images(g, per);
-    small_unpadded(g) && g.og() >= NR && chunk_reach < i32::MAX as usize
-}
-
-/// What every path here needs: the AVX2 GEMM, no padding (every tap of every window lies
-/// inside the image), something to compute, and one image's channels of a group within
-/// [`MAX_IMAGE_BYTES`].
-fn small_unpadded(g: &ConvGeometry) -> bool {
-    let image = g.cg() * g.h * g.w;
-    sgemm::available()
-        && g.pads == [0; 4]
-        && g.n > 0
-        && g.og() > 0
-        && g.ckk() > 0
-        && g.ohw() > 0
-        && image * std::mem::size_of::<f32>() <= MAX_IMAGE_BYTES
-}
-
-/// Whether [`crate::conv`] computes `g`'s forward pass and weight gradient (f32) on wide
-/// positions here: the small, unpadded, stride-1 layers with fewer than 16 output
-/// channels per group, which [`applies`] leaves out, as long as the wide positions add at
-/// most a quarter.
-pub fn wide_applies(g: &ConvGeometry) -> bool {
-    small_unpadded(g) && g.stride == [1, 1] && g.og() < NR && 4 * wide_len(g) <= 5 * g.ohw()
-}
-
-/// Whether [`crate::conv`] computes `g`'s input gradient (f32) here: small, unpadded,
-/// stride-1 layers whose wide positions add at most half (LeNet's `conv2`: 136 for 100),
-/// with at least six input channels per group. Why six: a tile's six rows then add into
-/// six different planes; with fewer, neighbouring taps of one plane overlap, and each
-/// row waits for the store of the row before it (LeNet's one-channel `conv1`: 0.214 ms,
-/// against 0.174 with col2im).
-pub fn input_gradient_applies(g: &ConvGeometry) -> bool {
-    small_unpadded(g) && g.cg() >= sgemm::MR && g.stride == [1, 1] && 2 * wide_len(g) <= 3 * g.ohw()
-}
-
-/// Whether [`crate::conv`] can compute a padded layer's input gradient (f32) here, into
-/// a zero-bordered copy of each image gradient: stride 1, at least six input channels per
-/// group (as [`input_gradient_applies`]), at least 16 output channels (the product's
-/// depth), and wide positions adding at most an eighth (ResNet's 32x32 and 16x16 stages:
-/// 1,086 for 1,024 and 286 for 256; its 8x8 and 4x4 stages add 22 % and 37 %). Layers
-/// with more than 18 input channels per group run their input gradient as a forward
-/// convolution instead ([`crate::conv::input_gradient_runs_forward`]), which was faster
-/// on ResNet's; the rest use this path.
-///
-/// Why: the column matrix it replaces is `C·KH·KW x OH·OW` per image (2.4 MB in
-/// ResNet's first stage), written out by the GEMM and read back by col2im, which was
-/// 16 % (first stage) and 27 % (second) of the input gradient under `perf`.
-pub fn padded_input_gradient_applies(g: &ConvGeometry) -> bool {
-    let (hp, wp) = padded_size(g);
-    sgemm::available()
-        && g.pads != [0; 4]
-        && g.stride == [1, 1]
-        && g.n > 0
-        && g.cg() >= sgemm::MR
-        && g.og() >= NR
-        && g.ohw() > 0
-        && 8 * wide_len(g) <= 9 * g.ohw()
-        && g.cg() * hp * wp <= MAX_PADDED_IMAGE
-        && g.c * hp * wp < i32::MAX as usize
-}
-
-/// Values of one group's zero-bordered image gradient that a thread may hold (2 MB):
-/// ResNet's first stage needs 74k.
-const MAX_PADDED_IMAGE: usize = 1 << 19;
-
-/// Height and width of a (zero-bordered) input plane.
-fn padded_size(g: &ConvGeometry) -> (usize, usize) {
-    (g.h + g.pads[0] + g.pads[1], g.w + g.pads[2] + g.pads[3])
-}
-
-/// Wide positions of one image: from the first window's corner to the last one's,
-/// counting whole (zero-bordered) image rows (`OH - 1` rows of the padded width, then
-/// `OW`).
-fn wide_len(g: &ConvGeometry) -> usize {
-    (g.oh - 1) * padded_size(g).1 + g.ow
-}
-
-/// Images whose positions form one depth of the weight gradient's product.
-fn chunk_images(g: &ConvGeometry, per: usize) -> usize {
-    (GRADIENT_DEPTH / g.ohw().max(1)).clamp(1, per.max(1))
-}
-
 /// Offset of each tap (input channel of the group, filter row, filter column) from a
 /// window's corner, in one image's group planes of `plane` (height, width): the image's
-/// own, or a zero-bordered copy's ([`padded_size`]).
+/// own, or a zero-bordered copy's (`ConvGeometry::padded_size`).
 fn tap_offsets(g: &ConvGeometry, plane: (usize, usize)) -> Vec<i32> {
     let mut taps = arena::for_overwrite::<i32>(g.ckk());
     let mut t = taps.iter_mut();
@@ -222,7 +113,7 @@ fn position_offsets(
     positions
 }
 
-/// Forward pass into `y` ([N, O, OH, OW]); the caller checked [`applies`] and the sizes.
+/// Forward pass into `y` ([N, O, OH, OW]); the planner chose `Implicit` for it.
 pub(crate) fn forward(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32]) {
     let (ohw, og, ckk, cg) = (g.ohw(), g.og(), g.ckk(), g.cg());
     let (hw, out_len) = (g.h * g.w, g.o * ohw);
@@ -262,7 +153,7 @@ pub(crate) fn forward(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32]) {
     }
 }
 
-/// Forward pass into `y` on wide positions; the caller checked [`wide_applies`].
+/// Forward pass into `y` on wide positions; the planner chose `Wide` for it.
 ///
 /// Per image and group, `Y_wide [og x wide] = W [og x taps] * B`, where row `tap` of B is
 /// the image read from the tap's offset (see [`crate::sgemm`]'s shifted product), then
@@ -271,7 +162,7 @@ pub(crate) fn forward(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32]) {
 /// With `relu`, each output is written as `relu(y)`, while its row is still in L1.
 pub(crate) fn forward_wide(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32], relu: bool) {
     let (ohw, og, ckk, cg) = (g.ohw(), g.og(), g.ckk(), g.cg());
-    let (hw, out_len, wide) = (g.h * g.w, g.o * ohw, wide_len(g));
+    let (hw, out_len, wide) = (g.h * g.w, g.o * ohw, g.wide_len());
     let taps = tap_offsets(g, (g.h, g.w));
     for_each_image(y, out_len, og * wide, |image, ys, yw| {
         for group in 0..g.groups {
@@ -298,7 +189,7 @@ pub(crate) fn forward_wide(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32]
 }
 
 /// Input gradient written into `dx` (whatever it held before); the caller checked
-/// [`input_gradient_applies`] or [`padded_input_gradient_applies`].
+/// `ScatterAdd` or `PaddedScatterAdd`.
 ///
 /// Per image and group, `cols [taps x wide] = Wᵀ [taps x og] * dY_wide [og x wide]`, where
 /// `dY_wide` is the output gradient spread over wide positions (zeros in the columns no
@@ -309,8 +200,8 @@ pub(crate) fn forward_wide(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32]
 /// interior is copied into `dx` after each image.
 pub(crate) fn input_gradient(dy: &[f32], w: &[f32], g: &ConvGeometry, dx: &mut [f32]) {
     let (ohw, og, ckk, cg) = (g.ohw(), g.og(), g.ckk(), g.cg());
-    let (hw, chw, wide) = (g.h * g.w, g.c * g.h * g.w, wide_len(g));
-    let (hp, wp) = padded_size(g);
+    let (hw, chw, wide) = (g.h * g.w, g.c * g.h * g.w, g.wide_len());
+    let (hp, wp) = g.padded_size();
     let bordered = g.pads != [0; 4];
     let padded = wide.div_ceil(NR) * NR;
     // Taps ordered (filter row, filter column, channel): the six rows of a tile are then
@@ -387,17 +278,17 @@ pub(crate) fn input_gradient(dy: &[f32], w: &[f32], g: &ConvGeometry, dx: &mut [
     arena::recycle(crate::Buffer::I32(rows));
 }
 
-/// Weight gradient into `dw` ([O, C/groups, KH, KW]); the caller checked [`applies`] or
-/// [`padded_filter_gradient_applies`]. A padded layer's images are first copied into
+/// Weight gradient into `dw` ([O, C/groups, KH, KW]); the planner chose `Implicit` or
+/// `PaddedGathered`. A padded layer's images are first copied into
 /// zero-bordered planes (those of one product's images at a time), so that every window
 /// lies inside them.
 pub(crate) fn filter_gradient(dy: &[f32], x: &[f32], g: &ConvGeometry, dw: &mut [f32]) {
     let (ohw, og, ckk, cg) = (g.ohw(), g.og(), g.ckk(), g.cg());
     let hw = g.h * g.w;
     let bordered = g.pads != [0; 4];
-    let (hp, wp) = padded_size(g);
+    let (hp, wp) = g.padded_size();
     let (blocks, per) = batch_blocks(g.n);
-    let chunk = chunk_images(g, per);
+    let chunk = plan::chunk_images(g, per);
     // A padded layer's images are read from zero-bordered copies of their group's planes.
     let (plane, image_len, row_len) = if bordered {
         ((hp, wp), cg * hp * wp, wp)
@@ -508,38 +399,7 @@ fn pack_output_gradient(
     }
 }
 
-/// Whether [`crate::conv`] computes a padded layer's weight gradient (f32) here, with
-/// `filter_gradient`'s gathered product over zero-bordered copies of the images: at
-/// least 16 output channels per group (B's panels), at least 144 taps (24 row tiles share
-/// each packed panel of `dYᵀ`), at least 256 output positions per image, and a `dWᵀ` of
-/// at most 160k values (640 KB). That is ResNet-18's first two stages (its 32x32 and
-/// 16x16 outputs).
-///
-/// Why: the gathered product reads A straight from the bordered image, where the panel
-/// path ([`crate::conv_panels`]) copies every tap's run of positions into panels and
-/// transposes them (19 % of ResNet's first-stage weight gradient under `perf`). Alternating
-/// both paths call by call in one process (median of 20 calls each, three runs): the
-/// first stage's 3x3 layers took 8-10 % less time, the 64->128 stride-2 layer 15-17 %
-/// less, the second stage's 3x3 layers 2-9 % less. The third stage's took 9 % (stride 2)
-/// and 30 % more: its `dWᵀ` (295k and 590k values) no longer stays in L2 while every depth
-/// block adds into it.
-pub fn padded_filter_gradient_applies(g: &ConvGeometry) -> bool {
-    let (hp, wp) = padded_size(g);
-    sgemm::available()
-        && g.pads != [0; 4]
-        && g.n > 0
-        && g.og() >= NR
-        && g.ckk() >= 24 * sgemm::MR
-        && g.ohw() >= 256
-        && g.ckk() * g.og() <= MAX_GATHERED_GRADIENT
-        && g.cg() * hp * wp * chunk_images(g, batch_blocks(g.n).1) < i32::MAX as usize
-}
-
-/// Largest `dWᵀ` (taps x output channels of a group) of [`padded_filter_gradient_applies`]:
-/// 640 KB, ResNet's second stage (1,152 x 128).
-const MAX_GATHERED_GRADIENT: usize = 160 << 10;
-
-/// Weight gradient into `dw` on wide positions; the caller checked [`wide_applies`] (the
+/// Weight gradient into `dw` on wide positions; the planner chose `Wide` (the
 /// layers whose forward pass runs on wide positions too).
 ///
 /// Per image and group, `dW [og x taps] += dY_wide [og x wide] · B`, where column `tap` of
@@ -555,7 +415,7 @@ const MAX_GATHERED_GRADIENT: usize = 160 << 10;
 /// forward pass of that image is then not finite either.
 pub(crate) fn filter_gradient_wide(dy: &[f32], x: &[f32], g: &ConvGeometry, dw: &mut [f32]) {
     let (ohw, og, ckk, cg) = (g.ohw(), g.og(), g.ckk(), g.cg());
-    let (hw, wide) = (g.h * g.w, wide_len(g));
+    let (hw, wide) = (g.h * g.w, g.wide_len());
     let (blocks, per) = batch_blocks(g.n);
     let taps = tap_offsets(g, (g.h, g.w));
     let part_len = g.groups * og * ckk;

@@ -31,7 +31,7 @@ pub(super) fn forward(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32], blo
     (0..threads).into_par_iter().for_each(|t| {
         let filters = &filters; // the whole `Dst` (Sync), not its raw pointer field
         for panel in (t * per).min(panels)..((t + 1) * per).min(panels) {
-            // SAFETY: `applies` checked that the CPU has AVX2 and FMA; each row
+            // SAFETY: the planner checked that the CPU has AVX2 and FMA; each row
             // panel of every ξ is written by one thread only, inside `u`.
             unsafe { transform_filter_panel(w, o, c, panel, filters.0) };
         }
@@ -100,7 +100,7 @@ pub(super) fn filter_gradient(
             scratch_len,
             |first, chunk, _| {
                 for (i, dmo) in chunk.chunks_mut(XI * cols).enumerate() {
-                    // SAFETY: `applies` checked that the CPU has AVX2 and FMA.
+                    // SAFETY: the planner checked that the CPU has AVX2 and FMA.
                     unsafe { transform_output_gradient(dy, &block, first + i, dmo) };
                 }
             },
@@ -202,7 +202,7 @@ pub(super) fn transform_inputs(
     let row = XI * block.cols;
     per_thread(v, row, scratch, scratch_len, |first, chunk, s| {
         for (i, vc) in chunk.chunks_mut(row).enumerate() {
-            // SAFETY: the kernels run only where `applies` checked AVX2 and FMA.
+            // SAFETY: the kernels run only where the planner checked AVX2 and FMA.
             unsafe { transform_input(x, block, first + i, vc, s) };
         }
     });

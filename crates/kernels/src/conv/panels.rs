@@ -3,10 +3,9 @@
 //!
 //! ```
 //! use spore_kernels::conv::{conv2d, ConvGeometry};
-//! use spore_kernels::conv_panels;
-//! // ResNet's first-stage convolution: padded 3x3, 64 -> 64 channels, 32x32 images.
+//! // ResNet's first-stage convolution: padded 3x3, 64 -> 64 channels, 32x32 images
+//! // (the planner's `Panels` path where Spore's GEMM runs and Winograd is off).
 //! let g = ConvGeometry::new([1, 64, 32, 32], [64, 64, 3, 3], [1, 1], [1, 1], [1; 4], 1);
-//! # let _ = conv_panels::applies(&g); // true where the CPU has AVX2 and FMA
 //! let y = conv2d(&vec![1.0f32; 64 * 32 * 32], &vec![1.0f32; 64 * 64 * 9], &g);
 //! // An interior output sums 64 channels x 9 taps; a corner's window keeps 4 taps.
 //! assert_eq!((y[33], y[0]), (576.0, 256.0));
@@ -31,8 +30,10 @@
 
 use rayon::prelude::*;
 
-use crate::conv::{ConvGeometry, GEMM_COLUMNS, batch_blocks, group_output_gradient, sum_partials};
-use crate::im2col::{border_plane, copy_short};
+use super::batch::{batch_blocks, group_output_gradient, sum_partials};
+use super::geometry::ConvGeometry;
+use super::lowering::{border_plane, copy_short};
+use super::plan::GEMM_COLUMNS;
 use crate::matmul::MatRef;
 use crate::sgemm::{self, NR, PanelsA, pack_b_panel};
 use crate::{Buffer, arena};
@@ -321,13 +322,6 @@ unsafe fn copy_16_even(dst: *mut f32, src: *const f32) {
     for (t, v) in d.iter_mut().enumerate() {
         *v = s[2 * t];
     }
-}
-
-/// Whether [`crate::conv`] runs `g`'s forward pass and weight gradient (f32) here: the
-/// AVX2 GEMM, and more output channels per group than the thin path serves (smaller
-/// layers, LeNet's, have their own paths in [`crate::implicit_conv`]).
-pub fn applies(g: &ConvGeometry) -> bool {
-    sgemm::available() && g.og() > sgemm::THIN_MAX_ROWS && g.n > 0 && g.ohw() > 0 && g.ckk() > 0
 }
 
 /// Images side by side in one GEMM: about [`GEMM_COLUMNS`] positions (ResNet's 4x4 and

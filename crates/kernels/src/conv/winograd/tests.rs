@@ -23,13 +23,13 @@ const AT: [[f32; ALPHA]; M] = [
 /// Whether Winograd runs on this machine; if not, says loudly that `test` checks nothing
 /// here (no AVX2/FMA, or `SPORE_WINOGRAD=off`: convolutions then take the direct form).
 fn runs_here(test: &str) -> bool {
-    if !enabled() {
+    if !crate::conv::plan::winograd_enabled() {
         eprintln!(
             "SKIPPED {test}: Winograd is off on this machine (it needs AVX2 and FMA, and \
              SPORE_WINOGRAD unset); nothing to check"
         );
     }
-    enabled()
+    crate::conv::plan::winograd_enabled()
 }
 
 /// Pseudo-random values in [-1, 1), reproducible.
@@ -73,7 +73,7 @@ fn vector_transforms_equal_the_matrices_of_lavin_and_gray() {
             }
         }
     };
-    // SAFETY: `enabled` checked AVX2 and FMA.
+    // SAFETY: `winograd_enabled` checked AVX2 and FMA.
     let (b, a, adj) = unsafe {
         (
             simd::bt(input),
@@ -132,7 +132,7 @@ fn forward_and_filter_gradient_match_naive_f64_across_blocks() {
     ];
     for (n, c, o, h, w, block_bytes, per_block) in cases {
         let g = ConvGeometry::new([n, c, h, w], [o, c, 3, 3], [1, 1], [1, 1], [1; 4], 1);
-        assert!(applies(&g), "{g:?}");
+        assert!(crate::conv::plan::winograd_applies(&g), "{g:?}");
         assert_eq!(plan::images_per_block(&g, block_bytes), per_block, "{g:?}");
         let x = values(n * c * h * w, 1);
         let wt = values(o * c * 9, 2);
@@ -244,7 +244,10 @@ fn rounding_error_at_resnet18_sizes_is_within_its_stated_bound() {
         let mut worst = [[0.0f64; 2]; 2];
         for (pass, n) in [(0, n_y), (1, n_dw)] {
             let g = ConvGeometry::new([n, c, side, side], [c, c, 3, 3], [1, 1], [1, 1], [1; 4], 1);
-            assert!(applies(&g) && crate::conv_panels::applies(&g), "{g:?}");
+            assert!(
+                crate::conv::plan::winograd_applies(&g) && crate::conv::plan::panels_applies(&g),
+                "{g:?}"
+            );
             let x = values(n * c * side * side, 11 + c as u64);
             let w: Vec<f32> = values(c * c * 9, 12).iter().map(|v| v * 0.05).collect();
             let dy = values(n * c * side * side, 13);
@@ -254,12 +257,12 @@ fn rounding_error_at_resnet18_sizes_is_within_its_stated_bound() {
                 wino.resize(n * c * side * side, f32::NAN);
                 direct.resize(wino.len(), f32::NAN);
                 forward(&x, &w, &g, &mut wino);
-                crate::conv_panels::forward(&x, &w, &g, &mut direct);
+                crate::conv::panels::forward(&x, &w, &g, &mut direct);
             } else {
                 wino.resize(c * c * 9, f32::NAN);
                 direct.resize(wino.len(), f32::NAN);
                 filter_gradient(&dy, &x, &g, &mut wino);
-                crate::conv_panels::filter_gradient(&dy, &x, &g, &mut direct);
+                crate::conv::panels::filter_gradient(&dy, &x, &g, &mut direct);
             }
             worst[pass] = [
                 worst_scaled_error(&wino, &reference[pass]),

@@ -92,7 +92,7 @@ pub(super) fn transform_input(x: &[f32], b: &Block, ch: usize, vc: &mut [f32], p
             let row = &mut dst[(r + 1) * pw..][..pw];
             row[0] = 0.0;
             row[pw - 1] = 0.0;
-            // Four at a time (`applies` made `w` a multiple of 4): for 32 values a
+            // Four at a time (the planner made `w` a multiple of 4): for 32 values a
             // `copy_from_slice` became a `memmove` call, 5 % of the layer's time.
             for (d, s) in row[1..=w].chunks_exact_mut(4).zip(src.chunks_exact(4)) {
                 store4(d, load4(s));

@@ -5,7 +5,7 @@
 //! are `ld` elements apart, so the columns of several images can sit side by side in one
 //! matrix (image `s` starting at column `s * OH * OW`) and share one GEMM.
 
-use crate::conv::ConvGeometry;
+use super::geometry::ConvGeometry;
 use crate::elementwise::{BinaryFn, Num};
 
 /// Writes the im2col matrix (ckk x ohw, rows `ld` apart) of group `group` of one image

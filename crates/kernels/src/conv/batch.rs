@@ -1,0 +1,74 @@
+//! How the strategies split a batch among threads and share its operands: blocks of
+//! consecutive images per thread, a block's output gradient as one matrix, and the sum
+//! of per-block partial weight gradients.
+//!
+//! ```text
+//! let (blocks, per) = batch_blocks(g.n);            // one block of `per` images per thread
+//! let (dy_g, at) = group_output_gradient(dy, &g, (s0, k), group, &mut tmp);
+//! sum_partials(&mut dw, &partials);                 // the blocks' weight gradients, added
+//! ```
+
+use super::geometry::ConvGeometry;
+use crate::elementwise::{BinaryFn, Num};
+use crate::matmul::MatRef;
+
+/// The batch split into one block of consecutive samples per thread: (blocks, per block).
+/// Scratch is taken once per block, on the calling thread, so that a graph's buffer pool
+/// (see [`crate::arena`]) serves it.
+pub(crate) fn batch_blocks(n: usize) -> (usize, usize) {
+    let blocks = rayon::current_num_threads().max(1).min(n.max(1));
+    let per = n.div_ceil(blocks).max(1);
+    (n.div_ceil(per).max(1), per)
+}
+
+/// `dY` of images `s0..s0 + k`, group `group`, as one [og, k * ohw] matrix (image `s` at
+/// column `s * ohw`): read in place for one image, else gathered into `tmp` first.
+pub(crate) fn group_output_gradient<'a, T: Num>(
+    dy: &'a [T],
+    g: &ConvGeometry,
+    (s0, k): (usize, usize),
+    group: usize,
+    tmp: &'a mut [T],
+) -> (&'a [T], MatRef) {
+    let ohw = g.ohw();
+    if k == 1 {
+        let in_place = MatRef {
+            offset: (s0 * g.o + group * g.og()) * ohw,
+            row_stride: ohw as isize,
+            col_stride: 1,
+        };
+        return (dy, in_place);
+    }
+    gather_dy(dy, g, s0, k, group, tmp);
+    let gathered = MatRef {
+        offset: 0,
+        row_stride: (k * ohw) as isize,
+        col_stride: 1,
+    };
+    (tmp, gathered)
+}
+
+/// Copies `dy` of images `s0..s0 + k`, group `group`, into `tmp` as one [og, k * ohw]
+/// matrix (image `s` at column `s * ohw`).
+fn gather_dy<T: Num>(dy: &[T], g: &ConvGeometry, s0: usize, k: usize, group: usize, tmp: &mut [T]) {
+    let (ohw, og) = (g.ohw(), g.og());
+    let ld = k * ohw;
+    for s in 0..k {
+        for o in 0..og {
+            tmp[o * ld + s * ohw..][..ohw]
+                .copy_from_slice(&dy[((s0 + s) * g.o + group * og + o) * ohw..][..ohw]);
+        }
+    }
+}
+
+/// `dw` = the sum of the `dw.len()`-long partial gradients in `partials` (one per block of
+/// the batch).
+pub(crate) fn sum_partials<T: Num>(dw: &mut [T], partials: &[T]) {
+    let len = dw.len();
+    dw.copy_from_slice(&partials[..len]);
+    for p in partials.chunks(len.max(1)).skip(1) {
+        for (d, &v) in dw.iter_mut().zip(p) {
+            *d = d.binary(BinaryFn::Add, v);
+        }
+    }
+}

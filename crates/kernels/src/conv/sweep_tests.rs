@@ -1,0 +1,330 @@
+//! A randomised sweep over convolution geometries (strides, dilations, groups, paddings,
+//! odd sizes, batch 1 to 64, channels 1 to 512): every path that applies to a geometry
+//! runs its pass (forward, input gradient, filter gradient) and is compared with a naive
+//! f64 loop. Draws are biased towards the conditions of each specialised path, and the
+//! sweep fails unless every path ran at least once (where Spore's GEMM runs).
+
+use super::geometry::ConvGeometry;
+use super::plan::{ConvPath, Pass, applicable};
+use super::{filter_gradient_on, forward_on, input_gradient_on};
+
+/// xorshift64*, seeded: the sweep is the same on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn range(&mut self, lo: usize, hi: usize) -> usize {
+        lo + (self.next() % (hi - lo + 1) as u64) as usize
+    }
+    fn pick<T: Copy>(&mut self, options: &[T]) -> T {
+        options[(self.next() % options.len() as u64) as usize]
+    }
+    fn values(&mut self, len: usize) -> Vec<f32> {
+        (0..len)
+            .map(|_| (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0)
+            .collect()
+    }
+}
+
+/// One draw, shaped after one of the specialised paths' conditions (or none).
+fn draw(rng: &mut Rng) -> Option<ConvGeometry> {
+    let kind = rng.range(0, 6);
+    let (n, c, o, h, w, k, stride, dilation, pads, groups) = match kind {
+        // Winograd and the ResNet-like padded paths: 3x3, stride 1, "same".
+        0 => {
+            let side = rng.pick(&[4, 8, 12, 16]);
+            let c = rng.pick(&[16, 24, 32, 64]);
+            (
+                rng.range(1, 4),
+                c,
+                rng.pick(&[16, 20, 32]),
+                side,
+                side,
+                [3, 3],
+                [1, 1],
+                [1, 1],
+                [1; 4],
+                1,
+            )
+        }
+        // Small unpadded images (LeNet-like): the gathered, wide and scatter-add paths.
+        1 => {
+            let side = rng.range(5, 16);
+            let c = rng.pick(&[1, 3, 6, 8]);
+            let o = rng.pick(&[4, 6, 16, 24]);
+            (
+                rng.range(1, 8),
+                c,
+                o,
+                side,
+                side + rng.range(0, 3),
+                [rng.range(1, 5), rng.range(1, 5)],
+                [1, 1],
+                [1, rng.range(1, 2)],
+                [0; 4],
+                1,
+            )
+        }
+        // Padded layers with many positions: the padded gathered weight gradient.
+        2 => {
+            let side = rng.pick(&[16, 18]);
+            (
+                rng.range(1, 2),
+                16,
+                16,
+                side,
+                side,
+                [3, 3],
+                [rng.range(1, 2), 1],
+                [1, 1],
+                [1, 1, rng.range(0, 2), 1],
+                1,
+            )
+        }
+        // Wide layers (more than 18 outputs per group): the panel paths.
+        3 => {
+            let side = rng.range(3, 9);
+            let og = rng.pick(&[20, 32, 48]);
+            let groups = rng.pick(&[1, 2]);
+            (
+                rng.range(1, 5),
+                20 * groups,
+                og * groups,
+                side,
+                side + 1,
+                [rng.range(1, 3), rng.range(1, 3)],
+                [rng.range(1, 2), rng.range(1, 2)],
+                [1, rng.range(1, 2)],
+                [
+                    rng.range(0, 2),
+                    rng.range(0, 1),
+                    rng.range(0, 2),
+                    rng.range(0, 1),
+                ],
+                groups,
+            )
+        }
+        // Many channels, few positions (deep layers), up to 512 channels.
+        4 => {
+            let c = rng.pick(&[64, 128, 256, 512]);
+            (
+                rng.range(1, 3),
+                c,
+                rng.pick(&[8, 24, 64]),
+                2,
+                3,
+                [rng.range(1, 2), rng.range(1, 2)],
+                [1, 1],
+                [1, 1],
+                [rng.range(0, 1); 4],
+                1,
+            )
+        }
+        // Anything: odd sizes, strides up to 3, dilation, groups, uneven padding, large batches.
+        _ => {
+            let groups = rng.pick(&[1, 1, 2, 3]);
+            let c = groups * rng.range(1, 5);
+            let o = groups * rng.range(1, 7);
+            (
+                rng.pick(&[1, 2, 7, 33, 64]),
+                c,
+                o,
+                rng.range(1, 11),
+                rng.range(1, 11),
+                [rng.range(1, 4), rng.range(1, 4)],
+                [rng.range(1, 3), rng.range(1, 3)],
+                [rng.range(1, 2), rng.range(1, 2)],
+                [
+                    rng.range(0, 2),
+                    rng.range(0, 2),
+                    rng.range(0, 2),
+                    rng.range(0, 2),
+                ],
+                groups,
+            )
+        }
+    };
+    if c % groups != 0 || o % groups != 0 {
+        return None;
+    }
+    let reach = |s: usize| dilation[s] * (k[s] - 1) + 1;
+    if h + pads[0] + pads[1] < reach(0) || w + pads[2] + pads[3] < reach(1) {
+        return None;
+    }
+    let g = ConvGeometry::new(
+        [n, c, h, w],
+        [o, c / groups, k[0], k[1]],
+        stride,
+        dilation,
+        pads,
+        groups,
+    );
+    // Bound the naive loop's work (multiply-adds per pass).
+    let work = g.n * g.o * g.ohw() * g.ckk();
+    (work <= 3_000_000).then_some(g)
+}
+
+/// The three passes in f64, naively: y, dx, dw, and each output's scale (the sum of its
+/// terms' magnitudes).
+struct Reference {
+    y: (Vec<f64>, Vec<f64>),
+    dx: (Vec<f64>, Vec<f64>),
+    dw: (Vec<f64>, Vec<f64>),
+}
+
+fn reference(g: &ConvGeometry, x: &[f32], w: &[f32], dy: &[f32]) -> Reference {
+    let (cg, og) = (g.c / g.groups, g.o / g.groups);
+    let zeros = |len: usize| (vec![0.0; len], vec![0.0; len]);
+    let (mut y, mut dx, mut dw) = (
+        zeros(g.n * g.o * g.ohw()),
+        zeros(g.n * g.c * g.h * g.w),
+        zeros(w.len()),
+    );
+    for s in 0..g.n {
+        for oc in 0..g.o {
+            let group = oc / og;
+            for oy in 0..g.oh {
+                for ox in 0..g.ow {
+                    let yi = ((s * g.o + oc) * g.oh + oy) * g.ow + ox;
+                    for ci in 0..cg {
+                        let c = group * cg + ci;
+                        for i in 0..g.kh {
+                            let r = (oy * g.stride[0] + i * g.dilation[0]) as isize
+                                - g.pads[0] as isize;
+                            if r < 0 || r >= g.h as isize {
+                                continue;
+                            }
+                            for j in 0..g.kw {
+                                let q = (ox * g.stride[1] + j * g.dilation[1]) as isize
+                                    - g.pads[2] as isize;
+                                if q < 0 || q >= g.w as isize {
+                                    continue;
+                                }
+                                let xi = ((s * g.c + c) * g.h + r as usize) * g.w + q as usize;
+                                let wi = ((oc * cg + ci) * g.kh + i) * g.kw + j;
+                                let (xv, wv, dv) = (x[xi] as f64, w[wi] as f64, dy[yi] as f64);
+                                y.0[yi] += xv * wv;
+                                y.1[yi] += (xv * wv).abs();
+                                dx.0[xi] += dv * wv;
+                                dx.1[xi] += (dv * wv).abs();
+                                dw.0[wi] += dv * xv;
+                                dw.1[wi] += (dv * xv).abs();
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Reference { y, dx, dw }
+}
+
+/// Checks `got` against `want` within `tol` of each output's scale.
+fn check(got: &[f32], (want, scale): &(Vec<f64>, Vec<f64>), what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, ((&a, &b), &s)) in got.iter().zip(want).zip(scale).enumerate() {
+        let err = (a as f64 - b).abs();
+        assert!(
+            err <= 2e-5 * s + 1e-6,
+            "{what}: element {i}: {a} against {b} (terms' magnitude {s})"
+        );
+    }
+}
+
+#[test]
+fn every_path_matches_naive_f64_on_random_geometries() {
+    let mut rng = Rng(0x5EED_C0DE_2026_1126);
+    let mut ran: std::collections::HashMap<(ConvPath, Pass), usize> = Default::default();
+    let mut cases = 0;
+    while cases < 220 {
+        let Some(g) = draw(&mut rng) else { continue };
+        cases += 1;
+        let x = rng.values(g.n * g.c * g.h * g.w);
+        let w = rng.values(g.o * g.ckk());
+        let dy = rng.values(g.n * g.o * g.ohw());
+        let want = reference(&g, &x, &w, &dy);
+        for pass in [Pass::Forward, Pass::InputGradient, Pass::FilterGradient] {
+            for path in applicable(&g, pass, true) {
+                *ran.entry((path, pass)).or_default() += 1;
+                let what = format!("{path:?} {pass:?} of {g:?}");
+                match pass {
+                    Pass::Forward => {
+                        let (y, relu_applied) = forward_on(path, &x, &w, &g, false);
+                        assert!(!relu_applied, "{what}");
+                        check(&y, &want.y, &what);
+                    }
+                    Pass::InputGradient => {
+                        check(&input_gradient_on(path, &dy, &w, &g), &want.dx, &what)
+                    }
+                    Pass::FilterGradient => {
+                        check(&filter_gradient_on(path, &dy, &x, &g), &want.dw, &what)
+                    }
+                }
+            }
+        }
+    }
+    let mut counts: Vec<_> = ran
+        .iter()
+        .map(|((p, s), n)| format!("{p:?}/{s:?}: {n}"))
+        .collect();
+    counts.sort();
+    eprintln!("{cases} geometries; paths run: {}", counts.join(", "));
+    let every = [
+        (ConvPath::Winograd, Pass::Forward),
+        (ConvPath::Winograd, Pass::FilterGradient),
+        (ConvPath::Implicit, Pass::Forward),
+        (ConvPath::Implicit, Pass::FilterGradient),
+        (ConvPath::PaddedGathered, Pass::FilterGradient),
+        (ConvPath::Wide, Pass::Forward),
+        (ConvPath::Wide, Pass::FilterGradient),
+        (ConvPath::Panels, Pass::Forward),
+        (ConvPath::Panels, Pass::FilterGradient),
+        (ConvPath::AsForward, Pass::InputGradient),
+        (ConvPath::ScatterAdd, Pass::InputGradient),
+        (ConvPath::PaddedScatterAdd, Pass::InputGradient),
+        (ConvPath::Im2colPackedFilters, Pass::InputGradient),
+        (ConvPath::Im2col, Pass::Forward),
+        (ConvPath::Im2col, Pass::InputGradient),
+        (ConvPath::Im2col, Pass::FilterGradient),
+    ];
+    if crate::sgemm::available() && super::plan::winograd_enabled() {
+        let missing: Vec<_> = every.iter().filter(|k| !ran.contains_key(k)).collect();
+        assert!(missing.is_empty(), "the sweep never ran {missing:?}");
+    } else {
+        eprintln!(
+            "NOTE: Spore's GEMM (AVX2 and FMA) or Winograd is off here: only the paths that \
+             apply on this machine were checked"
+        );
+    }
+}
+
+/// `SPORE_CONV_PATH` aside, [`super::plan::choose`] takes the first applicable path, and
+/// `Im2col` applies to everything.
+#[test]
+fn im2col_applies_everywhere_and_choose_takes_the_first_path() {
+    let mut rng = Rng(42);
+    let mut seen = 0;
+    while seen < 100 {
+        let Some(g) = draw(&mut rng) else { continue };
+        seen += 1;
+        for pass in [Pass::Forward, Pass::InputGradient, Pass::FilterGradient] {
+            let paths = applicable(&g, pass, true);
+            assert_eq!(paths.last(), Some(&ConvPath::Im2col));
+            assert_eq!(applicable(&g, pass, false), vec![ConvPath::Im2col]);
+            if std::env::var_os("SPORE_CONV_PATH").is_none() {
+                let chosen = super::plan::choose(&g, pass, true);
+                let packs = super::plan::packs_filters(&g);
+                let first = paths
+                    .iter()
+                    .find(|p| **p != ConvPath::Im2colPackedFilters || packs)
+                    .copied();
+                assert_eq!(Some(chosen), first, "{pass:?} of {g:?}");
+            }
+        }
+    }
+}
