@@ -24,7 +24,6 @@ use spore_kernels::Buffer;
 use spore_kernels::arena::{self, BufferPool, PoolStats};
 
 use crate::in_place::{Lending, Lent, reclaim};
-use crate::pass::{default_passes, run_passes};
 use crate::plan::MemoryPlan;
 
 /// A compiled graph ready to run repeatedly.
@@ -80,11 +79,9 @@ impl Executable {
                 NodeKind::While { cond, body, .. } => (cond, body),
                 _ => continue,
             };
-            let compile = |g: &Graph| -> Result<Executable> {
-                let mut g = g.clone();
-                run_passes(&mut g, &default_passes(), None)?;
-                Executable::new(g)
-            };
+            // The sub-graphs went through the compile pipeline with the outer graph
+            // (`run_passes` recurses into them); here they are only planned.
+            let compile = |g: &Graph| -> Result<Executable> { Executable::new(g.clone()) };
             subgraphs.insert(i, (compile(pair.0)?, compile(pair.1)?));
         }
         spore_kernels::matmul::reserve_gemm_scratch();

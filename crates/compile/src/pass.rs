@@ -15,10 +15,10 @@
 
 use std::path::Path;
 
-use spore_core::ir::Graph;
+use spore_core::ir::{Graph, NodeKind};
 use spore_core::{Error, Result};
 
-use crate::passes::{ConstFold, Cse, Dce, FuseElementwise, Simplify};
+use crate::passes::{ConstFold, Cse, Dce, Simplify, fusion_passes, is_fusion_stage};
 
 /// A graph-to-graph transformation that preserves what the graph computes.
 pub trait Pass {
@@ -27,26 +27,29 @@ pub trait Pass {
     fn run(&self, g: &mut Graph) -> Result<bool>;
 }
 
-/// The standard pipeline: clean up, fold and simplify, then fuse, then clean up again.
+/// The standard pipeline: clean up, fold and simplify, then fusion's stages one by one
+/// (`passes::fusion_passes`), then clean up again. Every rewrite is one named stage, so
+/// `save_graphs` shows the graph after each.
 pub fn default_passes() -> Vec<Box<dyn Pass>> {
-    vec![
+    let mut passes: Vec<Box<dyn Pass>> = vec![
         Box::new(Dce),
         Box::new(Cse),
         Box::new(ConstFold),
         Box::new(Simplify),
         Box::new(Cse),
         Box::new(Dce),
-        Box::new(FuseElementwise),
-        Box::new(Dce),
-    ]
+    ];
+    passes.extend(fusion_passes());
+    passes.push(Box::new(Dce));
+    passes
 }
 
-/// The pipeline used while a dump is active: the standard one without elementwise
-/// fusion, so that every op of the source keeps its name and its own dump files.
+/// The pipeline used while a dump is active: the standard one without fusion's stages,
+/// so that every op of the source keeps its name and its own dump files.
 pub fn dump_passes() -> Vec<Box<dyn Pass>> {
     default_passes()
         .into_iter()
-        .filter(|p| p.name() != "fuse_elementwise")
+        .filter(|p| !is_fusion_stage(p.name()))
         .collect()
 }
 
@@ -63,8 +66,25 @@ pub fn save_graph(g: &Graph, dir: &Path, index: usize, name: &str) -> Result<()>
 }
 
 /// Runs `passes` in order, verifying after each; with `save_dir`, writes the traced graph
-/// as `00_trace` and the graph after pass `k` as `k_<pass>`.
+/// as `00_trace` and the graph after pass `k` as `k_<pass>`. The sub-graphs of `cond` and
+/// `while_loop` nodes go through the same passes first, their stages written into
+/// `<save_dir>/node<i>_<branch>/`.
 pub fn run_passes(g: &mut Graph, passes: &[Box<dyn Pass>], save_dir: Option<&Path>) -> Result<()> {
+    for (i, node) in g.nodes.iter_mut().enumerate() {
+        let branches: [(&str, &mut Graph); 2] = match &mut node.kind {
+            NodeKind::Cond {
+                then_branch,
+                else_branch,
+                ..
+            } => [("then", then_branch), ("else", else_branch)],
+            NodeKind::While { cond, body, .. } => [("cond", cond), ("body", body)],
+            _ => continue,
+        };
+        for (branch, sub) in branches {
+            let dir = save_dir.map(|d| d.join(format!("node{i}_{branch}")));
+            run_passes(sub, passes, dir.as_deref())?;
+        }
+    }
     g.verify()?;
     if let Some(dir) = save_dir {
         save_graph(g, dir, 0, "trace")?;

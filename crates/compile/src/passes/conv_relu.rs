@@ -1,7 +1,7 @@
 //! A ReLU that is a convolution's only reader joins it: `relu(Conv2D(x, w))` becomes one
 //! `Conv2DReLU(x, w)`, which applies the ReLU as it writes its output instead of in a
-//! second pass over it. Part of fusion (it runs inside `FuseElementwise`, so dumps keep
-//! the source ops).
+//! second pass over it (the `conv_relu` stage of fusion, skipped while a dump runs so that
+//! dumps keep the source ops).
 //!
 //! ```
 //! use spore_compile::{pass::Pass, passes::{Dce, FuseElementwise}};
@@ -51,4 +51,17 @@ pub(crate) fn fold_relu_into_convolution(g: &mut Graph) -> bool {
         changed = true;
     }
     changed
+}
+
+/// The `conv_relu` stage.
+pub struct ConvRelu;
+
+impl crate::pass::Pass for ConvRelu {
+    fn name(&self) -> &'static str {
+        "conv_relu"
+    }
+
+    fn run(&self, g: &mut Graph) -> spore_core::Result<bool> {
+        Ok(fold_relu_into_convolution(g))
+    }
 }

@@ -1,20 +1,14 @@
-//! Elementwise fusion: a chain of elementwise float ops of one output shape, whose
-//! intermediate values have no other user, becomes one `FusedElementwise` node that
-//! makes a single pass over memory. A chain whose only reader is a `ReduceSum` runs
-//! inside it instead (`FusedReduceSum`): the full-size result is never written, only
-//! summed chunk by chunk (BatchNorm's `Σ (x - μ)²` and the sums of its backward pass).
-//! A single add, subtract or multiply read by several such loops is recomputed in each
-//! of them instead of being stored (see [`recomputable`]). Before all that, ReLU's
-//! gradient after max pooling's joins the pooling gradient (`pool_relu`), and a ReLU that
-//! is a convolution's only reader joins the convolution (`conv_relu`). After it all, loops
-//! that only finish a matrix product (a moment update, a Dense layer's bias and ReLU) join
-//! the product's epilogue (`matmul_epilogue`).
+//! Elementwise fusion (the `fuse_elementwise` stage): a chain of elementwise float ops of
+//! one output shape, whose intermediate values have no other user, becomes one
+//! `FusedElementwise` node that makes a single pass over memory. A single add, subtract
+//! or multiply read by several such loops is recomputed in each of them instead of being
+//! stored (see [`recomputable`]). The members the loops absorbed are left for DCE.
 //!
 //! ```
-//! use spore_compile::{pass::Pass, passes::{Dce, FuseElementwise}};
+//! use spore_compile::{pass::Pass, passes::{Dce, ElementwiseLoops}};
 //! use spore_core::{trace::trace, DType, TensorType};
 //! let mut g = trace("f", &[TensorType::new(&[8], DType::F32)], |x| Ok(vec![x[0].exp()?.add_scalar(1.0)?.log()?])).unwrap();
-//! FuseElementwise.run(&mut g).unwrap();
+//! ElementwiseLoops.run(&mut g).unwrap();
 //! Dce.run(&mut g).unwrap();
 //! assert_eq!(g.op_count(), 1);
 //! assert_eq!(g.nodes[g.outputs[0]].op().unwrap().name(), "FusedElementwise");
@@ -26,15 +20,15 @@ use spore_core::Result;
 use spore_core::ir::{Graph, NodeKind, ValueId};
 use spore_core::op::Op;
 use spore_core::prims::fused::{FusedInstr, FusedProgram};
-use spore_core::prims::fused_reduce::sum_split;
-use spore_kernels::{BinaryFn, DType, ReduceFn};
+use spore_kernels::{BinaryFn, DType};
 
 use crate::pass::Pass;
 
-pub struct FuseElementwise;
+/// The `fuse_elementwise` stage.
+pub struct ElementwiseLoops;
 
 /// The float dtype a node computes in, if it can join a fused loop.
-fn compute_dtype(g: &Graph, i: usize) -> Option<DType> {
+pub(super) fn compute_dtype(g: &Graph, i: usize) -> Option<DType> {
     let NodeKind::Op { op, args } = &g.nodes[i].kind else {
         return None;
     };
@@ -48,24 +42,18 @@ fn compute_dtype(g: &Graph, i: usize) -> Option<DType> {
     d.is_float().then_some(d)
 }
 
-struct Group {
-    members: Vec<usize>,
-    dtype: DType,
+/// Members of one loop (node indices; the root last once sorted) and its float dtype.
+pub(super) struct Group {
+    pub(super) members: Vec<usize>,
+    pub(super) dtype: DType,
 }
 
-impl Pass for FuseElementwise {
+impl Pass for ElementwiseLoops {
     fn name(&self) -> &'static str {
         "fuse_elementwise"
     }
 
     fn run(&self, g: &mut Graph) -> Result<bool> {
-        // First the one fusion that is not elementwise; what it leaves dead must not count
-        // as readers below.
-        let folded = super::pool_relu::fold_relu_gradient_into_pool_gradient(g);
-        let folded = super::conv_relu::fold_relu_into_convolution(g) || folded;
-        if folded {
-            super::Dce.run(g)?;
-        }
         let uses = consumer_counts(g);
         let recompute = recomputable(g);
         // group_of[v]: the group whose current root is v.
@@ -94,47 +82,11 @@ impl Pass for FuseElementwise {
             group.members.push(i);
             group_of.insert(i, group);
         }
-        let mut changed = folded;
-        // A sum that is the only reader of a group's result takes the group inside it.
-        for r in 0..g.nodes.len() {
-            let NodeKind::Op {
-                op:
-                    Op::Reduce {
-                        kind: ReduceFn::Sum,
-                        axes,
-                        keep_dims,
-                    },
-                args,
-            } = &g.nodes[r].kind
-            else {
-                continue;
-            };
-            let a = args[0];
-            let summable = |group: &Group| {
-                let ty = g.nodes[a].ty();
-                ty.dtype == group.dtype && sum_split(&ty.shape, axes).is_some()
-            };
-            if uses[a] != 1 || !group_of.get(&a).is_some_and(summable) {
-                continue;
-            }
-            let (axes, keep_dims) = (axes.clone(), *keep_dims);
-            let Some(mut group) = group_of.remove(&a) else {
-                continue;
-            };
-            group.members.sort_unstable();
-            group.members.dedup();
-            let (program, inputs) = build_program(g, &group);
-            g.nodes[r].kind = NodeKind::Op {
-                op: Op::FusedReduceSum {
-                    program,
-                    axes,
-                    keep_dims,
-                },
-                args: inputs,
-            };
-            changed = true;
-        }
-        for (root, mut group) in group_of {
+        let mut changed = false;
+        // Roots in node order, so that the graph changes the same way on every run.
+        let mut roots: Vec<(ValueId, Group)> = group_of.into_iter().collect();
+        roots.sort_unstable_by_key(|(root, _)| *root);
+        for (root, mut group) in roots {
             if group.members.len() < 2 {
                 continue;
             }
@@ -147,11 +99,7 @@ impl Pass for FuseElementwise {
             };
             changed = true;
         }
-        // Last, loops that only finish a matrix product (a moment update, a Dense
-        // layer's bias and ReLU) run in the product's epilogue (`matmul_epilogue`). Dead members of the groups above still read
-        // the products: clear them first.
-        let cleaned = super::Dce.run(g)?;
-        Ok(super::matmul_epilogue::fold_into_products(g) || cleaned || changed)
+        Ok(changed)
     }
 }
 
@@ -204,7 +152,7 @@ fn recomputable(g: &Graph) -> Vec<bool> {
 /// value twice counting once (`Graph::use_counts` counts every read). Why: the gradient
 /// of `d * d` is `g * d + g * d`, whose `Add` reads one product twice; that product has a
 /// single consumer and can live inside the same loop.
-fn consumer_counts(g: &Graph) -> Vec<usize> {
+pub(super) fn consumer_counts(g: &Graph) -> Vec<usize> {
     let mut uses = g.use_counts();
     for n in &g.nodes {
         let args = n.args();
@@ -218,8 +166,8 @@ fn consumer_counts(g: &Graph) -> Vec<usize> {
 }
 
 /// Lowers a group (members in topological order, the root last) to a program and its
-/// external inputs.
-fn build_program(g: &Graph, group: &Group) -> (FusedProgram, Vec<ValueId>) {
+/// external inputs (not yet contracted: that is the `contract` stage).
+pub(super) fn build_program(g: &Graph, group: &Group) -> (FusedProgram, Vec<ValueId>) {
     let mut inputs: Vec<ValueId> = vec![];
     for &m in &group.members {
         for a in g.nodes[m].args() {
@@ -253,5 +201,5 @@ fn build_program(g: &Graph, group: &Group) -> (FusedProgram, Vec<ValueId>) {
         compute: group.dtype,
         out_dtype: g.nodes[root].ty().dtype,
     };
-    (program.contracted(), inputs)
+    (program, inputs)
 }

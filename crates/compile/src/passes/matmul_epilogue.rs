@@ -11,7 +11,8 @@
 //! - ReLU's gradient of a product, `Select(y > 0, dy · W, 0)` (a fused loop), becomes
 //!   `MatMulReluGrad(dy, W, y)`: the gradient is masked as the product stores it.
 //!
-//! Part of fusion (it runs at the end of `FuseElementwise`, so dumps keep the source ops).
+//! The last stage of fusion (`matmul_epilogue`, after the loops are built and contracted;
+//! skipped while a dump runs, so that dumps keep the source ops).
 //!
 //! ```
 //! use spore_compile::{pass::Pass, passes::{Dce, FuseElementwise}};
@@ -231,4 +232,17 @@ fn product_plus_scaled(g: &Graph, r: usize) -> Option<(usize, usize, f64)> {
     };
     // A product that is its own addend (`P + 0.9 * P`) must stay.
     (p != d).then_some((p, d, beta))
+}
+
+/// The `matmul_epilogue` stage.
+pub struct MatMulEpilogue;
+
+impl crate::pass::Pass for MatMulEpilogue {
+    fn name(&self) -> &'static str {
+        "matmul_epilogue"
+    }
+
+    fn run(&self, g: &mut Graph) -> spore_core::Result<bool> {
+        Ok(fold_into_products(g))
+    }
 }

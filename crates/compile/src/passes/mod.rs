@@ -1,16 +1,25 @@
-//! The graph passes, one small unit each.
+//! The graph passes, one small unit each; `fusion` lists fusion's stages in order.
 
 mod const_fold;
+pub mod contract;
 mod conv_relu;
 mod cse;
 mod dce;
 mod fuse;
+mod fuse_sum;
+mod fusion;
 mod matmul_epilogue;
 mod pool_relu;
 mod simplify;
 
 pub use const_fold::ConstFold;
+pub use contract::Contract;
+pub use conv_relu::ConvRelu;
 pub use cse::Cse;
 pub use dce::Dce;
-pub use fuse::FuseElementwise;
+pub use fuse::ElementwiseLoops;
+pub use fuse_sum::SumLoops;
+pub use fusion::{FuseElementwise, fusion_passes, is_fusion_stage};
+pub use matmul_epilogue::MatMulEpilogue;
+pub use pool_relu::PoolRelu;
 pub use simplify::Simplify;

@@ -1,8 +1,8 @@
 //! ReLU's gradient folded into max pooling's: `select(y > 0, MaxPoolGrad(y, dy), 0)`,
 //! where `y` is a ReLU's output that was max-pooled, becomes one `MaxPoolGradReLU(y, dy)`,
-//! which masks each plane of the gradient while it is still in cache. Part of fusion (it
-//! runs inside `FuseElementwise`, so dumps keep the source ops). LeNet's first ReLU
-//! gradient was a pass of its own over the first convolution's output.
+//! which masks each plane of the gradient while it is still in cache (the `pool_relu`
+//! stage of fusion, skipped while a dump runs so that dumps keep the source ops). LeNet's
+//! first ReLU gradient was a pass of its own over the first convolution's output.
 //!
 //! ```
 //! use spore_compile::{pass::Pass, passes::{Dce, FuseElementwise}};
@@ -82,5 +82,18 @@ fn is_zero(g: &Graph, v: ValueId) -> bool {
     match &g.nodes[v].kind {
         NodeKind::Constant(t) => t.numel() == 1 && t.item().is_ok_and(|x| x == 0.0),
         _ => false,
+    }
+}
+
+/// The `pool_relu` stage.
+pub struct PoolRelu;
+
+impl crate::pass::Pass for PoolRelu {
+    fn name(&self) -> &'static str {
+        "pool_relu"
+    }
+
+    fn run(&self, g: &mut Graph) -> spore_core::Result<bool> {
+        Ok(fold_relu_gradient_into_pool_gradient(g))
     }
 }

@@ -26,18 +26,34 @@ fn save_graphs_writes_renderable_dot_and_located_ir() {
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    for want in [
-        "00_trace.ir",
-        "00_trace.dot",
-        "01_dce.ir",
-        "07_fuse_elementwise.ir",
-        "07_fuse_elementwise.dot",
-        "09_plan.ir",
+    // One stage per pass of the pipeline, fusion's stages each on their own, then the plan.
+    let passes = spore_compile::pass::default_passes();
+    let mut wanted = vec!["00_trace".to_string()];
+    wanted.extend(
+        passes
+            .iter()
+            .enumerate()
+            .map(|(k, p)| format!("{:02}_{}", k + 1, p.name())),
+    );
+    wanted.push(format!("{:02}_plan", passes.len() + 1));
+    for stage in [
+        "pool_relu",
+        "conv_relu",
+        "fuse_elementwise",
+        "fuse_sum",
+        "contract",
+        "matmul_epilogue",
     ] {
         assert!(
-            names.iter().any(|n| n == want),
-            "{want} missing from {names:?}"
+            wanted.iter().any(|w| w.ends_with(stage)),
+            "no {stage} stage in {wanted:?}"
         );
+    }
+    for want in &wanted {
+        for ext in ["ir", "dot"] {
+            let file = format!("{want}.{ext}");
+            assert!(names.contains(&file), "{file} missing from {names:?}");
+        }
     }
     let ir = std::fs::read_to_string(out.join("00_trace.ir")).unwrap();
     // The Exp node names this file and a line that holds the `.exp()` call.
@@ -61,7 +77,8 @@ fn save_graphs_writes_renderable_dot_and_located_ir() {
         "line {line} of {} is not the exp call",
         file!()
     );
-    let plan = std::fs::read_to_string(out.join("09_plan.ir")).unwrap();
+    let plan_file = format!("{}.ir", wanted.last().unwrap());
+    let plan = std::fs::read_to_string(out.join(plan_file)).unwrap();
     assert!(plan.contains("# memory plan"), "{plan}");
     let dot = which_dot().expect("Graphviz `dot` is needed for this test: run scripts/test.sh, which installs it, or apt-get install graphviz");
     for n in names.iter().filter(|n| n.ends_with(".dot")) {
@@ -83,4 +100,69 @@ fn which_dot() -> Option<std::path::PathBuf> {
         .split(':')
         .map(|d| std::path::Path::new(d).join("dot"))
         .find(|p| p.is_file())
+}
+
+/// The branches of a `cond` go through the same pipeline as the graph around them: their
+/// stages are written (into `node<i>_then/` and `node<i>_else/`) and their elementwise
+/// chains are fused.
+#[test]
+fn sub_graphs_are_compiled_printed_and_fused_like_the_outer_graph() {
+    use spore_compile::pass::{default_passes, run_passes};
+    use spore_core::control::cond;
+    use spore_core::ir::NodeKind;
+    use spore_core::{TensorType, trace};
+    let dir = std::env::temp_dir().join(format!("spore-sub-graphs-{}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    let types = [
+        TensorType::new(&[], DType::F32),
+        TensorType::new(&[8], DType::F32),
+    ];
+    let mut g = trace::trace("branches", &types, |a| {
+        let pred = a[0].greater(&Tensor::scalar(0.0f32))?;
+        cond(
+            &pred,
+            &[a[1].clone()],
+            |x| Ok(vec![x[0].exp()?.add_scalar(1.0)?.log()?]),
+            |x| Ok(vec![x[0].mul_scalar(2.0)?.sub_scalar(1.0)?.tanh()?]),
+        )
+    })
+    .unwrap();
+    run_passes(&mut g, &default_passes(), Some(&dir)).unwrap();
+    let (node, then_branch, else_branch) = g
+        .nodes
+        .iter()
+        .enumerate()
+        .find_map(|(i, n)| match &n.kind {
+            NodeKind::Cond {
+                then_branch,
+                else_branch,
+                ..
+            } => Some((i, then_branch.clone(), else_branch.clone())),
+            _ => None,
+        })
+        .expect("a Cond node");
+    for (name, branch) in [("then", &then_branch), ("else", &else_branch)] {
+        assert_eq!(branch.op_count(), 1, "{name}: {}", branch.to_ir());
+        assert!(
+            branch.to_ir().contains("FusedElementwise"),
+            "{name}: {}",
+            branch.to_ir()
+        );
+        let stages = dir.join(format!("node{node}_{name}"));
+        let fusion = default_passes()
+            .iter()
+            .position(|p| p.name() == "fuse_elementwise")
+            .unwrap();
+        for stage in [
+            "00_trace.ir".to_string(),
+            format!("{:02}_fuse_elementwise.ir", fusion + 1),
+        ] {
+            assert!(
+                stages.join(stage).is_file(),
+                "{} missing",
+                stages.join(stage).display()
+            );
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -50,7 +50,7 @@ pub enum FusedInstr {
     Select(usize, usize, usize),
     /// `a * b + c` (`subtract: false`) or `c - a * b` (`subtract: true`), the product
     /// rounded first: what a `Mul` read only by an `Add` or `Sub` becomes (see
-    /// [`FusedProgram::contracted`]).
+    /// the compiler's `contract` stage).
     MulAdd {
         a: usize,
         b: usize,
@@ -73,7 +73,7 @@ impl FusedInstr {
     }
 
     /// The same instruction reading register `map(r)` for each register `r` it reads.
-    pub(crate) fn renumbered(&self, map: impl Fn(usize) -> usize) -> FusedInstr {
+    pub fn renumbered(&self, map: impl Fn(usize) -> usize) -> FusedInstr {
         match *self {
             FusedInstr::Unary(f, a) => FusedInstr::Unary(f, map(a)),
             FusedInstr::Binary(f, a, b) => FusedInstr::Binary(f, map(a), map(b)),

@@ -6,7 +6,6 @@ pub mod conv;
 pub mod custom;
 pub mod elementwise;
 pub mod fused;
-mod fused_contract;
 pub mod fused_reduce;
 pub mod in_place;
 pub mod index;

@@ -184,9 +184,13 @@ fn forced() -> Option<ConvPath> {
     })
 }
 
+/// Paths that apply to one pass: at most six, held inline (planning a convolution
+/// allocates nothing, so a compiled step does not).
+pub type Paths = smallvec::SmallVec<[ConvPath; 6]>;
+
 /// The paths that can compute `pass` of `g`, best first; `Im2col` always last.
-pub fn applicable(g: &ConvGeometry, pass: Pass, f32: bool) -> Vec<ConvPath> {
-    let mut paths = Vec::new();
+pub fn applicable(g: &ConvGeometry, pass: Pass, f32: bool) -> Paths {
+    let mut paths = Paths::new();
     if f32 {
         let mut add = |path, applies: bool| {
             if applies {

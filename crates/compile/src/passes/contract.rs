@@ -1,8 +1,11 @@
-//! Multiply-add contraction of fused programs: a `Mul` read only by an `Add` or `Sub`
-//! becomes part of it ([`FusedInstr::MulAdd`]), so that a chunk goes through L1 once for
-//! both. The fusion pass applies it to every program it builds.
+//! Multiply-add contraction (the `contract` stage): in every fused program, a `Mul`
+//! read only by an `Add` or `Sub` becomes part of it ([`FusedInstr::MulAdd`]), so that a
+//! chunk goes through L1 once for both. Why: each instruction is a pass over a chunk, and
+//! for memory-bound programs such as Momentum's `m * 0.9 + g` the second pass is a large
+//! share of the loop (BENCHMARKS.md, "Seven rounds ago").
 //!
 //! ```
+//! use spore_compile::passes::contract::contracted;
 //! use spore_core::prims::fused::{FusedInstr, FusedProgram};
 //! use spore_core::DType;
 //! use spore_kernels::BinaryFn;
@@ -14,76 +17,105 @@
 //!     out_dtype: DType::F32,
 //! };
 //! let merged = FusedInstr::MulAdd { a: 0, b: 1, c: 2, subtract: false };
-//! assert_eq!(p.contracted().instrs, vec![merged]);
+//! assert_eq!(contracted(&p).instrs, vec![merged]);
 //! ```
 
+use spore_core::Result;
+use spore_core::ir::{Graph, NodeKind};
+use spore_core::op::Op;
+use spore_core::prims::fused::{FusedInstr, FusedProgram};
 use spore_kernels::BinaryFn;
 
-use super::fused::{FusedInstr, FusedProgram};
+use crate::pass::Pass;
 
-impl FusedProgram {
-    /// The same program with every `Mul` whose only reader is an `Add` or `Sub` merged
-    /// into it as one [`FusedInstr::MulAdd`] (results are bit for bit the same). Why:
-    /// each instruction is a pass over a chunk in L1, and for memory-bound programs such
-    /// as Momentum's `m * 0.9 + g` the second pass cost a quarter of the loop (0.057 ms
-    /// against 0.042 for a 512x784 parameter).
-    pub fn contracted(&self) -> FusedProgram {
-        let n = self.num_inputs;
-        let mut readers = vec![0usize; n + self.instrs.len()];
-        for ins in &self.instrs {
-            for r in ins.operands() {
-                readers[r] += 1;
-            }
-        }
-        // The product register `r` can be merged when only one instruction reads it, once
-        // (so never the result, which nothing reads, nor an operand read twice).
-        let mergeable = |r: usize| {
-            r >= n
-                && readers[r] == 1
-                && matches!(self.instrs[r - n], FusedInstr::Binary(BinaryFn::Mul, ..))
-        };
-        let mut merged = vec![false; self.instrs.len()];
-        let mut fused: Vec<Option<FusedInstr>> = vec![None; self.instrs.len()];
-        for (k, ins) in self.instrs.iter().enumerate() {
-            let FusedInstr::Binary(f @ (BinaryFn::Add | BinaryFn::Sub), x, y) = *ins else {
+/// The `contract` stage: contracts every `FusedElementwise` and `FusedReduceSum` program.
+pub struct Contract;
+
+impl Pass for Contract {
+    fn name(&self) -> &'static str {
+        "contract"
+    }
+
+    fn run(&self, g: &mut Graph) -> Result<bool> {
+        let mut changed = false;
+        for node in &mut g.nodes {
+            let NodeKind::Op { op, .. } = &mut node.kind else {
                 continue;
             };
-            // `p + c`, `c + p` and `c - p` merge; `p - c` would need a third form.
-            let (product, other) = match f {
-                BinaryFn::Add if mergeable(x) => (x, y),
-                BinaryFn::Add if mergeable(y) => (y, x),
-                BinaryFn::Sub if mergeable(y) => (y, x),
+            let program = match op {
+                Op::Fused(p) | Op::FusedReduceSum { program: p, .. } => p,
                 _ => continue,
             };
-            let FusedInstr::Binary(BinaryFn::Mul, a, b) = self.instrs[product - n] else {
-                continue;
-            };
-            merged[product - n] = true;
-            fused[k] = Some(FusedInstr::MulAdd {
-                a,
-                b,
-                c: other,
-                subtract: f == BinaryFn::Sub,
-            });
-        }
-        // Renumber: instruction k's register moves down by the merged ones before it.
-        let mut new_reg: Vec<usize> = (0..n).collect();
-        let mut instrs = Vec::with_capacity(self.instrs.len());
-        for (k, ins) in self.instrs.iter().enumerate() {
-            if merged[k] {
-                new_reg.push(usize::MAX); // read by nobody but its merged reader
-                continue;
+            let c = contracted(program);
+            if c.instrs.len() != program.instrs.len() {
+                *program = c;
+                changed = true;
             }
-            let ins = fused[k].as_ref().unwrap_or(ins);
-            instrs.push(ins.renumbered(|r| new_reg[r]));
-            new_reg.push(n + instrs.len() - 1);
         }
-        FusedProgram {
-            num_inputs: n,
-            instrs,
-            compute: self.compute,
-            out_dtype: self.out_dtype,
+        Ok(changed)
+    }
+}
+
+/// The same program with every `Mul` whose only reader is an `Add` or `Sub` merged into
+/// it as one [`FusedInstr::MulAdd`] (results are bit for bit the same: the product is
+/// rounded before the sum, as the two instructions did).
+pub fn contracted(program: &FusedProgram) -> FusedProgram {
+    let this = program;
+    let n = this.num_inputs;
+    let mut readers = vec![0usize; n + this.instrs.len()];
+    for ins in &this.instrs {
+        for r in ins.operands() {
+            readers[r] += 1;
         }
+    }
+    // The product register `r` can be merged when only one instruction reads it, once
+    // (so never the result, which nothing reads, nor an operand read twice).
+    let mergeable = |r: usize| {
+        r >= n
+            && readers[r] == 1
+            && matches!(this.instrs[r - n], FusedInstr::Binary(BinaryFn::Mul, ..))
+    };
+    let mut merged = vec![false; this.instrs.len()];
+    let mut fused: Vec<Option<FusedInstr>> = vec![None; this.instrs.len()];
+    for (k, ins) in this.instrs.iter().enumerate() {
+        let FusedInstr::Binary(f @ (BinaryFn::Add | BinaryFn::Sub), x, y) = *ins else {
+            continue;
+        };
+        // `p + c`, `c + p` and `c - p` merge; `p - c` would need a third form.
+        let (product, other) = match f {
+            BinaryFn::Add if mergeable(x) => (x, y),
+            BinaryFn::Add if mergeable(y) => (y, x),
+            BinaryFn::Sub if mergeable(y) => (y, x),
+            _ => continue,
+        };
+        let FusedInstr::Binary(BinaryFn::Mul, a, b) = this.instrs[product - n] else {
+            continue;
+        };
+        merged[product - n] = true;
+        fused[k] = Some(FusedInstr::MulAdd {
+            a,
+            b,
+            c: other,
+            subtract: f == BinaryFn::Sub,
+        });
+    }
+    // Renumber: instruction k's register moves down by the merged ones before it.
+    let mut new_reg: Vec<usize> = (0..n).collect();
+    let mut instrs = Vec::with_capacity(this.instrs.len());
+    for (k, ins) in this.instrs.iter().enumerate() {
+        if merged[k] {
+            new_reg.push(usize::MAX); // read by nobody but its merged reader
+            continue;
+        }
+        let ins = fused[k].as_ref().unwrap_or(ins);
+        instrs.push(ins.renumbered(|r| new_reg[r]));
+        new_reg.push(n + instrs.len() - 1);
+    }
+    FusedProgram {
+        num_inputs: n,
+        instrs,
+        compute: this.compute,
+        out_dtype: this.out_dtype,
     }
 }
 
@@ -91,10 +123,12 @@ impl FusedProgram {
 mod tests {
     use spore_kernels::{BinaryFn, DType, UnaryFn};
 
-    use super::{FusedInstr as I, FusedProgram};
-    use crate::apply::apply;
-    use crate::op::Op;
-    use crate::tensor::Tensor;
+    use spore_core::Tensor;
+    use spore_core::apply::apply;
+    use spore_core::op::Op;
+    use spore_core::prims::fused::{FusedInstr as I, FusedProgram};
+
+    use super::contracted;
 
     fn program(num_inputs: usize, instrs: Vec<I>) -> FusedProgram {
         FusedProgram {
@@ -124,7 +158,7 @@ mod tests {
 
     /// The contracted program has `expected` instructions and the same bits as `p`.
     fn check(p: FusedProgram, expected: usize) {
-        let c = p.contracted();
+        let c = contracted(&p);
         assert_eq!(
             c.instrs.len(),
             expected,
@@ -243,6 +277,6 @@ mod tests {
         // The product is the result: nothing reads it inside the program.
         check(program(2, vec![I::Binary(BinaryFn::Mul, 0, 1)]), 1);
         // No instructions at all: returned as it is.
-        assert!(program(0, vec![]).contracted().instrs.is_empty());
+        assert!(contracted(&program(0, vec![])).instrs.is_empty());
     }
 }
