@@ -157,11 +157,8 @@ fn sub_graphs_are_compiled_printed_and_fused_like_the_outer_graph() {
             "00_trace.ir".to_string(),
             format!("{:02}_fuse_elementwise.ir", fusion + 1),
         ] {
-            assert!(
-                stages.join(stage).is_file(),
-                "{} missing",
-                stages.join(stage).display()
-            );
+            let file = stages.join(stage);
+            assert!(file.is_file(), "{} missing", file.display());
         }
     }
     std::fs::remove_dir_all(&dir).ok();
