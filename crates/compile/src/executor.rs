@@ -19,6 +19,7 @@ use spore_core::apply::{apply_in_graph as apply, no_grad};
 use spore_core::debug::{self, OpSite, dump};
 use spore_core::ir::interpret::check_inputs;
 use spore_core::ir::{Graph, NodeKind};
+use spore_core::prims::in_place::EvalContext;
 use spore_core::{Error, Result, Tensor};
 use spore_kernels::Buffer;
 use spore_kernels::arena::{self, BufferPool, PoolStats};
@@ -277,6 +278,7 @@ impl Executable {
                     continue;
                 }
                 NodeKind::Op { op, args } => {
+                    let mut ctx = EvalContext::default();
                     let lent = lend
                         .then(|| {
                             Lending {
@@ -290,6 +292,7 @@ impl Executable {
                                 op,
                                 node.ty(),
                                 args,
+                                &mut ctx,
                             )
                         })
                         .flatten();
@@ -298,7 +301,8 @@ impl Executable {
                     // must reach the parameter even if reporting the op then fails.
                     let out = with_args(&self.slots, args, |refs| {
                         let start = observe.then(Instant::now);
-                        let out = apply(op, refs, node.location.unwrap_or(Location::caller()))?;
+                        let loc = node.location.unwrap_or(Location::caller());
+                        let out = apply(op, refs, loc, &mut ctx)?;
                         let reported = start.map_or(Ok(()), |start| {
                             let site = OpSite {
                                 graph_id: self.graph_id,
@@ -311,7 +315,7 @@ impl Executable {
                     });
                     if let Some(lent) = lent {
                         if out.is_err() {
-                            reclaim(lent, &self.graph, i);
+                            reclaim(lent, &self.graph, i, &mut ctx);
                         } else {
                             self.in_place_ops += 1;
                             if let Lent::Parameter(k) = lent {

@@ -30,7 +30,7 @@
 
 use spore_core::ir::{Graph, NodeKind, ValueId};
 use spore_core::op::Op;
-use spore_core::prims::in_place::{accepts_lent_buffer, lend_input_buffer, reclaim_lent_buffer};
+use spore_core::prims::in_place::{EvalContext, accepts_lent_buffer};
 use spore_core::{Tensor, TensorType};
 use spore_kernels::arena;
 
@@ -57,13 +57,15 @@ pub(crate) struct Lending<'a> {
 impl Lending<'_> {
     /// Offers node `i`'s op (producing `out`) the buffer of an argument that dies at `i`
     /// and that it reads once, when the op will write its result there and nobody else
-    /// holds that value. Returns what was lent.
+    /// holds that value: the buffer goes into `ctx`, which the op gets. Returns what was
+    /// lent.
     pub(crate) fn lend_dying_argument(
         &mut self,
         i: usize,
         op: &Op,
         out: &TensorType,
         args: &[ValueId],
+        ctx: &mut EvalContext,
     ) -> Option<Lent> {
         for (r, &a) in args.iter().enumerate() {
             let dying = self.plan.free_after[i].contains(&a)
@@ -84,7 +86,7 @@ impl Lending<'_> {
                 // The parameter lets go of its value; the slot may now hold it alone.
                 drop(self.graph.params[k].swap_stored(self.stand_in.clone()));
             }
-            if lend_input_buffer(r, &mut self.slots[a][0]) {
+            if ctx.lend(r, &mut self.slots[a][0]) {
                 return Some(donor.map_or(Lent::Value, Lent::Parameter));
             }
             if let Some(k) = donor {
@@ -99,8 +101,8 @@ impl Lending<'_> {
 /// After node `i`'s op failed: the buffer it was lent and did not take goes back to its
 /// owner, values intact (a parameter gets its value back; an intermediate's buffer goes
 /// to the pool).
-pub(crate) fn reclaim(lent: Lent, graph: &Graph, i: usize) {
-    let Some(buffer) = reclaim_lent_buffer() else {
+pub(crate) fn reclaim(lent: Lent, graph: &Graph, i: usize, ctx: &mut EvalContext) {
+    let Some(buffer) = ctx.reclaim() else {
         return;
     };
     match lent {

@@ -19,6 +19,7 @@ use smallvec::SmallVec;
 use crate::debug;
 use crate::error::{Error, Result, SourceLocation};
 use crate::op::Op;
+use crate::prims::in_place::EvalContext;
 use crate::tensor::{Data, GradFn, Tensor, TensorType};
 use crate::trace;
 
@@ -62,13 +63,25 @@ pub(crate) fn op_error(op: &Op, message: String, inputs: &[&Tensor], loc: Source
 /// Applies `op` to `inputs`: computes it (PyNative), or records it into the active trace
 /// when an input is symbolic. `loc` is the user's call site, reported in errors and IR.
 pub fn apply(op: Op, inputs: &[&Tensor], loc: SourceLocation) -> Result<Tensor> {
-    apply_observed(Cow::Owned(op), inputs, loc, true)
+    apply_observed(
+        Cow::Owned(op),
+        inputs,
+        loc,
+        true,
+        &mut EvalContext::default(),
+    )
 }
 
-/// [`apply`] for graph executors: borrows the node's op (a compiled step clones nothing)
-/// and leaves reporting to dump and profiler to the executor, which knows the graph's names.
-pub fn apply_in_graph(op: &Op, inputs: &[&Tensor], loc: SourceLocation) -> Result<Tensor> {
-    apply_observed(Cow::Borrowed(op), inputs, loc, false)
+/// [`apply`] for graph executors: borrows the node's op (a compiled step clones nothing),
+/// passes on what the executor lends the op (`ctx`), and leaves reporting to dump and
+/// profiler to the executor, which knows the graph's names.
+pub fn apply_in_graph(
+    op: &Op,
+    inputs: &[&Tensor],
+    loc: SourceLocation,
+    ctx: &mut EvalContext,
+) -> Result<Tensor> {
+    apply_observed(Cow::Borrowed(op), inputs, loc, false, ctx)
 }
 
 /// `op` is owned when the caller gave it by value, so that recording an autodiff link
@@ -78,6 +91,7 @@ fn apply_observed(
     inputs: &[&Tensor],
     loc: SourceLocation,
     observe: bool,
+    ctx: &mut EvalContext,
 ) -> Result<Tensor> {
     let op: &Op = &op_arg;
     // Inline for every op's arity: inference allocates nothing in a compiled step.
@@ -100,7 +114,7 @@ fn apply_observed(
         // guard for all its ops.
         let _awake = observe.then(crate::threads::keep_workers_awake);
         Data::Concrete(
-            op.eval(inputs, &ty)
+            op.eval(inputs, &ty, ctx)
                 .map_err(|m| op_error(op, m, inputs, loc))?,
         )
     };

@@ -14,6 +14,7 @@ use super::{Graph, NodeKind};
 use crate::apply::{apply_in_graph as apply, no_grad};
 use crate::error::{Error, Result};
 use crate::parameter::Parameter;
+use crate::prims::in_place::EvalContext;
 use crate::tensor::Tensor;
 
 /// What a run produces: the outputs, and the new values for parameters (not yet stored).
@@ -112,6 +113,7 @@ fn eval_nodes(g: &Graph, inputs: &[Tensor], keys: &[Tensor]) -> Result<Vec<Vec<T
                     op,
                     &refs,
                     node.location.unwrap_or(Location::caller()),
+                    &mut EvalContext::default(),
                 )?]
             }
             NodeKind::Cond {

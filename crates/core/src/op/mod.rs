@@ -20,6 +20,7 @@ pub use table::{Family, OP_TABLE, OpRow};
 use spore_kernels::{ArgReduceFn, BinaryFn, CompareFn, DType, ReduceFn, UnaryFn};
 
 use crate::error::Result;
+use crate::prims::in_place::EvalContext;
 use crate::prims::{self, custom::CustomOp, fused::FusedProgram};
 use crate::tensor::{Storage, Tensor, TensorType};
 
@@ -221,9 +222,15 @@ impl Op {
         prims::infer(self, inputs)
     }
 
-    /// Runs the CPU kernel. `out` is the type `infer` returned for these inputs.
-    pub fn eval(&self, inputs: &[&Tensor], out: &TensorType) -> Result<Storage, String> {
-        prims::eval(self, inputs, out)
+    /// Runs the CPU kernel. `out` is the type `infer` returned for these inputs; `ctx`
+    /// carries what an executor lends the op (see [`EvalContext`]).
+    pub fn eval(
+        &self,
+        inputs: &[&Tensor],
+        out: &TensorType,
+        ctx: &mut EvalContext,
+    ) -> Result<Storage, String> {
+        prims::eval(self, inputs, out, ctx)
     }
 
     /// Gradients of the inputs given the output's gradient `grad`; `None` where no gradient

@@ -36,6 +36,7 @@ use spore_kernels::elementwise::{
 use spore_kernels::{BinaryFn, Buffer, CompareFn, DType, Dims, Layout, Num, Strides, UnaryFn};
 
 use super::broadcast_shapes;
+use super::in_place::EvalContext;
 use crate::error::Result;
 use crate::op::Op;
 use crate::tensor::{Storage, Tensor, TensorType};
@@ -245,8 +246,13 @@ impl FusedProgram {
         })
     }
 
-    pub(crate) fn eval(&self, inputs: &[&Tensor], out: &TensorType) -> Result<Storage, String> {
-        let lent = super::in_place::take_lent();
+    pub(crate) fn eval(
+        &self,
+        inputs: &[&Tensor],
+        out: &TensorType,
+        ctx: &mut EvalContext,
+    ) -> Result<Storage, String> {
+        let lent = ctx.take_lent();
         let buf = match self.compute {
             DType::F32 => self.run::<f32>(inputs, &out.shape, lent)?,
             DType::F64 => self.run::<f64>(inputs, &out.shape, lent)?,
@@ -410,9 +416,10 @@ pub(crate) fn eval(
     op: &Op,
     inputs: &[&Tensor],
     out: &TensorType,
+    ctx: &mut EvalContext,
 ) -> std::result::Result<Storage, String> {
     match op {
-        Op::Fused(p) => p.eval(inputs, out),
+        Op::Fused(p) => p.eval(inputs, out, ctx),
         Op::FusedReduceSum { program, axes, .. } => program.eval_sum(inputs, axes, out),
         _ => Err(super::not_in_family(op, "fused")),
     }

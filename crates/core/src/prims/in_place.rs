@@ -5,23 +5,24 @@
 //! over `m`).
 //!
 //! ```
-//! use spore_core::prims::in_place::{accepts_lent_buffer, lend_input_buffer};
-//! use spore_core::{op::Op, Tensor};
+//! use spore_core::prims::in_place::{accepts_lent_buffer, EvalContext};
+//! use spore_core::{apply::apply_in_graph, op::Op, Tensor};
 //! let (a, b) = (Tensor::ones(&[2, 3], spore_core::DType::F32).unwrap(), Tensor::ones(&[3, 4], spore_core::DType::F32).unwrap());
 //! let mut m = Tensor::zeros(&[2, 4], spore_core::DType::F32).unwrap();
 //! let op = Op::MatMulAdd { beta_bits: 0.5f64.to_bits() };
 //! let out = m.tensor_type().clone();
 //! assert!(accepts_lent_buffer(&op, &[&a, &b, &m], &out, 2));
 //! assert!(!accepts_lent_buffer(&op, &[&a, &b, &m], &out, 0)); // only the addend
-//! assert!(lend_input_buffer(2, &mut m)); // nobody else holds m: its buffer is lent
-//! let r = spore_core::apply::apply(op, &[&a, &b, &m], std::panic::Location::caller()).unwrap();
+//! let mut ctx = EvalContext::default();
+//! assert!(ctx.lend(2, &mut m)); // nobody else holds m: its buffer is lent
+//! let loc = std::panic::Location::caller();
+//! let r = apply_in_graph(&op, &[&a, &b, &m], loc, &mut ctx).unwrap();
 //! assert_eq!(r.to_vec::<f32>().unwrap(), vec![3.0; 8]);
+//! assert!(ctx.reclaim().is_none(), "the op took the buffer");
 //! ```
 //!
 //! Why only when nobody else holds the argument: its values are overwritten, so a tensor
 //! the user (or another node) still reads must keep its own buffer.
-
-use std::cell::RefCell;
 
 use spore_kernels::Buffer;
 use spore_kernels::matmul_epilogue::adds_in_place;
@@ -29,15 +30,46 @@ use spore_kernels::matmul_epilogue::adds_in_place;
 use crate::op::Op;
 use crate::tensor::{Tensor, TensorType};
 
-thread_local! {
-    /// A buffer lent to the next op on this thread: (argument position, that argument's
-    /// buffer). Set by [`lend_input_buffer`], taken by the op, which then reads that
-    /// argument from the buffer it writes its result into.
-    static LENT: RefCell<Option<(usize, Buffer)>> = const { RefCell::new(None) };
+/// What an op's `eval` gets besides its inputs: the buffer an executor lends it, as
+/// (argument position, that argument's buffer). The op takes it, writes its result into
+/// it, and reads that argument from it. Passed explicitly (it was a thread-local), so
+/// that what reaches an op is in its signature.
+#[derive(Debug, Default)]
+pub struct EvalContext {
+    lent: Option<(usize, Buffer)>,
+}
+
+impl EvalContext {
+    /// Lends the buffer of `t`, argument `r` of the op this context goes to, when nobody
+    /// else holds it and it is a plain row-major buffer of exactly `t`'s values: the
+    /// buffer is taken out (`t` is left empty, to be released). Returns whether it was.
+    pub fn lend(&mut self, r: usize, t: &mut Tensor) -> bool {
+        let Some(buffer) = t.take_unique_buffer() else {
+            return false;
+        };
+        self.lent = Some((r, buffer));
+        true
+    }
+
+    /// The lent buffer, for the op that writes into it (taken once).
+    pub(crate) fn take_lent(&mut self) -> Option<(usize, Buffer)> {
+        self.lent.take()
+    }
+
+    /// Puts a lent buffer back, untouched (an op that failed before writing into it).
+    pub(crate) fn relend(&mut self, r: usize, buffer: Buffer) {
+        self.lent = Some((r, buffer));
+    }
+
+    /// The lent buffer that the op did not take (it failed before running), values
+    /// intact, for the executor to give back to its owner.
+    pub fn reclaim(&mut self) -> Option<Buffer> {
+        self.lent.take().map(|(_, b)| b)
+    }
 }
 
 /// True when `op`, producing `out` from `args`, writes its result into argument `r`'s
-/// buffer once it is lent (see [`lend_input_buffer`]). Executors ask this first: an op
+/// buffer once it is lent (see [`EvalContext::lend`]). Executors ask this first: an op
 /// that would not use the buffer must not be lent it.
 pub fn accepts_lent_buffer(op: &Op, args: &[&Tensor], out: &TensorType, r: usize) -> bool {
     let Some(arg) = args.get(r) else {
@@ -57,33 +89,4 @@ pub fn accepts_lent_buffer(op: &Op, args: &[&Tensor], out: &TensorType, r: usize
         }
         _ => false,
     }
-}
-
-/// Lends the buffer of `t`, argument `r` of the next op this thread runs, when nobody else
-/// holds it and it is a plain row-major buffer of exactly `t`'s values: the buffer is
-/// taken out (`t` is left empty, to be released) and that op writes its result into it.
-/// Returns whether the buffer was taken.
-pub fn lend_input_buffer(r: usize, t: &mut Tensor) -> bool {
-    let Some(buffer) = t.take_unique_buffer() else {
-        return false;
-    };
-    LENT.with(|l| *l.borrow_mut() = Some((r, buffer)));
-    true
-}
-
-/// The buffer lent to the op now running, if any (the op takes it once).
-pub(crate) fn take_lent() -> Option<(usize, Buffer)> {
-    LENT.with(|l| l.borrow_mut().take())
-}
-
-/// Puts a lent buffer back, untouched, for [`reclaim_lent_buffer`] (an op that failed
-/// before writing into it).
-pub(crate) fn relend(r: usize, buffer: Buffer) {
-    LENT.with(|l| *l.borrow_mut() = Some((r, buffer)));
-}
-
-/// The lent buffer that no op took (the op failed before running), with its values
-/// intact, for the executor to give back to its owner.
-pub fn reclaim_lent_buffer() -> Option<Buffer> {
-    take_lent().map(|(_, b)| b)
 }

@@ -16,6 +16,7 @@ use spore_kernels::matmul_epilogue::{
 use spore_kernels::{Buffer, DType, Dims, matmul as k};
 
 use super::elementwise::when;
+use super::in_place::EvalContext;
 use super::{broadcast_shapes, require_same_dtype, sum_to_shape};
 use crate::apply::apply;
 use crate::error::Result;
@@ -32,10 +33,15 @@ pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, Strin
     }
 }
 
-pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Storage, String> {
+pub(crate) fn eval(
+    op: &Op,
+    inputs: &[&Tensor],
+    out: &TensorType,
+    ctx: &mut EvalContext,
+) -> Result<Storage, String> {
     match op {
         Op::MatMul => eval_product(inputs, out),
-        Op::MatMulAdd { beta_bits } => eval_plus(inputs, f64::from_bits(*beta_bits), out),
+        Op::MatMulAdd { beta_bits } => eval_plus(inputs, f64::from_bits(*beta_bits), out, ctx),
         Op::MatMulBias { relu } => eval_bias(inputs, *relu, out),
         Op::MatMulReluGrad => eval_masked(inputs, out),
         _ => Err(super::not_in_family(op, "matmul")),
@@ -136,21 +142,26 @@ fn infer_matrices(inputs: &[&TensorType]) -> Result<TensorType, String> {
 /// `A · B + beta · D`, each `beta · D` rounded before the sum: the bits of a product and
 /// a separate multiply-add. Written over D's buffer when an executor lent it (see
 /// [`super::in_place`]); D's tensor is then empty and is not read.
-fn eval_plus(inputs: &[&Tensor], beta: f64, out: &TensorType) -> Result<Storage, String> {
-    match super::in_place::take_lent() {
+fn eval_plus(
+    inputs: &[&Tensor],
+    beta: f64,
+    out: &TensorType,
+    ctx: &mut EvalContext,
+) -> Result<Storage, String> {
+    match ctx.take_lent() {
         Some((2, mut d)) => {
             let (a, b) = (inputs[0], inputs[1]);
             let (la, lb) = (a.layout(), b.layout());
             let (ba, bb) = (&a.buf().buffer, &b.buf().buffer);
             if let Err(e) = matmul_add_in_place(&mut d, ba, &la, bb, &lb, beta) {
                 // Left as it was: the executor gives it back to its owner.
-                super::in_place::relend(2, d);
+                ctx.relend(2, d);
                 return Err(e);
             }
             return Ok(Storage::contiguous(d, &out.shape));
         }
         Some((r, d)) => {
-            super::in_place::relend(r, d);
+            ctx.relend(r, d);
             return Err(format!(
                 "internal: MatMulAdd was lent input {r}, not its addend"
             ));

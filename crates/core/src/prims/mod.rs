@@ -41,17 +41,22 @@ pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, Strin
     }
 }
 
-pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Storage, String> {
+pub(crate) fn eval(
+    op: &Op,
+    inputs: &[&Tensor],
+    out: &TensorType,
+    ctx: &mut in_place::EvalContext,
+) -> Result<Storage, String> {
     match op.row().family {
         Family::Elementwise => elementwise::eval(op, inputs, out),
         Family::Reduce => reduce::eval(op, inputs, out),
         Family::Movement => movement::eval(op, inputs, out),
-        Family::MatMul => matmul::eval(op, inputs, out),
+        Family::MatMul => matmul::eval(op, inputs, out, ctx),
         Family::Conv => conv::eval(op, inputs, out),
         Family::Pool => pool::eval(op, inputs, out),
         Family::Index => index::eval(op, inputs, out),
         Family::Random => random::eval(op, inputs, out),
-        Family::Fused => fused::eval(op, inputs, out),
+        Family::Fused => fused::eval(op, inputs, out, ctx),
         Family::Print => print::eval(op, inputs),
         Family::Custom => custom::eval(op, inputs, out),
     }

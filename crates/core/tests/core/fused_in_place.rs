@@ -7,7 +7,7 @@
 use spore_core::apply::apply;
 use spore_core::op::Op;
 use spore_core::prims::fused::{FusedInstr, FusedProgram};
-use spore_core::prims::in_place::lend_input_buffer;
+use spore_core::prims::in_place::EvalContext;
 use spore_core::{DType, Tensor};
 use spore_kernels::{BinaryFn, UnaryFn};
 
@@ -31,13 +31,15 @@ fn lent_equals_fresh(instrs: Vec<FusedInstr>, lent: usize, what: &str) {
 
     // A copy of the lent input that nobody else holds, so that its buffer can be taken.
     let mut lent_value = Tensor::from_vec(inputs[lent].to_vec::<f32>().unwrap(), &[n]).unwrap();
-    assert!(
-        lend_input_buffer(lent, &mut lent_value),
-        "{what}: buffer not lent"
-    );
+    let mut ctx = EvalContext::default();
+    assert!(ctx.lend(lent, &mut lent_value), "{what}: buffer not lent");
     let mut args: Vec<&Tensor> = inputs.iter().collect();
     args[lent] = &lent_value;
-    let written = apply(op, &args, here).unwrap();
+    let written = spore_core::apply::apply_in_graph(&op, &args, here, &mut ctx).unwrap();
+    assert!(
+        ctx.reclaim().is_none(),
+        "{what}: the op did not take the lent buffer"
+    );
 
     let bits = |t: &Tensor| -> Vec<u32> {
         t.to_vec::<f32>()
