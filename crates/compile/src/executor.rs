@@ -24,6 +24,7 @@ use spore_core::{Error, Result, Tensor};
 use spore_kernels::Buffer;
 use spore_kernels::arena::{self, BufferPool, PoolStats};
 
+use crate::args::with_args;
 use crate::in_place::{Lending, Lent, reclaim};
 use crate::plan::MemoryPlan;
 
@@ -410,26 +411,4 @@ fn random_key() -> Result<Tensor> {
         Buffer::I64(arena::collect_exact(1, std::iter::once(key))),
         &[],
     )
-}
-
-/// Runs `f` on the arguments `args`, borrowed from their slots: up to eight without
-/// allocating a vector (almost every op), more through one.
-pub(crate) fn with_args<R>(
-    slots: &[Vec<Tensor>],
-    args: &[usize],
-    f: impl FnOnce(&[&Tensor]) -> R,
-) -> R {
-    const INLINE: usize = 8;
-    let Some(&first) = args.first() else {
-        return f(&[]);
-    };
-    if args.len() > INLINE {
-        let refs: Vec<&Tensor> = args.iter().map(|&a| &slots[a][0]).collect();
-        return f(&refs);
-    }
-    let mut buf = [&slots[first][0]; INLINE];
-    for (b, &a) in buf.iter_mut().zip(args) {
-        *b = &slots[a][0];
-    }
-    f(&buf[..args.len()])
 }

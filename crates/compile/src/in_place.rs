@@ -72,7 +72,7 @@ impl Lending<'_> {
                 && args.iter().filter(|&&b| b == a).count() == 1
                 && !self.slots[a].is_empty();
             if !dying
-                || !crate::executor::with_args(self.slots, args, |refs| {
+                || !crate::args::with_args(self.slots, args, |refs| {
                     accepts_lent_buffer(op, refs, out, r)
                 })
             {

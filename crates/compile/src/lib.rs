@@ -13,6 +13,7 @@
 // on invariants the code guarantees, each allowed where it stands with the reason.
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+mod args;
 pub mod executor;
 pub mod in_place;
 pub mod jit;

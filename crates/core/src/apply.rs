@@ -11,7 +11,6 @@
 //! ```
 
 use std::borrow::Cow;
-use std::cell::Cell;
 use std::time::Instant;
 
 use smallvec::SmallVec;
@@ -23,32 +22,7 @@ use crate::prims::in_place::EvalContext;
 use crate::tensor::{Data, GradFn, Tensor, TensorType};
 use crate::trace;
 
-thread_local! {
-    static GRAD_ENABLED: Cell<bool> = const { Cell::new(true) };
-}
-
-/// Whether new operations record autodiff links on this thread.
-pub fn is_grad_enabled() -> bool {
-    GRAD_ENABLED.with(|g| g.get())
-}
-
-/// Runs `f` with gradient recording switched on or off, restoring the previous state after
-/// (also when `f` panics).
-pub fn with_grad_enabled<R>(enabled: bool, f: impl FnOnce() -> R) -> R {
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            GRAD_ENABLED.with(|g| g.set(self.0));
-        }
-    }
-    let _restore = Restore(GRAD_ENABLED.with(|g| g.replace(enabled)));
-    f()
-}
-
-/// Runs `f` without recording gradients (PyTorch's `torch.no_grad()`).
-pub fn no_grad<R>(f: impl FnOnce() -> R) -> R {
-    with_grad_enabled(false, f)
-}
+pub use crate::depth::{is_grad_enabled, no_grad, with_grad_enabled};
 
 /// Builds the error for `op` rejecting `inputs`.
 pub(crate) fn op_error(op: &Op, message: String, inputs: &[&Tensor], loc: SourceLocation) -> Error {

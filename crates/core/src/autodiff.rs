@@ -153,12 +153,6 @@ impl Outputs for (Tensor, Tensor, Tensor) {
     }
 }
 
-thread_local! {
-    /// How many [`value_and_grad`] functions are being evaluated on this thread: gradients
-    /// taken inside one of them must themselves be differentiable.
-    static DIFFERENTIATING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-}
-
 /// Result of a [`value_and_grad`] call.
 #[derive(Clone, Debug)]
 pub struct ValueAndGrad {
@@ -209,8 +203,10 @@ where
             };
             watched[p] = watch(x)?;
         }
-        let outputs =
-            with_grad_enabled(true, || within(&DIFFERENTIATING, || f(&watched)))?.into_outputs();
+        let outputs = with_grad_enabled(true, || {
+            within(&crate::depth::DIFFERENTIATING, || f(&watched))
+        })?
+        .into_outputs();
         let Some(value) = outputs.first().cloned() else {
             return Err(Error::invalid(
                 "value_and_grad: the function returned no outputs",
@@ -228,7 +224,7 @@ where
         // derivative needs it); at top level, recording it would keep every intermediate
         // gradient alive through the returned gradients' autodiff links (PyTorch's
         // `create_graph=False`; it was 300 MB of a ResNet-18 step).
-        let record = depth(&DIFFERENTIATING) > 0;
+        let record = depth(&crate::depth::DIFFERENTIATING) > 0;
         let grads = with_grad_enabled(record, || gradients(&diff, &seeds, &targets))?;
         let mut filled: Vec<Tensor> = grads
             .into_iter()

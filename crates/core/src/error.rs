@@ -12,7 +12,7 @@
 use std::fmt;
 use std::panic::Location;
 
-use crate::tensor::TensorType;
+use crate::types::TensorType;
 
 /// Where in the user's code an operation was requested (`#[track_caller]`).
 pub type SourceLocation = &'static Location<'static>;

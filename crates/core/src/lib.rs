@@ -36,12 +36,14 @@ pub mod ops;
 pub mod parameter;
 pub mod prims;
 pub mod rng;
+mod scope;
 pub mod tensor;
 pub mod threads;
 pub mod trace;
+pub mod types;
 
-pub use apply::{is_grad_enabled, no_grad, with_grad_enabled};
 pub use autodiff::{ValueAndGrad, grad, value_and_grad};
+pub use depth::{is_grad_enabled, no_grad, with_grad_enabled};
 pub use error::{Error, Result};
 pub use parameter::Parameter;
 pub use spore_kernels::{DType, Element};

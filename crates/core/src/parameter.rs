@@ -14,9 +14,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use crate::error::{Error, Result};
 use crate::tensor::{Tensor, TensorType};
-use crate::trace;
 
 struct ParamInner {
     id: u64,
@@ -68,40 +66,6 @@ impl Parameter {
 
     pub fn tensor_type(&self) -> TensorType {
         self.stored().tensor_type().clone()
-    }
-
-    /// The current value: the stored tensor, or inside a trace the graph value standing
-    /// for it.
-    pub fn value(&self) -> Tensor {
-        if trace::is_tracing() {
-            return trace::read_parameter(self);
-        }
-        self.stored()
-    }
-
-    /// Replaces the value; the new value must have the same shape and dtype.
-    #[track_caller]
-    pub fn assign(&self, value: &Tensor) -> Result<()> {
-        let current = self.tensor_type();
-        if value.tensor_type() != &current {
-            return Err(Error::invalid_here(format!(
-                "Parameter {}: cannot assign a {} value to a {} parameter",
-                self.name(),
-                value.tensor_type(),
-                current
-            )));
-        }
-        if trace::is_tracing() {
-            return trace::assign_parameter(self, value);
-        }
-        if value.is_symbolic() {
-            return Err(Error::invalid_here(format!(
-                "Parameter {}: cannot store a traced tensor outside its trace",
-                self.name()
-            )));
-        }
-        self.store(value.clone());
-        Ok(())
     }
 
     /// The stored concrete value, bypassing any trace.

@@ -14,38 +14,11 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use spore_kernels::{Buffer, DType, Dims, Element, Layout, elementwise};
+use spore_kernels::{Buffer, DType, Element, Layout, elementwise};
 
 use crate::error::{Error, Result};
 use crate::op::Op;
-
-/// Shape and dtype: everything shape inference knows about a tensor.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct TensorType {
-    pub shape: Dims,
-    pub dtype: DType,
-}
-
-impl TensorType {
-    pub fn new(shape: &[usize], dtype: DType) -> TensorType {
-        TensorType {
-            shape: Dims::from_slice(shape),
-            dtype,
-        }
-    }
-    pub fn numel(&self) -> usize {
-        self.shape.iter().product()
-    }
-    pub fn rank(&self) -> usize {
-        self.shape.len()
-    }
-}
-
-impl fmt::Display for TensorType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?} {}", self.shape, self.dtype)
-    }
-}
+pub use crate::types::TensorType;
 
 /// Concrete data: a shared buffer and the layout through which this tensor sees it.
 #[derive(Clone, Debug)]
@@ -384,7 +357,7 @@ impl Tensor {
     /// The same data with a gradient rule: gradients flowing into the result reach
     /// `inputs` through `op`'s `vjp` (used to give compiled calls a backward pass).
     pub fn with_grad_fn(&self, op: Op, inputs: Vec<Tensor>) -> Tensor {
-        let track = crate::apply::is_grad_enabled() && inputs.iter().any(|t| t.requires_grad());
+        let track = crate::depth::is_grad_enabled() && inputs.iter().any(|t| t.requires_grad());
         let node = track.then_some(GradFn { op, inputs });
         Tensor::from_data(self.0.ty.clone(), self.0.data.clone(), node, track)
     }

@@ -18,11 +18,12 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::apply::with_grad_enabled;
+use crate::depth::with_grad_enabled;
 use crate::error::{Error, Result, SourceLocation};
 use crate::ir::{Graph, NodeKind, ValueId};
 use crate::op::Op;
 use crate::parameter::Parameter;
+pub use crate::scope::{current_scope, eager_op_name, with_gradient_scope, with_scope};
 use crate::tensor::{Data, Tensor, TensorType};
 use spore_kernels::DType;
 
@@ -43,15 +44,6 @@ struct TraceState {
 thread_local! {
     /// The active traces, innermost last (sub-graphs of control flow nest).
     static TRACE: RefCell<Vec<TraceState>> = const { RefCell::new(Vec::new()) };
-    static SCOPES: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
-    static EAGER_COUNTER: RefCell<usize> = const { RefCell::new(0) };
-    static IN_GRADIENT: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-}
-
-/// Runs `f` with op names under `Gradients/` (MindSpore names backward ops that way; the
-/// profiler's iteration trace uses it to tell the backward pass apart).
-pub fn with_gradient_scope<R>(f: impl FnOnce() -> R) -> R {
-    crate::depth::within(&IN_GRADIENT, f)
 }
 
 static NEXT_TRACE: AtomicU64 = AtomicU64::new(1);
@@ -59,46 +51,6 @@ static NEXT_TRACE: AtomicU64 = AtomicU64::new(1);
 /// Whether a trace is being recorded on this thread.
 pub fn is_tracing() -> bool {
     TRACE.with(|t| !t.borrow().is_empty())
-}
-
-/// Runs `f` inside the named scope (`network`, `conv1`, ...).
-pub fn with_scope<R>(name: &str, f: impl FnOnce() -> R) -> R {
-    struct Pop;
-    impl Drop for Pop {
-        fn drop(&mut self) {
-            SCOPES.with(|s| s.borrow_mut().pop());
-        }
-    }
-    SCOPES.with(|s| s.borrow_mut().push(name.to_string()));
-    let _pop = Pop;
-    f()
-}
-
-/// The current scope path, e.g. `Default/network/conv1`.
-pub fn current_scope() -> String {
-    let root = if crate::depth::depth(&IN_GRADIENT) > 0 {
-        "Gradients/Default"
-    } else {
-        "Default"
-    };
-    SCOPES.with(|s| {
-        let s = s.borrow();
-        if s.is_empty() {
-            root.to_string()
-        } else {
-            format!("{root}/{}", s.join("/"))
-        }
-    })
-}
-
-/// A fresh full name for an eager (PyNative) operation, used by dumps and the profiler.
-pub fn eager_op_name(op: &Op) -> String {
-    let n = EAGER_COUNTER.with(|c| {
-        let mut c = c.borrow_mut();
-        *c += 1;
-        *c - 1
-    });
-    format!("{}/{}-op{n}", current_scope(), op.name())
 }
 
 /// Runs `f` on the innermost trace and the ids of the traces around it.
@@ -204,6 +156,45 @@ pub(crate) fn record(
         })
     })
     .unwrap_or_else(|| Err(escaped(Some(loc))))
+}
+
+/// A parameter's reads and writes: plain storage outside a trace, graph values and
+/// updates inside one. Defined here, beside the trace they consult, so that the
+/// parameter type itself (which graphs hold) does not depend on tracing.
+impl Parameter {
+    /// The current value: the stored tensor, or inside a trace the graph value standing
+    /// for it.
+    pub fn value(&self) -> Tensor {
+        if is_tracing() {
+            return read_parameter(self);
+        }
+        self.stored()
+    }
+
+    /// Replaces the value; the new value must have the same shape and dtype.
+    #[track_caller]
+    pub fn assign(&self, value: &Tensor) -> Result<()> {
+        let current = self.tensor_type();
+        if value.tensor_type() != &current {
+            return Err(Error::invalid_here(format!(
+                "Parameter {}: cannot assign a {} value to a {} parameter",
+                self.name(),
+                value.tensor_type(),
+                current
+            )));
+        }
+        if is_tracing() {
+            return assign_parameter(self, value);
+        }
+        if value.is_symbolic() {
+            return Err(Error::invalid_here(format!(
+                "Parameter {}: cannot store a traced tensor outside its trace",
+                self.name()
+            )));
+        }
+        self.store(value.clone());
+        Ok(())
+    }
 }
 
 /// The value of `p` inside the active trace (registering it as a graph input of the

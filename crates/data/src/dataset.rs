@@ -17,64 +17,17 @@
 use std::fmt;
 use std::sync::Arc;
 
-use spore_core::{Error, Result, Tensor};
+use spore_core::{Error, Result};
 
 use crate::iterator::{DictIterator, TupleIterator};
+pub use crate::node::Row;
+use crate::node::{Node, Size, epoch_key};
 use crate::pipeline::batch::BatchNode;
 use crate::pipeline::columns::{ConcatNode, ProjectNode, RenameNode, ZipNode};
 use crate::pipeline::map::{Map, MapNode};
 use crate::pipeline::repeat::{RepeatNode, SkipNode, TakeNode};
 use crate::pipeline::shuffle::ShuffleNode;
-use crate::prefetch::PrefetchQueue;
-use crate::rng::mix;
 use crate::transforms::Transform;
-
-/// One row: a tensor per column, in [`Dataset::get_col_names`] order.
-pub type Row = Vec<Tensor>;
-
-/// The rows of one epoch of a node.
-pub(crate) type Rows = Box<dyn Iterator<Item = Result<Row>> + Send>;
-
-/// Rows per epoch, as far as a node knows without running.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Size {
-    Known(usize),
-    /// Only iterating tells (a generator without a length, a filter).
-    Unknown,
-    Infinite,
-}
-
-impl Size {
-    pub(crate) fn map(self, f: impl FnOnce(usize) -> usize) -> Size {
-        match self {
-            Size::Known(n) => Size::Known(f(n)),
-            other => other,
-        }
-    }
-}
-
-/// A node of the pipeline tree.
-pub(crate) trait Node: Send + Sync {
-    /// For errors and `Debug`: `MnistDataset`, `Map(image: Resize, Rescale)`, ...
-    fn name(&self) -> String;
-    fn columns(&self) -> &[String];
-    fn size(&self) -> Size;
-    /// Nodes in this subtree; salts the seeds of random nodes so that two shuffles (or
-    /// two random maps) of one pipeline do not make the same choices.
-    fn depth(&self) -> usize;
-    /// The rows of one epoch. `key` differs per epoch (and per repetition under
-    /// `repeat`), and is all the randomness a node may use besides its own seed.
-    fn open(self: Arc<Self>, key: u64) -> Result<Rows>;
-    /// A map node offers itself so that a `map` right above it can fuse with it.
-    fn as_map(&self) -> Option<&crate::pipeline::map::MapNode> {
-        None
-    }
-}
-
-/// The key of epoch `epoch` at the root of a tree.
-pub(crate) fn epoch_key(epoch: u64) -> u64 {
-    mix(0x5eed_0fe9, epoch)
-}
 
 /// A dataset pipeline. Cloning is cheap (the tree is shared); every method returns a new
 /// pipeline and leaves this one usable.
@@ -245,23 +198,6 @@ impl Dataset {
     /// [`Dataset::create_tuple_iterator`].
     pub fn create_dict_iterator(&self, num_epochs: usize) -> DictIterator {
         DictIterator::new(self.create_tuple_iterator(num_epochs))
-    }
-
-    /// Runs the pipeline on a background thread for `num_epochs` epochs, keeping up to
-    /// `capacity` rows ready (None: [`crate::config::get_prefetch_size`]), for a training
-    /// loop on another thread.
-    pub fn prefetch(&self, num_epochs: usize, capacity: Option<usize>) -> Result<PrefetchQueue> {
-        PrefetchQueue::start(self.clone(), 0, num_epochs, capacity)
-    }
-
-    /// [`Dataset::prefetch`] for epochs `first..num_epochs` (resuming training).
-    pub fn prefetch_from(
-        &self,
-        first: usize,
-        num_epochs: usize,
-        capacity: Option<usize>,
-    ) -> Result<PrefetchQueue> {
-        PrefetchQueue::start(self.clone(), first, num_epochs, capacity)
     }
 
     /// The shapes of the first row's columns (runs the pipeline up to that row).

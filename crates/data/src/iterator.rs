@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use spore_core::{Result, Tensor};
 
-use crate::dataset::{Node, Row, Rows, epoch_key};
+use crate::node::{Node, Row, Rows, epoch_key};
 
 /// Rows as `Vec<Tensor>`, column order as [`crate::Dataset::get_col_names`].
 pub struct TupleIterator {

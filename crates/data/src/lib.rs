@@ -37,6 +37,7 @@ pub mod download;
 pub mod idx;
 pub mod iterator;
 pub mod mnist;
+mod node;
 pub mod pipeline;
 pub mod prefetch;
 pub mod rng;

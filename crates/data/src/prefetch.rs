@@ -27,7 +27,7 @@ use spore_core::{Error, Result};
 
 use crate::Dataset;
 use crate::config::get_prefetch_size;
-use crate::dataset::Row;
+use crate::node::Row;
 use crate::pipeline::panic_message;
 
 enum Msg {
@@ -141,5 +141,25 @@ impl Iterator for PrefetchQueue {
                 )))
             }
         }
+    }
+}
+
+/// Prefetching, offered on every pipeline.
+impl Dataset {
+    /// Runs the pipeline on a background thread for `num_epochs` epochs, keeping up to
+    /// `capacity` rows ready (None: [`crate::config::get_prefetch_size`]), for a training
+    /// loop on another thread.
+    pub fn prefetch(&self, num_epochs: usize, capacity: Option<usize>) -> Result<PrefetchQueue> {
+        PrefetchQueue::start(self.clone(), 0, num_epochs, capacity)
+    }
+
+    /// [`Dataset::prefetch`] for epochs `first..num_epochs` (resuming training).
+    pub fn prefetch_from(
+        &self,
+        first: usize,
+        num_epochs: usize,
+        capacity: Option<usize>,
+    ) -> Result<PrefetchQueue> {
+        PrefetchQueue::start(self.clone(), first, num_epochs, capacity)
     }
 }

@@ -9,7 +9,7 @@
 //! ```
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -94,7 +94,7 @@ impl Watchdog {
                 let now = epoch.elapsed().as_millis() as u64;
                 if started != IDLE && now.saturating_sub(started) > limit.as_millis() as u64 {
                     let (target, input) = c.lock().map(|g| g.clone()).unwrap_or_default();
-                    let path = crate::runner::save_failure(&failures_dir, &target, "hang", &input);
+                    let path = save_failure(&failures_dir, &target, "hang", &input);
                     eprintln!(
                         "FUZZ FAILURE: target {target}: an input ran for more than {limit:?} (saved to {}); ending the process",
                         path.display()
@@ -132,4 +132,15 @@ impl Drop for Watchdog {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
     }
+}
+
+/// Saves a failing input as `<dir>/<target>-<kind>-<hash>.bin`; returns the path.
+pub fn save_failure(dir: &Path, target: &str, kind: &str, input: &[u8]) -> PathBuf {
+    let hash = input.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    });
+    let path = dir.join(format!("{target}-{kind}-{hash:016x}.bin"));
+    let _ = std::fs::create_dir_all(dir);
+    let _ = std::fs::write(&path, input);
+    path
 }

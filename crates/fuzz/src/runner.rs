@@ -13,6 +13,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+pub use crate::guard::save_failure;
 use crate::guard::{self, Watchdog};
 use crate::mutate::{Mutator, Rng};
 use crate::targets::Target;
@@ -84,17 +85,6 @@ impl std::fmt::Display for Report {
         }
         Ok(())
     }
-}
-
-/// Saves a failing input as `<dir>/<target>-<kind>-<hash>.bin`; returns the path.
-pub fn save_failure(dir: &Path, target: &str, kind: &str, input: &[u8]) -> PathBuf {
-    let hash = input.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-    });
-    let path = dir.join(format!("{target}-{kind}-{hash:016x}.bin"));
-    let _ = std::fs::create_dir_all(dir);
-    let _ = std::fs::write(&path, input);
-    path
 }
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {

@@ -29,7 +29,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::buffer::Buffer;
-use crate::dtype::{DType, Element};
+use crate::buffer::Element;
+use crate::dtype::DType;
 
 /// Free buffers by (dtype, length), with counters.
 ///

@@ -6,7 +6,7 @@
 //! assert_eq!(b.to_f64_vec(), vec![1.0, 2.0]);
 //! ```
 
-use crate::dtype::{DType, Element};
+use crate::dtype::DType;
 
 /// Contiguous storage of one dtype.
 #[derive(Clone, Debug, PartialEq)]
@@ -98,5 +98,96 @@ impl Buffer {
 impl<T: Element> From<Vec<T>> for Buffer {
     fn from(v: Vec<T>) -> Buffer {
         T::into_buffer(v)
+    }
+}
+
+/// A Rust scalar type that a tensor can hold.
+pub trait Element: Copy + Send + Sync + PartialOrd + std::fmt::Debug + 'static {
+    const DTYPE: DType;
+    fn to_f64(self) -> f64;
+    /// Conversion with Rust `as` semantics (saturating for floats to ints, NaN -> 0).
+    fn from_f64(v: f64) -> Self;
+    fn zero() -> Self;
+    fn one() -> Self;
+    /// Wraps a typed vector in the matching [`Buffer`] variant.
+    fn into_buffer(v: Vec<Self>) -> Buffer;
+    /// Borrows the typed slice if `b` holds this type.
+    fn slice_of(b: &Buffer) -> Option<&[Self]>;
+    /// Unwraps the typed vector if `b` holds this type.
+    fn vec_of(b: Buffer) -> Option<Vec<Self>>;
+}
+
+macro_rules! impl_element {
+    ($t:ty, $d:expr, $variant:ident) => {
+        impl Element for $t {
+            const DTYPE: DType = $d;
+            fn into_buffer(v: Vec<Self>) -> Buffer {
+                Buffer::$variant(v)
+            }
+            fn slice_of(b: &Buffer) -> Option<&[Self]> {
+                match b {
+                    Buffer::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn vec_of(b: Buffer) -> Option<Vec<Self>> {
+                match b {
+                    Buffer::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            #[inline(always)]
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            #[inline(always)]
+            fn from_f64(v: f64) -> Self {
+                v as $t
+            }
+            #[inline(always)]
+            fn zero() -> Self {
+                0 as $t
+            }
+            #[inline(always)]
+            fn one() -> Self {
+                1 as $t
+            }
+        }
+    };
+}
+impl_element!(f32, DType::F32, F32);
+impl_element!(f64, DType::F64, F64);
+impl_element!(i32, DType::I32, I32);
+impl_element!(i64, DType::I64, I64);
+impl_element!(u8, DType::U8, U8);
+
+impl Element for bool {
+    const DTYPE: DType = DType::Bool;
+    fn into_buffer(v: Vec<Self>) -> Buffer {
+        Buffer::Bool(v)
+    }
+    fn slice_of(b: &Buffer) -> Option<&[Self]> {
+        match b {
+            Buffer::Bool(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn vec_of(b: Buffer) -> Option<Vec<Self>> {
+        match b {
+            Buffer::Bool(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn to_f64(self) -> f64 {
+        if self { 1.0 } else { 0.0 }
+    }
+    fn from_f64(v: f64) -> Self {
+        v != 0.0
+    }
+    fn zero() -> Self {
+        false
+    }
+    fn one() -> Self {
+        true
     }
 }

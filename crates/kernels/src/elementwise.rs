@@ -12,7 +12,8 @@
 //! ```
 
 use crate::buffer::Buffer;
-use crate::dtype::{DType, Element};
+use crate::buffer::Element;
+use crate::dtype::DType;
 use crate::layout::{Dims, Layout, Strides, fill_rows};
 use smallvec::smallvec;
 

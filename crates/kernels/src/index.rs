@@ -8,7 +8,7 @@
 //! assert_eq!(y, vec![3.0, 4.0, 1.0, 2.0, 3.0, 4.0]);
 //! ```
 
-use crate::dtype::Element;
+use crate::buffer::Element;
 use crate::elementwise::{BinaryFn, Num};
 
 /// Checks an index against the axis length; negative indices count from the end.

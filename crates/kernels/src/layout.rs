@@ -254,7 +254,7 @@ pub fn fill_rows<T: Send, const K: usize>(
 }
 
 /// Copies a strided view into a new contiguous vector.
-pub fn to_contiguous<T: crate::dtype::Element>(src: &[T], layout: &Layout) -> Vec<T> {
+pub fn to_contiguous<T: crate::buffer::Element>(src: &[T], layout: &Layout) -> Vec<T> {
     let n = layout.numel();
     let mut out = crate::arena::for_overwrite::<T>(n);
     if layout.is_contiguous() {

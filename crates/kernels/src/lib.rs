@@ -30,8 +30,8 @@ pub mod random;
 pub mod reduce;
 mod sgemm;
 
-pub use buffer::Buffer;
-pub use dtype::{DType, Element};
+pub use buffer::{Buffer, Element};
+pub use dtype::DType;
 pub use elementwise::{BinaryFn, CompareFn, Num, UnaryFn};
 pub use layout::{Dims, Layout, Strides};
 pub use reduce::{ArgReduceFn, ReduceFn};

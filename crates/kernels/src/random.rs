@@ -11,7 +11,7 @@
 
 use rayon::prelude::*;
 
-use crate::dtype::Element;
+use crate::buffer::Element;
 
 const M0: u64 = 0xD251_1F53;
 const M1: u64 = 0xCD9E_8D57;

@@ -10,7 +10,7 @@
 use rayon::prelude::*;
 
 use crate::buffer::Buffer;
-use crate::dtype::Element;
+use crate::buffer::Element;
 use crate::elementwise::{BinaryFn, Num};
 use crate::layout::{Dims, Layout, PARALLEL_THRESHOLD, to_contiguous};
 

@@ -35,16 +35,12 @@
 //! assert_eq!(y.shape(), &[3, 2]);
 //! ```
 
-use std::cell::Cell as StdCell;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use spore_compile::Jit;
-use spore_core::context::Mode;
-use spore_core::{Error, Parameter, Result, Tensor, TensorType, trace};
-
-use crate::compiled::{Purity, compile, prefer_eager};
+use spore_core::{Parameter, Result, Tensor, TensorType};
 
 /// A network component: parameters, children and a `construct` computation.
 pub trait Cell: Send + Sync + 'static {
@@ -70,14 +66,26 @@ pub trait Cell: Send + Sync + 'static {
     }
 }
 
+/// What a traced `construct` does besides computing its outputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Purity {
+    /// Nothing: compiled calls are differentiable.
+    Pure,
+    /// Assigns trainable parameters: a training step, never differentiated.
+    OptimizerStep,
+    /// Draws random keys or updates non-trainable state: not differentiable compiled.
+    /// `reads_trainable`: whether it reads parameters that require gradients.
+    Stateful { reads_trainable: bool },
+}
+
 /// State shared by every cell: the training flag, the jit marker, the scope name given by
 /// the parent, and the compiled `construct` per training flag.
 pub struct CellBase {
     training: AtomicBool,
     jit: AtomicBool,
-    named: AtomicBool,
+    pub(crate) named: AtomicBool,
     scope: RwLock<Option<String>>,
-    compiled: [OnceLock<Jit>; 2],
+    pub(crate) compiled: [OnceLock<Jit>; 2],
     /// What each (training flag, input signature) graph does besides computing outputs.
     /// By input types, then by training flag (a lookup by borrowed types allocates nothing).
     pub(crate) purity: Mutex<HashMap<Vec<TensorType>, [Option<Purity>; 2]>>,
@@ -231,27 +239,6 @@ fn walk_params<C: Cell + ?Sized>(
     }
 }
 
-thread_local! {
-    /// How many cell calls are active on this thread: a call at depth 0 is a root call
-    /// (no scope of its own), deeper calls push their attribute name.
-    static DEPTH: StdCell<usize> = const { StdCell::new(0) };
-}
-
-fn within_call<R>(scope: Option<String>, f: impl FnOnce() -> R) -> R {
-    struct Leave;
-    impl Drop for Leave {
-        fn drop(&mut self) {
-            DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
-        }
-    }
-    DEPTH.with(|d| d.set(d.get() + 1));
-    let _leave = Leave;
-    match scope {
-        Some(s) => trace::with_scope(&s, f),
-        None => f(),
-    }
-}
-
 /// Calling a cell (MindSpore's `cell(x)`), on an `Arc` of it.
 pub trait CellCall {
     /// Runs the cell: inline when tracing, compiled in Graph mode or when jit-decorated,
@@ -262,67 +249,4 @@ pub trait CellCall {
     fn call_first(&self, inputs: &[Tensor]) -> Result<Tensor>;
     /// One input, one output.
     fn call1(&self, x: &Tensor) -> Result<Tensor>;
-}
-
-impl<C: Cell + ?Sized> CellCall for Arc<C> {
-    fn call(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        dispatch(self, inputs, Ok, |jit| jit.call(inputs))
-    }
-
-    fn call_first(&self, inputs: &[Tensor]) -> Result<Tensor> {
-        let first = |out: Vec<Tensor>| {
-            out.into_iter().next().ok_or_else(|| {
-                Error::invalid(format!(
-                    "{}: construct returned no outputs",
-                    self.class_name()
-                ))
-            })
-        };
-        dispatch(self, inputs, first, |jit| jit.call_first(inputs))
-    }
-
-    fn call1(&self, x: &Tensor) -> Result<Tensor> {
-        let one = |out: Vec<Tensor>| match <[Tensor; 1]>::try_from(out) {
-            Ok([y]) => Ok(y),
-            Err(out) => Err(Error::invalid(format!(
-                "{}: call1 expects one output, construct returned {}",
-                self.class_name(),
-                out.len()
-            ))),
-        };
-        let inputs = std::slice::from_ref(x);
-        dispatch(self, inputs, one, |jit| jit.call_single(inputs))
-    }
-}
-
-/// How a cell call runs: `eager` finishes an inline or eager `construct`'s outputs,
-/// `compiled` runs the cell's jit (Graph mode, or a jit-decorated cell).
-fn dispatch<C: Cell + ?Sized, R>(
-    cell: &Arc<C>,
-    inputs: &[Tensor],
-    eager: impl FnOnce(Vec<Tensor>) -> Result<R>,
-    compiled: impl FnOnce(&Jit) -> Result<R>,
-) -> Result<R> {
-    let base = cell.base();
-    let nested = DEPTH.with(|d| d.get()) > 0;
-    if !nested && !base.named.swap(true, Ordering::Relaxed) {
-        // Names parameters and children before the first compile, so that graphs and
-        // errors show `conv1.weight` and `Default/conv1/...`.
-        cell.parameters_and_names();
-    }
-    let scope = if nested { base.scope_name() } else { None };
-    within_call(scope, || {
-        if trace::is_tracing() {
-            return eager(cell.construct(inputs)?);
-        }
-        if base.is_jit() || spore_core::context::mode() == Mode::Graph {
-            let training = base.training();
-            if prefer_eager(cell, training, inputs)? {
-                return eager(cell.construct(inputs)?);
-            }
-            let jit = base.compiled[training as usize].get_or_init(|| compile(cell, training));
-            return compiled(jit);
-        }
-        eager(cell.construct(inputs)?)
-    })
 }

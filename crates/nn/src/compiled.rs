@@ -31,19 +31,7 @@ use smallvec::SmallVec;
 use spore_compile::{Jit, jit};
 use spore_core::{Error, Result, Tensor, TensorType, is_grad_enabled, trace};
 
-use crate::cell::Cell;
-
-/// What a traced `construct` does besides computing its outputs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Purity {
-    /// Nothing: compiled calls are differentiable.
-    Pure,
-    /// Assigns trainable parameters: a training step, never differentiated.
-    OptimizerStep,
-    /// Draws random keys or updates non-trainable state: not differentiable compiled.
-    /// `reads_trainable`: whether it reads parameters that require gradients.
-    Stateful { reads_trainable: bool },
-}
+use crate::cell::{Cell, Purity};
 
 /// The jit of `cell.construct`. It holds a weak reference: the jit lives inside the cell,
 /// and a strong one would keep every compiled cell alive forever (a cycle).

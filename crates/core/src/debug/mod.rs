@@ -122,7 +122,7 @@ pub(crate) fn report_eager(
     output: &Tensor,
     start: Instant,
 ) -> Result<()> {
-    let name = crate::trace::eager_op_name(op);
+    let name = crate::scope::eager_op_name(op);
     let (task_id, iteration) = dump::current()
         .map(|d| d.eager_position())
         .unwrap_or((0, 0));

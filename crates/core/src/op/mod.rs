@@ -19,10 +19,11 @@ pub use table::{Family, OP_TABLE, OpRow};
 
 use spore_kernels::{ArgReduceFn, BinaryFn, CompareFn, DType, ReduceFn, UnaryFn};
 
-use crate::error::Result;
-use crate::prims::in_place::EvalContext;
-use crate::prims::{self, custom::CustomOp, fused::FusedProgram};
-use crate::tensor::{Storage, Tensor, TensorType};
+pub mod custom;
+pub mod program;
+
+use custom::CustomOp;
+use program::FusedProgram;
 
 /// Convolution attributes with padding already resolved to explicit
 /// (top, bottom, left, right) amounts.
@@ -210,37 +211,5 @@ impl Op {
     /// Number of inputs (the op table's), or `None` where it varies (the family checks).
     pub fn arity(&self) -> Option<usize> {
         self.row().arity
-    }
-
-    /// Shape and dtype of the result; the only place inputs are validated.
-    pub fn infer(&self, inputs: &[&TensorType]) -> Result<TensorType, String> {
-        if let Some(n) = self.arity()
-            && inputs.len() != n
-        {
-            return Err(format!("expected {n} inputs, got {}", inputs.len()));
-        }
-        prims::infer(self, inputs)
-    }
-
-    /// Runs the CPU kernel. `out` is the type `infer` returned for these inputs; `ctx`
-    /// carries what an executor lends the op (see [`EvalContext`]).
-    pub fn eval(
-        &self,
-        inputs: &[&Tensor],
-        out: &TensorType,
-        ctx: &mut EvalContext,
-    ) -> Result<Storage, String> {
-        prims::eval(self, inputs, out, ctx)
-    }
-
-    /// Gradients of the inputs given the output's gradient `grad`; `None` where no gradient
-    /// flows (integer inputs, indices, conditions).
-    pub fn vjp(
-        &self,
-        inputs: &[Tensor],
-        out: &Tensor,
-        grad: &Tensor,
-    ) -> Result<Vec<Option<Tensor>>> {
-        prims::vjp(self, inputs, out, grad)
     }
 }

@@ -29,35 +29,13 @@
 //! assert_eq!(x.custom(&cube, &[]).unwrap().item().unwrap(), 8.0);
 //! ```
 
-use std::fmt;
-use std::hash::{Hash, Hasher};
 use std::panic::Location;
-use std::sync::Arc;
 
 use crate::apply::apply;
 use crate::error::Result;
 use crate::op::Op;
+pub use crate::op::custom::{CustomOp, CustomPrimitive};
 use crate::tensor::{Storage, Tensor, TensorType};
-
-/// The three rules of a user-defined primitive.
-pub trait CustomPrimitive: Send + Sync + fmt::Debug {
-    /// The operator's name, shown in errors, IR and dumps.
-    fn name(&self) -> &str;
-    /// Attributes that distinguish two instances of the same op (for caching and CSE).
-    fn attributes(&self) -> String {
-        String::new()
-    }
-    /// Validates inputs and returns the output type.
-    fn infer(&self, inputs: &[&TensorType]) -> Result<TensorType, String>;
-    /// Computes the output; it must have the type `infer` returned.
-    fn eval(&self, inputs: &[&Tensor]) -> Result<Tensor, String>;
-    /// Input gradients given the output gradient, written with tensor ops.
-    fn vjp(&self, inputs: &[Tensor], out: &Tensor, grad: &Tensor) -> Result<Vec<Option<Tensor>>>;
-}
-
-/// A shared handle to a custom primitive; equal when name and attributes are equal.
-#[derive(Clone, Debug)]
-pub struct CustomOp(pub Arc<dyn CustomPrimitive>);
 
 fn primitive(op: &Op) -> std::result::Result<&CustomOp, String> {
     match op {
@@ -89,13 +67,9 @@ pub(crate) fn vjp(
         .vjp(inputs, out, grad)
 }
 
+/// How a custom op runs: through its author's rules, with the kernel's result checked
+/// against the shape rule.
 impl CustomOp {
-    pub fn new(p: Arc<dyn CustomPrimitive>) -> CustomOp {
-        CustomOp(p)
-    }
-    pub fn name(&self) -> &str {
-        self.0.name()
-    }
     pub(crate) fn infer(&self, inputs: &[&TensorType]) -> Result<TensorType, String> {
         self.0.infer(inputs)
     }
@@ -118,19 +92,6 @@ impl CustomOp {
         grad: &Tensor,
     ) -> Result<Vec<Option<Tensor>>> {
         self.0.vjp(inputs, out, grad)
-    }
-}
-
-impl PartialEq for CustomOp {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.name() == other.0.name() && self.0.attributes() == other.0.attributes()
-    }
-}
-impl Eq for CustomOp {}
-impl Hash for CustomOp {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        self.0.name().hash(state);
-        self.0.attributes().hash(state);
     }
 }
 

@@ -21,6 +21,43 @@ use spore_kernels::Dims;
 use crate::error::Result;
 use crate::op::{Family, Op};
 use crate::tensor::{Storage, Tensor, TensorType};
+use in_place::EvalContext;
+
+/// An op's rules, routed to its family (defined here rather than beside the `Op` type, so
+/// that the op's data depends on none of the rule files).
+impl Op {
+    /// Shape and dtype of the result; the only place inputs are validated.
+    pub fn infer(&self, inputs: &[&TensorType]) -> Result<TensorType, String> {
+        if let Some(n) = self.arity()
+            && inputs.len() != n
+        {
+            return Err(format!("expected {n} inputs, got {}", inputs.len()));
+        }
+        infer(self, inputs)
+    }
+
+    /// Runs the CPU kernel. `out` is the type `infer` returned for these inputs; `ctx`
+    /// carries what an executor lends the op (see [`EvalContext`]).
+    pub fn eval(
+        &self,
+        inputs: &[&Tensor],
+        out: &TensorType,
+        ctx: &mut EvalContext,
+    ) -> Result<Storage, String> {
+        eval(self, inputs, out, ctx)
+    }
+
+    /// Gradients of the inputs given the output's gradient `grad`; `None` where no gradient
+    /// flows (integer inputs, indices, conditions).
+    pub fn vjp(
+        &self,
+        inputs: &[Tensor],
+        out: &Tensor,
+        grad: &Tensor,
+    ) -> Result<Vec<Option<Tensor>>> {
+        vjp(self, inputs, out, grad)
+    }
+}
 
 // Routing: the op table names each op's family; each family's file takes the op and
 // finds its own variant. This is the only place that maps ops to rule files.
@@ -45,7 +82,7 @@ pub(crate) fn eval(
     op: &Op,
     inputs: &[&Tensor],
     out: &TensorType,
-    ctx: &mut in_place::EvalContext,
+    ctx: &mut EvalContext,
 ) -> Result<Storage, String> {
     match op.row().family {
         Family::Elementwise => elementwise::eval(op, inputs, out),

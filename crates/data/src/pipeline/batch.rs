@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use spore_core::{Error, Result, Tensor};
 
-use crate::dataset::{Node, Row, Rows, Size};
+use crate::node::{Node, Row, Rows, Size};
 use crate::tensors::stack;
 
 pub(crate) struct BatchNode {

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use spore_core::{Error, Result};
 
 use super::{check_unique, column_index};
-use crate::dataset::{Node, Row, Rows, Size};
+use crate::node::{Node, Row, Rows, Size};
 
 pub(crate) struct ProjectNode {
     child: Arc<dyn Node>,

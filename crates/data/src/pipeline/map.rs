@@ -28,7 +28,7 @@ use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use spore_core::{Error, Result, Tensor};
 
 use crate::config::node_seed;
-use crate::dataset::{Node, Row, Rows, Size};
+use crate::node::{Node, Row, Rows, Size};
 use crate::pipeline::{check_unique, column_index, panic_message};
 use crate::rng::{Rng, mix};
 use crate::transforms::Transform;
@@ -214,7 +214,11 @@ pub(crate) struct MapNode {
 impl MapNode {
     pub(crate) fn new(child: Arc<dyn Node>, map: Map) -> Result<MapNode> {
         let workers = map.workers;
-        if let Some(prev) = child.as_map().filter(|m| m.workers == workers) {
+        if let Some(prev) = child
+            .as_map()
+            .and_then(|m| m.downcast_ref::<MapNode>())
+            .filter(|m| m.workers == workers)
+        {
             let stage = Stage::new(prev.columns(), map, prev.depth() + 1)?;
             let mut stages = prev.stages.clone();
             stages.push(Arc::new(stage));
@@ -259,7 +263,7 @@ impl Node for MapNode {
         // The depth of the unfused chain, so that fusing does not change any seed.
         self.child.depth() + self.stages.len()
     }
-    fn as_map(&self) -> Option<&MapNode> {
+    fn as_map(&self) -> Option<&dyn std::any::Any> {
         Some(self)
     }
     fn open(self: Arc<Self>, key: u64) -> Result<Rows> {

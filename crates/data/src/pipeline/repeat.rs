@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use spore_core::{Error, Result};
 
-use crate::dataset::{Node, Rows, Size};
+use crate::node::{Node, Rows, Size};
 use crate::rng::mix;
 
 pub(crate) struct RepeatNode {

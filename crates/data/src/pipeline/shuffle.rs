@@ -21,7 +21,7 @@ use std::sync::Arc;
 use spore_core::{Error, Result};
 
 use crate::config::node_seed;
-use crate::dataset::{Node, Row, Rows, Size};
+use crate::node::{Node, Row, Rows, Size};
 use crate::rng::{Rng, mix};
 
 pub(crate) struct ShuffleNode {

@@ -15,8 +15,8 @@ use spore_core::{Error, Result, Tensor};
 
 use super::{RandomAccess, Sampling, SourceNode};
 use crate::Dataset;
-use crate::dataset::Row;
 use crate::mnist::Usage;
+use crate::node::Row;
 
 const SIDE: usize = 32;
 const PIXELS: usize = SIDE * SIDE * 3;

@@ -17,7 +17,7 @@ use spore_core::{Error, Result, Tensor};
 
 use super::{RandomAccess, Sampling, SourceNode};
 use crate::Dataset;
-use crate::dataset::Row;
+use crate::node::Row;
 use crate::transforms::vision::decode_bytes;
 
 /// Builder for an image-folder source (MindSpore's `ImageFolderDataset`).

@@ -27,7 +27,7 @@ use spore_core::{Error, Result, Tensor};
 
 use super::{RandomAccess, Sampling, SourceNode};
 use crate::Dataset;
-use crate::dataset::{Node, Row, Rows, Size};
+use crate::node::{Node, Row, Rows, Size};
 use crate::pipeline::{check_unique, panic_message};
 
 /// What a generator may yield for one row.

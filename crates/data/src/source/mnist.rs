@@ -15,8 +15,8 @@ use spore_core::{Result, Tensor};
 
 use super::{RandomAccess, Sampling, SourceNode};
 use crate::Dataset;
-use crate::dataset::Row;
 use crate::mnist::{Mnist, Usage};
+use crate::node::Row;
 
 /// Builder for an MNIST source (MindSpore's `MnistDataset(dataset_dir, usage, num_samples,
 /// shuffle)`). The files are read and checked by [`MnistDataset::build`].

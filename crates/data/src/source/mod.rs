@@ -27,7 +27,7 @@ use std::sync::Arc;
 use spore_core::Result;
 
 use crate::config::node_seed;
-use crate::dataset::{Node, Row, Rows, Size};
+use crate::node::{Node, Row, Rows, Size};
 use crate::rng::{Rng, mix};
 
 pub use cifar::Cifar10Dataset;

@@ -15,7 +15,7 @@ use spore_core::{Error, Result, Tensor};
 
 use super::{RandomAccess, Sampling, SourceNode};
 use crate::Dataset;
-use crate::dataset::Row;
+use crate::node::Row;
 use crate::pipeline::check_unique;
 use crate::tensors::{contiguous, row_of};
 

@@ -36,7 +36,6 @@ use std::sync::OnceLock;
 
 use super::batch::batch_blocks;
 use super::geometry::ConvGeometry;
-use super::winograd;
 use crate::matmul::parallelism_for;
 use crate::sgemm::{self, MR, NR, THIN_MAX_ROWS};
 
@@ -55,6 +54,9 @@ pub const GRADIENT_DEPTH: usize = 320;
 /// Fewest channels in and out for Winograd: with fewer, the products are too shallow to
 /// pay for the transforms (ResNet's first layer has 3).
 pub const WINOGRAD_MIN_CHANNELS: usize = 16;
+
+/// Outputs per Winograd tile side (F(4x4, 3x3)): image sides must be multiples of it.
+pub const WINOGRAD_TILE: usize = 4;
 
 /// Values of one group's zero-bordered image gradient a thread may hold for
 /// `PaddedScatterAdd` (2 MB; ResNet's first stage needs 74k).
@@ -254,8 +256,8 @@ pub(crate) fn winograd_applies(g: &ConvGeometry) -> bool {
         && g.dilation == [1, 1]
         && g.groups == 1
         && g.pads == [1; 4]
-        && g.h.is_multiple_of(winograd::M)
-        && g.w.is_multiple_of(winograd::M)
+        && g.h.is_multiple_of(WINOGRAD_TILE)
+        && g.w.is_multiple_of(WINOGRAD_TILE)
         && g.h > 0
         && g.w > 0
         && g.c >= WINOGRAD_MIN_CHANNELS

@@ -37,7 +37,7 @@ use super::geometry::ConvGeometry;
 use super::plan::winograd_applies;
 
 /// Outputs per tile side.
-pub(super) const M: usize = 4;
+pub(super) const M: usize = super::plan::WINOGRAD_TILE;
 /// Input values per tile side (`M + 3 - 1`).
 const ALPHA: usize = M + 2;
 /// Positions in a transformed tile: one product each.

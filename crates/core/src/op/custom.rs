@@ -1,0 +1,57 @@
+//! The data of a user-defined primitive: the [`CustomPrimitive`] trait its author
+//! implements and the [`CustomOp`] handle an `Op::Custom` holds. How it is applied is
+//! `prims::custom` (see its documentation for a whole example).
+//!
+//! ```
+//! use spore_core::prims::custom::CustomPrimitive;
+//! fn takes_any_primitive(_: &dyn CustomPrimitive) {}
+//! ```
+
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::tensor::{Tensor, TensorType};
+
+/// The three rules of a user-defined primitive.
+pub trait CustomPrimitive: Send + Sync + fmt::Debug {
+    /// The operator's name, shown in errors, IR and dumps.
+    fn name(&self) -> &str;
+    /// Attributes that distinguish two instances of the same op (for caching and CSE).
+    fn attributes(&self) -> String {
+        String::new()
+    }
+    /// Validates inputs and returns the output type.
+    fn infer(&self, inputs: &[&TensorType]) -> Result<TensorType, String>;
+    /// Computes the output; it must have the type `infer` returned.
+    fn eval(&self, inputs: &[&Tensor]) -> Result<Tensor, String>;
+    /// Input gradients given the output gradient, written with tensor ops.
+    fn vjp(&self, inputs: &[Tensor], out: &Tensor, grad: &Tensor) -> Result<Vec<Option<Tensor>>>;
+}
+
+/// A shared handle to a custom primitive; equal when name and attributes are equal.
+#[derive(Clone, Debug)]
+pub struct CustomOp(pub Arc<dyn CustomPrimitive>);
+
+impl CustomOp {
+    pub fn new(p: Arc<dyn CustomPrimitive>) -> CustomOp {
+        CustomOp(p)
+    }
+    pub fn name(&self) -> &str {
+        self.0.name()
+    }
+}
+
+impl PartialEq for CustomOp {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name() == other.0.name() && self.0.attributes() == other.0.attributes()
+    }
+}
+impl Eq for CustomOp {}
+impl Hash for CustomOp {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.name().hash(state);
+        self.0.attributes().hash(state);
+    }
+}

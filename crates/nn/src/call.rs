@@ -1,0 +1,107 @@
+//! How a cell is called ([`CellCall`]): a call inside a trace runs `construct` inline; in
+//! Graph mode (or on a jit-decorated cell) it runs the cell's compiled graph, unless
+//! `compiled::prefer_eager` says a gradient would be wrong there; otherwise it runs
+//! eagerly. Nested calls name their scopes after the attribute that holds the child.
+//!
+//! ```
+//! use spore_nn::prelude::*;
+//! use spore_core::{DType, Tensor};
+//! let dense = Dense::new(3, 2).unwrap();
+//! let y = dense.call1(&Tensor::ones(&[4, 3], DType::F32).unwrap()).unwrap();
+//! assert_eq!(y.shape(), &[4, 2]);
+//! ```
+
+use std::cell::Cell as StdCell;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use spore_compile::Jit;
+use spore_core::context::Mode;
+use spore_core::{Error, Result, Tensor, trace};
+
+use crate::cell::{Cell, CellCall, CellExt};
+use crate::compiled::{compile, prefer_eager};
+
+thread_local! {
+    /// How many cell calls are active on this thread: a call at depth 0 is a root call
+    /// (no scope of its own), deeper calls push their attribute name.
+    static DEPTH: StdCell<usize> = const { StdCell::new(0) };
+}
+
+fn within_call<R>(scope: Option<String>, f: impl FnOnce() -> R) -> R {
+    struct Leave;
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+        }
+    }
+    DEPTH.with(|d| d.set(d.get() + 1));
+    let _leave = Leave;
+    match scope {
+        Some(s) => trace::with_scope(&s, f),
+        None => f(),
+    }
+}
+
+impl<C: Cell + ?Sized> CellCall for Arc<C> {
+    fn call(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        dispatch(self, inputs, Ok, |jit| jit.call(inputs))
+    }
+
+    fn call_first(&self, inputs: &[Tensor]) -> Result<Tensor> {
+        let first = |out: Vec<Tensor>| {
+            out.into_iter().next().ok_or_else(|| {
+                Error::invalid(format!(
+                    "{}: construct returned no outputs",
+                    self.class_name()
+                ))
+            })
+        };
+        dispatch(self, inputs, first, |jit| jit.call_first(inputs))
+    }
+
+    fn call1(&self, x: &Tensor) -> Result<Tensor> {
+        let one = |out: Vec<Tensor>| match <[Tensor; 1]>::try_from(out) {
+            Ok([y]) => Ok(y),
+            Err(out) => Err(Error::invalid(format!(
+                "{}: call1 expects one output, construct returned {}",
+                self.class_name(),
+                out.len()
+            ))),
+        };
+        let inputs = std::slice::from_ref(x);
+        dispatch(self, inputs, one, |jit| jit.call_single(inputs))
+    }
+}
+
+/// How a cell call runs: `eager` finishes an inline or eager `construct`'s outputs,
+/// `compiled` runs the cell's jit (Graph mode, or a jit-decorated cell).
+fn dispatch<C: Cell + ?Sized, R>(
+    cell: &Arc<C>,
+    inputs: &[Tensor],
+    eager: impl FnOnce(Vec<Tensor>) -> Result<R>,
+    compiled: impl FnOnce(&Jit) -> Result<R>,
+) -> Result<R> {
+    let base = cell.base();
+    let nested = DEPTH.with(|d| d.get()) > 0;
+    if !nested && !base.named.swap(true, Ordering::Relaxed) {
+        // Names parameters and children before the first compile, so that graphs and
+        // errors show `conv1.weight` and `Default/conv1/...`.
+        cell.parameters_and_names();
+    }
+    let scope = if nested { base.scope_name() } else { None };
+    within_call(scope, || {
+        if trace::is_tracing() {
+            return eager(cell.construct(inputs)?);
+        }
+        if base.is_jit() || spore_core::context::mode() == Mode::Graph {
+            let training = base.training();
+            if prefer_eager(cell, training, inputs)? {
+                return eager(cell.construct(inputs)?);
+            }
+            let jit = base.compiled[training as usize].get_or_init(|| compile(cell, training));
+            return compiled(jit);
+        }
+        eager(cell.construct(inputs)?)
+    })
+}
