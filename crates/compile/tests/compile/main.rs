@@ -19,6 +19,7 @@ mod table_compiled;
 mod buffer_pool;
 mod compiled_table;
 mod control_flow;
+mod control_flow_grad;
 mod custom_op;
 mod in_place_updates;
 mod jit_cache;

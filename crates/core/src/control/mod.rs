@@ -1,7 +1,9 @@
-//! Control flow that survives tracing: [`cond`], [`while_loop`], [`fori_loop`] and
-//! [`scan`]. In PyNative mode they simply run; inside a trace, a predicate that is not
-//! known yet turns the branches or the loop body into sub-graphs of one `Cond`/`While`
-//! node, instead of baking in whichever branch the tracing run happened to take.
+//! Control flow that survives tracing: [`cond`], [`while_loop`], [`while_loop_bounded`],
+//! [`fori_loop`] and [`scan`]. In PyNative mode they simply run; inside a trace, a
+//! predicate that is not known yet turns the branches or the loop body into sub-graphs of
+//! one `Cond`/`While` node, instead of baking in whichever branch the tracing run happened
+//! to take. Gradients flow through all of them in both modes ([`grad`]), except through
+//! a traced `while_loop` without a bound on its trips, which is refused.
 //!
 //! ```
 //! use spore_core::{control::cond, Tensor};
@@ -15,11 +17,17 @@ use std::panic::Location;
 
 use spore_kernels::DType;
 
-use crate::apply::is_grad_enabled;
+mod grad;
+mod replay;
+
+use std::sync::Arc;
+
+use crate::depth::is_grad_enabled;
 use crate::error::{Error, Result, SourceLocation};
 use crate::ir::NodeKind;
 use crate::tensor::{Tensor, TensorType};
 use crate::trace::{self, record_multi, trace_subgraph, values_of};
+use grad::{CondBackward, ScanBackward, ScanShape, link_outputs};
 
 fn types_of(ts: &[Tensor]) -> Vec<TensorType> {
     ts.iter().map(|t| t.tensor_type().clone()).collect()
@@ -42,18 +50,9 @@ fn check_scalar(t: &Tensor, what: &str, loc: SourceLocation) -> Result<()> {
     Ok(())
 }
 
-/// Differentiating through a traced branch or loop is not implemented; refuse rather than
-/// return silently wrong (zero) gradients.
-fn refuse_gradients(what: &str, ts: &[Tensor], loc: SourceLocation) -> Result<()> {
-    if is_grad_enabled() && ts.iter().any(|t| t.requires_grad()) {
-        return Err(Error::Invalid {
-            message: format!(
-                "{what}: gradients through a traced {what} are not supported yet; differentiate in PyNative mode, or move the {what} outside the differentiated function"
-            ),
-            location: Some(loc),
-        });
-    }
-    Ok(())
+/// Whether a gradient may flow from `ts` (recording on, some of them watched).
+fn needs_gradient(ts: &[Tensor]) -> bool {
+    is_grad_enabled() && ts.iter().any(|t| t.requires_grad())
 }
 
 /// `then_fn(operands)` if `pred` (one element, non-zero) else `else_fn(operands)`. Both
@@ -87,7 +86,8 @@ where
     }
     let then_all: Vec<Tensor> = operands.iter().chain(&then_caps).cloned().collect();
     let else_all: Vec<Tensor> = operands.iter().chain(&else_caps).cloned().collect();
-    refuse_gradients("cond", &[then_all.clone(), else_all.clone()].concat(), loc)?;
+    let differentiable = needs_gradient(&[then_all.clone(), else_all.clone()].concat());
+    let branches = differentiable.then(|| (Arc::new(then_g.clone()), Arc::new(else_g.clone())));
     let pred_v = values_of(std::slice::from_ref(pred), loc)?[0];
     let kind = NodeKind::Cond {
         pred: pred_v,
@@ -96,18 +96,47 @@ where
         then_branch: Box::new(then_g),
         else_branch: Box::new(else_g),
     };
-    record_multi(kind, then_out, "Cond", loc)
+    let outputs = record_multi(kind, then_out, "Cond", loc)?;
+    let Some((then_branch, else_branch)) = branches else {
+        return Ok(outputs);
+    };
+    let inputs: Vec<Tensor> = [vec![pred.clone()], then_all.clone(), else_all].concat();
+    Ok(link_outputs(outputs, &inputs, |output| {
+        Arc::new(CondBackward {
+            then_branch: then_branch.clone(),
+            else_branch: else_branch.clone(),
+            then_inputs: then_all.len(),
+            output,
+        })
+    }))
 }
 
 /// `state = init; while cond_fn(state) { state = body_fn(state) }`. Inside a trace the
-/// loop is staged as one `While` node; `body_fn` must keep the state's types.
+/// loop is staged as one `While` node; `body_fn` must keep the state's types. Gradients
+/// flow through it in PyNative mode; traced, its trip count is unknown, so they are
+/// refused: [`while_loop_bounded`] takes a bound and is differentiable in both modes.
 #[track_caller]
 pub fn while_loop<C, B>(cond_fn: C, body_fn: B, init: &[Tensor]) -> Result<Vec<Tensor>>
 where
     C: Fn(&[Tensor]) -> Result<Tensor>,
     B: Fn(&[Tensor]) -> Result<Vec<Tensor>>,
 {
-    let loc = Location::caller();
+    staged_while(cond_fn, body_fn, init, Location::caller(), true)
+}
+
+/// The loop, run or staged. With `refuse`, a staged loop through which a gradient could
+/// flow is an error (a loop that carries its own gradient rule passes `false`).
+fn staged_while<C, B>(
+    cond_fn: C,
+    body_fn: B,
+    init: &[Tensor],
+    loc: SourceLocation,
+    refuse: bool,
+) -> Result<Vec<Tensor>>
+where
+    C: Fn(&[Tensor]) -> Result<Tensor>,
+    B: Fn(&[Tensor]) -> Result<Vec<Tensor>>,
+{
     if !trace::is_tracing() {
         let mut state = init.to_vec();
         loop {
@@ -151,11 +180,12 @@ where
             location: Some(loc),
         });
     }
-    refuse_gradients(
-        "while_loop",
-        &[init.to_vec(), cond_caps.clone(), body_caps.clone()].concat(),
-        loc,
-    )?;
+    if refuse && needs_gradient(&[init.to_vec(), cond_caps.clone(), body_caps.clone()].concat()) {
+        return Err(Error::Invalid {
+            message: "while_loop: a traced while_loop has no known trip count, so gradients cannot flow through it; give a bound with while_loop_bounded, or use fori_loop or scan".into(),
+            location: Some(loc),
+        });
+    }
     let kind = NodeKind::While {
         init: values_of(init, loc)?,
         cond_args: values_of(&cond_caps, loc)?,
@@ -164,6 +194,71 @@ where
         body: Box::new(body_g),
     };
     record_multi(kind, types, "While", loc)
+}
+
+/// [`while_loop`] that stops after at most `max_trips` trips of the body. With the bound,
+/// gradients flow through it in Graph mode too: traced, it runs `max_trips` steps, each
+/// keeping the state once the condition is false (so the body also runs on the final
+/// state, and must stay finite there). Running longer than the bound is an error.
+#[track_caller]
+pub fn while_loop_bounded<C, B>(
+    cond_fn: C,
+    body_fn: B,
+    init: &[Tensor],
+    max_trips: usize,
+) -> Result<Vec<Tensor>>
+where
+    C: Fn(&[Tensor]) -> Result<Tensor>,
+    B: Fn(&[Tensor]) -> Result<Vec<Tensor>>,
+{
+    let loc = Location::caller();
+    if !trace::is_tracing() {
+        let trips = std::cell::Cell::new(0usize);
+        return staged_while(
+            |s| {
+                let c = cond_fn(s)?;
+                if trips.get() >= max_trips && c.numel() == 1 && c.item()? != 0.0 {
+                    return Err(Error::Invalid {
+                        message: format!(
+                            "while_loop_bounded: the loop still runs after its bound of {max_trips} trips"
+                        ),
+                        location: Some(loc),
+                    });
+                }
+                Ok(c)
+            },
+            |s| {
+                trips.set(trips.get() + 1);
+                body_fn(s)
+            },
+            init,
+            loc,
+            false,
+        );
+    }
+    // A fixed number of steps: `go` becomes false once the condition is; from then on
+    // every step keeps the state it was given.
+    let mut state = vec![Tensor::scalar(true)];
+    state.extend_from_slice(init);
+    let out = fori_loop(
+        0,
+        max_trips as i64,
+        |_, s| {
+            let c = cond_fn(&s[1..])?;
+            check_scalar(&c, "while_loop_bounded", loc)?;
+            let c = c.reshape(&[])?.cast(DType::Bool)?;
+            // go = running and the condition holds
+            let go = Tensor::select(&s[0], &c, &Tensor::scalar(false))?;
+            let next = body_fn(&s[1..])?;
+            let mut kept = vec![go.clone()];
+            for (n, old) in next.iter().zip(&s[1..]) {
+                kept.push(Tensor::select(&go, n, old)?);
+            }
+            Ok(kept)
+        },
+        &state,
+    )?;
+    Ok(out[1..].to_vec())
 }
 
 /// `for i in lower..upper { state = body_fn(i, state) }`, with `i` an Int64 scalar tensor.
@@ -180,10 +275,36 @@ where
         }
         return Ok(state);
     }
+    if is_grad_enabled() {
+        // What the body reads from outside decides whether a gradient flows: trace it
+        // once to find out; if one does, run it as a scan over the indices, which carries
+        // its gradient rule.
+        let index = TensorType::new(&[], DType::I64);
+        let types = [vec![index], types_of(init)].concat();
+        let (_, caps) = trace_subgraph("fori_probe", &types, |a| body_fn(&a[0], &a[1..]))?;
+        if needs_gradient(&[init.to_vec(), caps].concat()) {
+            let steps = Tensor::arange(lower as f64, upper as f64, 1.0, DType::I64)?;
+            return scan(|c, i| Ok((body_fn(&i[0], c)?, vec![])), init, &[steps]);
+        }
+    }
+    staged_fori(lower, upper, body_fn, init, loc)
+}
+
+/// The loop staged as a `While` over `(i, state)`, without a gradient rule.
+fn staged_fori<B>(
+    lower: i64,
+    upper: i64,
+    body_fn: B,
+    init: &[Tensor],
+    loc: SourceLocation,
+) -> Result<Vec<Tensor>>
+where
+    B: Fn(&Tensor, &[Tensor]) -> Result<Vec<Tensor>>,
+{
     let upper_t = Tensor::scalar(upper);
     let mut full = vec![Tensor::scalar(lower)];
     full.extend_from_slice(init);
-    let out = while_loop_at(
+    let out = staged_while(
         |s| s[0].less(&upper_t),
         |s| {
             let mut next = vec![s[0].add(&Tensor::scalar(1i64))?];
@@ -192,23 +313,9 @@ where
         },
         &full,
         loc,
+        false,
     )?;
     Ok(out[1..].to_vec())
-}
-
-fn while_loop_at<C, B>(
-    cond_fn: C,
-    body_fn: B,
-    init: &[Tensor],
-    loc: SourceLocation,
-) -> Result<Vec<Tensor>>
-where
-    C: Fn(&[Tensor]) -> Result<Tensor>,
-    B: Fn(&[Tensor]) -> Result<Vec<Tensor>>,
-{
-    // Keep the user's call site in errors and IR by re-entering with it.
-    let _ = loc;
-    while_loop(cond_fn, body_fn, init)
 }
 
 /// `carry, y_i = f(carry, xs[i])` over the first axis of every tensor in `xs`; returns the
@@ -260,29 +367,40 @@ where
         }
         return Ok(out);
     }
-    // Staged: trace one step to learn the output types, then accumulate the ys into
-    // zero-initialised buffers with ScatterAdd at row i.
+    // Staged: trace one step to learn the output types (and what the step reads from
+    // outside), then accumulate the ys into zero-initialised buffers with ScatterAdd at
+    // row i. Where a gradient flows, each step's carries are kept too (the tape the
+    // gradient rule reads).
     let probe_x: Vec<TensorType> = xs
         .iter()
         .map(|x| TensorType::new(&x.shape()[1..], x.dtype()))
         .collect();
     let carry_types = types_of(init);
-    let (probe, _) = trace_subgraph(
-        "scan_probe",
-        &[carry_types.clone(), probe_x].concat(),
-        |a| {
+    let (probe, caps) =
+        trace_subgraph("scan_step", &[carry_types.clone(), probe_x].concat(), |a| {
             let (c, y) = f(&a[..init.len()], &a[init.len()..])?;
             Ok([c, y].concat())
-        },
-    )?;
+        })?;
     let y_types: Vec<TensorType> = output_types(&probe)[init.len()..].to_vec();
-    let buffers: Vec<Tensor> = y_types
-        .iter()
-        .map(|t| Tensor::zeros(&[&[n][..], &t.shape[..]].concat(), t.dtype))
-        .collect::<Result<_>>()?;
+    let differentiable = needs_gradient(&[init, xs, &caps[..]].concat());
+    let rows = |t: &TensorType| Tensor::zeros(&[&[n][..], &t.shape[..]].concat(), t.dtype);
+    let buffers: Vec<Tensor> = y_types.iter().map(rows).collect::<Result<_>>()?;
+    // Bool carries (flags) are kept as Int32: ScatterAdd adds numbers.
+    let tape_type = |t: &TensorType| match t.dtype {
+        DType::Bool => TensorType::new(&t.shape, DType::I32),
+        _ => t.clone(),
+    };
+    let tapes: Vec<Tensor> = if differentiable {
+        carry_types
+            .iter()
+            .map(|t| rows(&tape_type(t)))
+            .collect::<Result<_>>()?
+    } else {
+        vec![]
+    };
     let (nc, ny) = (init.len(), buffers.len());
-    let state: Vec<Tensor> = init.iter().chain(&buffers).cloned().collect();
-    let out = fori_loop(
+    let state: Vec<Tensor> = init.iter().chain(&buffers).chain(&tapes).cloned().collect();
+    let out = staged_fori(
         0,
         n as i64,
         |i, s| {
@@ -293,9 +411,32 @@ where
             for (buf, yv) in s[nc..nc + ny].iter().zip(&y) {
                 next.push(buf.scatter_add(&idx, &yv.unsqueeze(0)?, 0)?);
             }
+            for (tape, carry) in s[nc + ny..].iter().zip(&s[..nc]) {
+                let kept = carry.cast(tape.dtype())?.unsqueeze(0)?;
+                next.push(tape.scatter_add(&idx, &kept, 0)?);
+            }
             Ok(next)
         },
         &state,
+        loc,
     )?;
-    Ok(out)
+    let (results, kept) = out.split_at(nc + ny);
+    if !differentiable {
+        return Ok(results.to_vec());
+    }
+    let step = Arc::new(probe);
+    let shape = ScanShape {
+        carries: nc,
+        sequences: xs.len(),
+        captures: caps.len(),
+        steps: n,
+    };
+    let inputs: Vec<Tensor> = [init, xs, &caps[..], kept].concat();
+    Ok(link_outputs(results.to_vec(), &inputs, |output| {
+        Arc::new(ScanBackward {
+            step: step.clone(),
+            shape,
+            output,
+        })
+    }))
 }
