@@ -258,7 +258,6 @@ impl Executable {
         let lend = !observe || dump::current().is_none();
         for i in 0..self.graph.nodes.len() {
             let node = &self.graph.nodes[i];
-            let arg = |slots: &Vec<Vec<Tensor>>, v: usize| slots[v][0].clone();
             let value: Vec<Tensor> = match &node.kind {
                 NodeKind::Input(k) => {
                     self.set_single(i, inputs[*k].clone());
@@ -278,102 +277,12 @@ impl Executable {
                     self.set_single(i, t);
                     continue;
                 }
-                NodeKind::Op { op, args } => {
-                    let mut ctx = EvalContext::default();
-                    let lent = lend
-                        .then(|| {
-                            Lending {
-                                graph: &self.graph,
-                                plan: &self.plan,
-                                slots: &mut self.slots,
-                                stand_in: &self.stand_in,
-                            }
-                            .lend_dying_argument(
-                                i,
-                                op,
-                                node.ty(),
-                                args,
-                                &mut ctx,
-                            )
-                        })
-                        .flatten();
-                    // The op's own failure and the observers' are kept apart: once the
-                    // op wrote a parameter's new value into a lent buffer, that value
-                    // must reach the parameter even if reporting the op then fails.
-                    let out = with_args(&self.slots, args, |refs| {
-                        let start = observe.then(Instant::now);
-                        let loc = node.location.unwrap_or(Location::caller());
-                        let out = apply(op, refs, loc, &mut ctx)?;
-                        let reported = start.map_or(Ok(()), |start| {
-                            let site = OpSite {
-                                graph_id: self.graph_id,
-                                iteration,
-                                task_id: i,
-                            };
-                            debug::report_op(site, op, &node.name, refs, &out, start)
-                        });
-                        Ok::<_, Error>((out, reported))
-                    });
-                    if let Some(lent) = lent {
-                        if out.is_err() {
-                            reclaim(lent, &self.graph, i, &mut ctx);
-                        } else {
-                            self.in_place_ops += 1;
-                            if let Lent::Parameter(k) = lent {
-                                self.in_place_updates += 1;
-                                self.donated.push((k, i));
-                            }
-                        }
-                    }
-                    let (out, reported) = out?;
-                    self.set_single(i, out);
-                    reported?;
+                NodeKind::Op { .. } => {
+                    self.run_op(i, lend, observe, iteration)?;
                     continue;
                 }
-                NodeKind::Cond {
-                    pred,
-                    then_args,
-                    else_args,
-                    ..
-                } => {
-                    let take = if arg(&self.slots, *pred).item()? != 0.0 {
-                        then_args
-                    } else {
-                        else_args
-                    };
-                    let vals: Vec<Tensor> = take.iter().map(|&a| arg(&self.slots, a)).collect();
-                    let is_then = std::ptr::eq(take, then_args);
-                    let Some((t, e)) = self.subgraphs.get_mut(&i) else {
-                        return Err(Error::invalid("internal: cond sub-graph missing"));
-                    };
-                    if is_then {
-                        t.run(&vals)?
-                    } else {
-                        e.run(&vals)?
-                    }
-                }
-                NodeKind::While {
-                    init,
-                    cond_args,
-                    body_args,
-                    ..
-                } => {
-                    let mut state: Vec<Tensor> =
-                        init.iter().map(|&a| arg(&self.slots, a)).collect();
-                    let ca: Vec<Tensor> = cond_args.iter().map(|&a| arg(&self.slots, a)).collect();
-                    let ba: Vec<Tensor> = body_args.iter().map(|&a| arg(&self.slots, a)).collect();
-                    let Some((c, b)) = self.subgraphs.get_mut(&i) else {
-                        return Err(Error::invalid("internal: while sub-graph missing"));
-                    };
-                    loop {
-                        let go = c.run(&[state.clone(), ca.clone()].concat())?;
-                        if go[0].item()? == 0.0 {
-                            break;
-                        }
-                        state = b.run(&[state, ba.clone()].concat())?;
-                    }
-                    state
-                }
+                NodeKind::Cond { .. } => self.run_cond(i)?,
+                NodeKind::While { .. } => self.run_while(i)?,
                 NodeKind::GetItem { of, index } => {
                     let v = self.slots[*of][*index].clone();
                     self.set_single(i, v);
@@ -384,6 +293,109 @@ impl Executable {
             self.release_after(i);
         }
         Ok(())
+    }
+
+    /// Runs op node `i`: lends it the buffer of an argument that dies there (with `lend`),
+    /// reports it to dump and profiler (with `observe`), stores its value.
+    fn run_op(&mut self, i: usize, lend: bool, observe: bool, iteration: u64) -> Result<()> {
+        let node = &self.graph.nodes[i];
+        let NodeKind::Op { op, args } = &node.kind else {
+            return Err(Error::invalid("internal: run_op on a node without an op"));
+        };
+        let mut ctx = EvalContext::default();
+        let lent = lend
+            .then(|| {
+                Lending {
+                    graph: &self.graph,
+                    plan: &self.plan,
+                    slots: &mut self.slots,
+                    stand_in: &self.stand_in,
+                }
+                .lend_dying_argument(i, op, node.ty(), args, &mut ctx)
+            })
+            .flatten();
+        // The op's own failure and the observers' are kept apart: once the op wrote a
+        // parameter's new value into a lent buffer, that value must reach the parameter
+        // even if reporting the op then fails.
+        let out = with_args(&self.slots, args, |refs| {
+            let start = observe.then(Instant::now);
+            let loc = node.location.unwrap_or(Location::caller());
+            let out = apply(op, refs, loc, &mut ctx)?;
+            let reported = start.map_or(Ok(()), |start| {
+                let site = OpSite {
+                    graph_id: self.graph_id,
+                    iteration,
+                    task_id: i,
+                };
+                debug::report_op(site, op, &node.name, refs, &out, start)
+            });
+            Ok::<_, Error>((out, reported))
+        });
+        if let Some(lent) = lent {
+            if out.is_err() {
+                reclaim(lent, &self.graph, i, &mut ctx);
+            } else {
+                self.in_place_ops += 1;
+                if let Lent::Parameter(k) = lent {
+                    self.in_place_updates += 1;
+                    self.donated.push((k, i));
+                }
+            }
+        }
+        let (out, reported) = out?;
+        self.set_single(i, out);
+        reported
+    }
+
+    /// The value of node `i`'s argument `v`.
+    fn arg(&self, v: usize) -> Tensor {
+        self.slots[v][0].clone()
+    }
+
+    /// Runs the branch of `Cond` node `i` that its predicate picks.
+    fn run_cond(&mut self, i: usize) -> Result<Vec<Tensor>> {
+        let NodeKind::Cond {
+            pred,
+            then_args,
+            else_args,
+            ..
+        } = &self.graph.nodes[i].kind
+        else {
+            return Err(Error::invalid("internal: run_cond on another node"));
+        };
+        let is_then = self.arg(*pred).item()? != 0.0;
+        let take = if is_then { then_args } else { else_args };
+        let vals: Vec<Tensor> = take.iter().map(|&a| self.arg(a)).collect();
+        let Some((t, e)) = self.subgraphs.get_mut(&i) else {
+            return Err(Error::invalid("internal: cond sub-graph missing"));
+        };
+        if is_then { t.run(&vals) } else { e.run(&vals) }
+    }
+
+    /// Runs `While` node `i`'s body until its condition is false.
+    fn run_while(&mut self, i: usize) -> Result<Vec<Tensor>> {
+        let NodeKind::While {
+            init,
+            cond_args,
+            body_args,
+            ..
+        } = &self.graph.nodes[i].kind
+        else {
+            return Err(Error::invalid("internal: run_while on another node"));
+        };
+        let mut state: Vec<Tensor> = init.iter().map(|&a| self.arg(a)).collect();
+        let ca: Vec<Tensor> = cond_args.iter().map(|&a| self.arg(a)).collect();
+        let ba: Vec<Tensor> = body_args.iter().map(|&a| self.arg(a)).collect();
+        let Some((c, b)) = self.subgraphs.get_mut(&i) else {
+            return Err(Error::invalid("internal: while sub-graph missing"));
+        };
+        loop {
+            let go = c.run(&[state.clone(), ca.clone()].concat())?;
+            if go[0].item()? == 0.0 {
+                return Ok(state);
+            }
+            state = b.run(&[state, ba.clone()].concat())?;
+        }
     }
 
     /// Stores the one value node `i` produced in its slot (reusing the slot's vector:

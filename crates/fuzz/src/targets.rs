@@ -117,151 +117,183 @@ fn cli(bytes: &[u8]) -> Result<(), String> {
 /// Every target, in the order the reports list them.
 pub fn all() -> Vec<Target> {
     vec![
-        Target {
-            name: "idx",
-            reads: "MNIST IDX files, raw and gzipped",
-            seeds: seeds::idx,
-            run: idx,
-            alloc_limit: compressed,
-            dictionary: &["\u{1f}\u{8b}", "\u{0}\u{0}\u{8}\u{3}"],
-        },
-        Target {
-            name: "cifar10",
-            reads: "CIFAR-10 binary batches",
-            seeds: seeds::cifar10,
-            run: cifar10,
-            alloc_limit: raw,
-            dictionary: &[],
-        },
-        Target {
-            name: "image",
-            reads: "PNG and JPEG images (Decode, ImageFolderDataset, spore predict)",
-            seeds: seeds::images,
-            run: image,
-            alloc_limit: compressed,
-            dictionary: &[
-                "IHDR",
-                "IDAT",
-                "IEND",
-                "PLTE",
-                "\u{ff}\u{d8}",
-                "\u{ff}\u{c0}",
-                "\u{ff}\u{da}",
-            ],
-        },
-        Target {
-            name: "checkpoint",
-            reads: "safetensors checkpoints",
-            seeds: seeds::checkpoints,
-            run: checkpoint,
-            alloc_limit: raw,
-            dictionary: &[
-                "dtype",
-                "shape",
-                "data_offsets",
-                "__metadata__",
-                "F32",
-                "I64",
-                "BOOL",
-                "F16",
-                "crc32_header",
-                "crc32:",
-            ],
-        },
-        Target {
-            name: "dump_config",
-            reads: "Dump configuration JSON (SPORE_DUMP_CONFIG, MINDSPORE_DUMP_CONFIG)",
-            seeds: seeds::dump_configs,
-            run: dump_config,
-            alloc_limit: raw,
-            dictionary: &[
-                "common_dump_settings",
-                "e2e_dump_settings",
-                "dump_mode",
-                "path",
-                "net_name",
-                "iteration",
-                "input_output",
-                "kernels",
-                "support_device",
-                "op_debug_mode",
-                "saved_data",
-                "enable",
-                "trans_flag",
-                "all",
-            ],
-        },
-        Target {
-            name: "npy",
-            reads: "NumPy .npy files (Dump output, spore dump)",
-            seeds: seeds::npy_files,
-            run: npy_file,
-            alloc_limit: raw,
-            dictionary: &[
-                "\u{93}NUMPY",
-                "descr",
-                "fortran_order",
-                "shape",
-                "<f4",
-                "<f8",
-                "<i4",
-                "<i8",
-                "|u1",
-                "|b1",
-                "True",
-                "False",
-                "()",
-                "(0,)",
-            ],
-        },
-        Target {
-            name: "print_file",
-            reads: "files written by the Print operator (print_file_path, spore print-file)",
-            seeds: seeds::print_files,
-            run: print_file,
-            alloc_limit: raw,
-            dictionary: &["SPOREPRT", "\u{93}NUMPY"],
-        },
-        Target {
-            name: "cli",
-            reads: "the spore command's arguments",
-            seeds: seeds::command_lines,
-            run: cli,
-            alloc_limit: raw,
-            dictionary: &[
-                "train",
-                "eval",
-                "predict",
-                "dump",
-                "list",
-                "stats",
-                "compare",
-                "print-file",
-                "--model",
-                "--mode",
-                "--epochs",
-                "--batch-size",
-                "--sink-size",
-                "--checkpoint-dir",
-                "--data",
-                "--lr",
-                "--momentum",
-                "--seed",
-                "--checkpoint",
-                "--graph",
-                "--iteration",
-                "--tolerance",
-                "--help",
-                "-h",
-                "--",
-                "lenet",
-                "mlp",
-                "resnet18",
-                "graph",
-                "pynative",
-            ],
-        },
+        idx_target(),
+        cifar10_target(),
+        image_target(),
+        checkpoint_target(),
+        dump_config_target(),
+        npy_target(),
+        print_file_target(),
+        cli_target(),
     ]
+}
+
+fn idx_target() -> Target {
+    Target {
+        name: "idx",
+        reads: "MNIST IDX files, raw and gzipped",
+        seeds: seeds::idx,
+        run: idx,
+        alloc_limit: compressed,
+        dictionary: &["\u{1f}\u{8b}", "\u{0}\u{0}\u{8}\u{3}"],
+    }
+}
+
+fn cifar10_target() -> Target {
+    Target {
+        name: "cifar10",
+        reads: "CIFAR-10 binary batches",
+        seeds: seeds::cifar10,
+        run: cifar10,
+        alloc_limit: raw,
+        dictionary: &[],
+    }
+}
+
+fn image_target() -> Target {
+    Target {
+        name: "image",
+        reads: "PNG and JPEG images (Decode, ImageFolderDataset, spore predict)",
+        seeds: seeds::images,
+        run: image,
+        alloc_limit: compressed,
+        dictionary: &[
+            "IHDR",
+            "IDAT",
+            "IEND",
+            "PLTE",
+            "\u{ff}\u{d8}",
+            "\u{ff}\u{c0}",
+            "\u{ff}\u{da}",
+        ],
+    }
+}
+
+fn checkpoint_target() -> Target {
+    Target {
+        name: "checkpoint",
+        reads: "safetensors checkpoints",
+        seeds: seeds::checkpoints,
+        run: checkpoint,
+        alloc_limit: raw,
+        dictionary: &[
+            "dtype",
+            "shape",
+            "data_offsets",
+            "__metadata__",
+            "F32",
+            "I64",
+            "BOOL",
+            "F16",
+            "crc32_header",
+            "crc32:",
+        ],
+    }
+}
+
+fn dump_config_target() -> Target {
+    Target {
+        name: "dump_config",
+        reads: "Dump configuration JSON (SPORE_DUMP_CONFIG, MINDSPORE_DUMP_CONFIG)",
+        seeds: seeds::dump_configs,
+        run: dump_config,
+        alloc_limit: raw,
+        dictionary: &[
+            "common_dump_settings",
+            "e2e_dump_settings",
+            "dump_mode",
+            "path",
+            "net_name",
+            "iteration",
+            "input_output",
+            "kernels",
+            "support_device",
+            "op_debug_mode",
+            "saved_data",
+            "enable",
+            "trans_flag",
+            "all",
+        ],
+    }
+}
+
+fn npy_target() -> Target {
+    Target {
+        name: "npy",
+        reads: "NumPy .npy files (Dump output, spore dump)",
+        seeds: seeds::npy_files,
+        run: npy_file,
+        alloc_limit: raw,
+        dictionary: &[
+            "\u{93}NUMPY",
+            "descr",
+            "fortran_order",
+            "shape",
+            "<f4",
+            "<f8",
+            "<i4",
+            "<i8",
+            "|u1",
+            "|b1",
+            "True",
+            "False",
+            "()",
+            "(0,)",
+        ],
+    }
+}
+
+fn print_file_target() -> Target {
+    Target {
+        name: "print_file",
+        reads: "files written by the Print operator (print_file_path, spore print-file)",
+        seeds: seeds::print_files,
+        run: print_file,
+        alloc_limit: raw,
+        dictionary: &["SPOREPRT", "\u{93}NUMPY"],
+    }
+}
+
+fn cli_target() -> Target {
+    Target {
+        name: "cli",
+        reads: "the spore command's arguments",
+        seeds: seeds::command_lines,
+        run: cli,
+        alloc_limit: raw,
+        dictionary: &[
+            "train",
+            "eval",
+            "predict",
+            "dump",
+            "list",
+            "stats",
+            "compare",
+            "print-file",
+            "--model",
+            "--mode",
+            "--epochs",
+            "--batch-size",
+            "--sink-size",
+            "--checkpoint-dir",
+            "--data",
+            "--lr",
+            "--momentum",
+            "--seed",
+            "--checkpoint",
+            "--graph",
+            "--iteration",
+            "--tolerance",
+            "--help",
+            "-h",
+            "--",
+            "lenet",
+            "mlp",
+            "resnet18",
+            "graph",
+            "pynative",
+        ],
+    }
 }
 
 /// The target called `name`.

@@ -22,112 +22,8 @@ impl Graph {
             )))
         };
         let n = self.nodes.len();
-        for (id, node) in self.nodes.iter().enumerate() {
-            let here = format!("node %{id} ({})", node.name);
-            if node.types.is_empty() {
-                return bad(format!("{here} has no type"));
-            }
-            for a in node.args() {
-                if a >= id {
-                    return bad(format!("{here} uses %{a}, which is not defined before it"));
-                }
-            }
-            match &node.kind {
-                NodeKind::Input(i) if self.inputs.get(*i) != Some(&id) => {
-                    return bad(format!(
-                        "{here} is Input({i}) but inputs[{i}] is {:?}",
-                        self.inputs.get(*i)
-                    ));
-                }
-                NodeKind::Parameter(i) => match self.params.get(*i) {
-                    None => {
-                        return bad(format!(
-                            "{here} reads parameter {i} of {}",
-                            self.params.len()
-                        ));
-                    }
-                    Some(p) if p.tensor_type() != *node.ty() => {
-                        return bad(format!(
-                            "{here} has type {} but parameter {} is {}",
-                            node.ty(),
-                            p.name(),
-                            p.tensor_type()
-                        ));
-                    }
-                    _ => {}
-                },
-                NodeKind::RandomKey(k) if *k >= self.num_keys => {
-                    return bad(format!("{here} is key {k} of {}", self.num_keys));
-                }
-                NodeKind::Constant(t) if t.tensor_type() != node.ty() => {
-                    return bad(format!(
-                        "{here}: constant of type {} recorded as {}",
-                        t.tensor_type(),
-                        node.ty()
-                    ));
-                }
-                NodeKind::Op { op, args } => {
-                    let types: Vec<&TensorType> =
-                        args.iter().map(|&a| self.nodes[a].ty()).collect();
-                    match op.infer(&types) {
-                        Ok(t) if &t == node.ty() => {}
-                        Ok(t) => {
-                            return bad(format!(
-                                "{here}: {} infers {t} but the node says {}",
-                                op.name(),
-                                node.ty()
-                            ));
-                        }
-                        Err(m) => return bad(format!("{here}: {}: {m}", op.name())),
-                    }
-                }
-                NodeKind::Cond {
-                    pred,
-                    then_args,
-                    else_args,
-                    then_branch,
-                    else_branch,
-                } => {
-                    if self.nodes[*pred].ty().numel() != 1 {
-                        return bad(format!("{here}: the predicate must have one element"));
-                    }
-                    for (args, g) in [(then_args, then_branch), (else_args, else_branch)] {
-                        g.verify()?;
-                        self.check_call(&here, args, g, &node.types)?;
-                    }
-                }
-                NodeKind::While {
-                    init,
-                    cond_args,
-                    body_args,
-                    cond,
-                    body,
-                } => {
-                    cond.verify()?;
-                    body.verify()?;
-                    let state: Vec<TensorType> =
-                        init.iter().map(|&a| self.nodes[a].ty().clone()).collect();
-                    if node.types != state {
-                        return bad(format!(
-                            "{here}: loop outputs differ from the initial state"
-                        ));
-                    }
-                    let with =
-                        |extra: &Vec<usize>| init.iter().chain(extra).copied().collect::<Vec<_>>();
-                    self.check_call(
-                        &here,
-                        &with(cond_args),
-                        cond,
-                        &[cond.nodes[cond.outputs[0]].ty().clone()],
-                    )?;
-                    self.check_call(&here, &with(body_args), body, &state)?;
-                }
-                NodeKind::GetItem { of, index } => match self.nodes[*of].types.get(*index) {
-                    Some(t) if t == node.ty() => {}
-                    _ => return bad(format!("{here}: output {index} of %{of} does not match")),
-                },
-                _ => {}
-            }
+        for id in 0..n {
+            self.verify_node(id)?;
         }
         for (k, &o) in self.outputs.iter().enumerate() {
             if o >= n {
@@ -143,6 +39,123 @@ impl Graph {
                     ));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Checks node `id`: it is typed, reads only earlier values, and its kind agrees with
+    /// the graph's inputs, parameters and keys and with its op's shape rule.
+    fn verify_node(&self, id: usize) -> Result<()> {
+        let bad = |what: String| {
+            Err(Error::invalid(format!(
+                "graph {} is malformed: {what}",
+                self.name
+            )))
+        };
+        let node = &self.nodes[id];
+        let here = format!("node %{id} ({})", node.name);
+        if node.types.is_empty() {
+            return bad(format!("{here} has no type"));
+        }
+        for a in node.args() {
+            if a >= id {
+                return bad(format!("{here} uses %{a}, which is not defined before it"));
+            }
+        }
+        match &node.kind {
+            NodeKind::Input(i) if self.inputs.get(*i) != Some(&id) => {
+                return bad(format!(
+                    "{here} is Input({i}) but inputs[{i}] is {:?}",
+                    self.inputs.get(*i)
+                ));
+            }
+            NodeKind::Parameter(i) => match self.params.get(*i) {
+                None => {
+                    return bad(format!(
+                        "{here} reads parameter {i} of {}",
+                        self.params.len()
+                    ));
+                }
+                Some(p) if p.tensor_type() != *node.ty() => {
+                    return bad(format!(
+                        "{here} has type {} but parameter {} is {}",
+                        node.ty(),
+                        p.name(),
+                        p.tensor_type()
+                    ));
+                }
+                _ => {}
+            },
+            NodeKind::RandomKey(k) if *k >= self.num_keys => {
+                return bad(format!("{here} is key {k} of {}", self.num_keys));
+            }
+            NodeKind::Constant(t) if t.tensor_type() != node.ty() => {
+                return bad(format!(
+                    "{here}: constant of type {} recorded as {}",
+                    t.tensor_type(),
+                    node.ty()
+                ));
+            }
+            NodeKind::Op { op, args } => {
+                let types: Vec<&TensorType> = args.iter().map(|&a| self.nodes[a].ty()).collect();
+                match op.infer(&types) {
+                    Ok(t) if &t == node.ty() => {}
+                    Ok(t) => {
+                        return bad(format!(
+                            "{here}: {} infers {t} but the node says {}",
+                            op.name(),
+                            node.ty()
+                        ));
+                    }
+                    Err(m) => return bad(format!("{here}: {}: {m}", op.name())),
+                }
+            }
+            NodeKind::Cond {
+                pred,
+                then_args,
+                else_args,
+                then_branch,
+                else_branch,
+            } => {
+                if self.nodes[*pred].ty().numel() != 1 {
+                    return bad(format!("{here}: the predicate must have one element"));
+                }
+                for (args, g) in [(then_args, then_branch), (else_args, else_branch)] {
+                    g.verify()?;
+                    self.check_call(&here, args, g, &node.types)?;
+                }
+            }
+            NodeKind::While {
+                init,
+                cond_args,
+                body_args,
+                cond,
+                body,
+            } => {
+                cond.verify()?;
+                body.verify()?;
+                let state: Vec<TensorType> =
+                    init.iter().map(|&a| self.nodes[a].ty().clone()).collect();
+                if node.types != state {
+                    return bad(format!(
+                        "{here}: loop outputs differ from the initial state"
+                    ));
+                }
+                let with =
+                    |extra: &Vec<usize>| init.iter().chain(extra).copied().collect::<Vec<_>>();
+                self.check_call(
+                    &here,
+                    &with(cond_args),
+                    cond,
+                    &[cond.nodes[cond.outputs[0]].ty().clone()],
+                )?;
+                self.check_call(&here, &with(body_args), body, &state)?;
+            }
+            NodeKind::GetItem { of, index } => match self.nodes[*of].types.get(*index) {
+                Some(t) if t == node.ty() => {}
+                _ => return bad(format!("{here}: output {index} of %{of} does not match")),
+            },
+            _ => {}
         }
         Ok(())
     }

@@ -152,20 +152,23 @@ pub fn make_inputs(row: &Row, seed: u64, float: DType) -> (Vec<Nd>, Vec<Tensor>)
 }
 
 pub fn rows() -> Vec<Row> {
+    [
+        elementwise_rows(),
+        binary_and_comparison_rows(),
+        reduction_rows(),
+        super::table_structural::structural_rows(),
+        super::table_products::product_rows(),
+        super::table_compiled::compiled_rows(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+fn elementwise_rows() -> Vec<Row> {
     let u = |name, f, g| unary(name, In::F(&[3, 4], -2.0, 2.0), f, g);
     let pos = |name, f, g| unary(name, In::F(&[3, 4], 0.2, 3.0), f, g);
     let kinked = |name, f, g| unary(name, In::Fs(&[3, 4], 0.1, 2.0), f, g);
-    let ab = (In::F(&[2, 3], -2.0, 2.0), In::F(&[3], -2.0, 2.0));
-    let cmp = |name, f: fn(&Tensor, &Tensor) -> Result<Tensor>, g: fn(f64, f64) -> bool| {
-        row(
-            name,
-            vec![In::I(&[3, 4], 0, 3), In::I(&[4], 0, 3)],
-            move |x| f(&x[0], &x[1]),
-            move |x| r::zip(&x[0], &x[1], |a, b| bool_of(g(a, b))),
-        )
-        .no_grad()
-        .dtype(DType::Bool)
-    };
     vec![
         row(
             "Identity",
@@ -193,6 +196,22 @@ pub fn rows() -> Vec<Row> {
         u("Sin", Tensor::sin, f64::sin),
         u("Cos", Tensor::cos, f64::cos),
         u("Erf", Tensor::erf, libm::erf),
+    ]
+}
+
+fn binary_and_comparison_rows() -> Vec<Row> {
+    let ab = (In::F(&[2, 3], -2.0, 2.0), In::F(&[3], -2.0, 2.0));
+    let cmp = |name, f: fn(&Tensor, &Tensor) -> Result<Tensor>, g: fn(f64, f64) -> bool| {
+        row(
+            name,
+            vec![In::I(&[3, 4], 0, 3), In::I(&[4], 0, 3)],
+            move |x| f(&x[0], &x[1]),
+            move |x| r::zip(&x[0], &x[1], |a, b| bool_of(g(a, b))),
+        )
+        .no_grad()
+        .dtype(DType::Bool)
+    };
+    vec![
         binary("Add", ab.0, ab.1, Tensor::add, |a, b| a + b),
         binary(
             "Sub",
@@ -255,6 +274,11 @@ pub fn rows() -> Vec<Row> {
         )
         .no_grad()
         .dtype(DType::F32),
+    ]
+}
+
+fn reduction_rows() -> Vec<Row> {
+    vec![
         row(
             "ReduceSum",
             vec![In::F(&[2, 3, 4], -1.0, 1.0)],
@@ -346,9 +370,4 @@ pub fn rows() -> Vec<Row> {
         .no_grad()
         .dtype(DType::I32),
     ]
-    .into_iter()
-    .chain(super::table_structural::structural_rows())
-    .chain(super::table_products::product_rows())
-    .chain(super::table_compiled::compiled_rows())
-    .collect()
 }

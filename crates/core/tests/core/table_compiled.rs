@@ -1,5 +1,6 @@
-//! Rows of the primitives only the graph compiler makes that no other file covers
-//! (`Conv2DReLU`), and of the side-effect op (`Print`), each against a naive reference.
+//! Rows of the primitives only the graph compiler makes (`Conv2DReLU`, `MaxPoolGradReLU`,
+//! `FusedReduceSum`, `FusedElementwise`; the products' are in `table_products.rs`) and of
+//! the side-effect op (`Print`), each against a naive reference.
 
 use spore_core::Tensor;
 use spore_core::op::{ConvAttrs, Op, PrintSegment};
@@ -7,6 +8,7 @@ use spore_kernels::DType;
 
 use super::reference::{self as r, Nd};
 use super::table::{In, Row, row};
+use super::table_structural::{POOL_2X2, apply_2x2_pool_grad, max_pool_2x2_grad_ref};
 
 fn apply(op: Op, x: &[Tensor]) -> spore_core::Result<Tensor> {
     let args: Vec<&Tensor> = x.iter().collect();
@@ -40,6 +42,13 @@ fn conv_row(x: &'static [usize], w: &'static [usize], spec: r::ConvSpec) -> Row 
 }
 
 pub fn compiled_rows() -> Vec<Row> {
+    [conv_print_rows(), fused_rows()]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<Row>>()
+}
+
+fn conv_print_rows() -> Vec<Row> {
     let plain = r::ConvSpec {
         stride: [1, 1],
         dilation: [1, 1],
@@ -78,5 +87,126 @@ pub fn compiled_rows() -> Vec<Row> {
         )
         .no_grad()
         .dtype(DType::I32),
+    ]
+}
+
+/// Runs a two-input fused program `instrs` (in the inputs' float dtype) on `x`.
+fn run_fused(
+    x: &[Tensor],
+    instrs: Vec<spore_core::prims::fused::FusedInstr>,
+) -> spore_core::Result<Tensor> {
+    let program = spore_core::prims::fused::FusedProgram {
+        num_inputs: 2,
+        instrs,
+        compute: x[0].dtype(),
+        out_dtype: x[0].dtype(),
+    };
+    spore_core::apply::apply(
+        Op::Fused(program),
+        &[&x[0], &x[1]],
+        std::panic::Location::caller(),
+    )
+}
+
+fn fused_rows() -> Vec<Row> {
+    vec![
+        row(
+            "MaxPoolGradReLU",
+            // Mostly negative inputs: windows whose maximum is not positive, where the
+            // mask decides, are common.
+            vec![
+                In::F(&[1, 2, 4, 4], -1.0, 0.2),
+                In::F(&[1, 2, 2, 2], -1.0, 1.0),
+            ],
+            |x| apply_2x2_pool_grad(Op::MaxPool2dGradOfRelu(POOL_2X2), x),
+            |x| {
+                // MaxPoolGrad's reference, then zero wherever the pooled input is not
+                // positive (ReLU's gradient through its output).
+                let dx = max_pool_2x2_grad_ref(&x[0], &x[1]);
+                r::zip(&dx, &x[0], |d, y| if y > 0.0 { d } else { 0.0 })
+            },
+        )
+        .no_grad(),
+        row(
+            "FusedReduceSum",
+            vec![In::F(&[2, 3, 4], -1.0, 1.0), In::F(&[3, 1], -1.0, 1.0)],
+            |x| {
+                use spore_core::prims::fused::{FusedInstr as I, FusedProgram};
+                use spore_kernels::{BinaryFn, UnaryFn};
+                // Σ over axes 0 and 2 of exp(a) * b, b broadcast along both.
+                let program = FusedProgram {
+                    num_inputs: 2,
+                    instrs: vec![I::Unary(UnaryFn::Exp, 0), I::Binary(BinaryFn::Mul, 2, 1)],
+                    compute: x[0].dtype(),
+                    out_dtype: x[0].dtype(),
+                };
+                spore_core::apply::apply(
+                    Op::FusedReduceSum {
+                        program,
+                        axes: vec![0, 2],
+                        keep_dims: false,
+                    },
+                    &[&x[0], &x[1]],
+                    std::panic::Location::caller(),
+                )
+            },
+            |x| {
+                let product = r::zip(&x[0].map(f64::exp), &x[1], |a, b| a * b);
+                r::reduce(&product, &[0, 2], false, |v| v.iter().sum())
+            },
+        )
+        .no_grad(),
+        row(
+            "FusedElementwise",
+            vec![In::F(&[2, 3], -1.0, 1.0), In::F(&[3], -1.0, 1.0)],
+            |x| {
+                use spore_core::prims::fused::FusedInstr as I;
+                use spore_kernels::{BinaryFn, CompareFn, UnaryFn};
+                // select(a > b, exp(a) * b, a - b)
+                run_fused(
+                    x,
+                    vec![
+                        I::Compare(CompareFn::Greater, 0, 1),
+                        I::Unary(UnaryFn::Exp, 0),
+                        I::Binary(BinaryFn::Mul, 3, 1),
+                        I::Binary(BinaryFn::Sub, 0, 1),
+                        I::Select(2, 4, 5),
+                    ],
+                )
+            },
+            |x| r::zip(&x[0], &x[1], |a, b| if a > b { a.exp() * b } else { a - b }),
+        )
+        .no_grad(),
+        // A scalar read by every kind of instruction over ten chunks in two thread
+        // blocks: it is held as one chunk of copies, read again for every chunk.
+        row(
+            "FusedElementwise",
+            vec![In::F(&[5, 1000], -1.0, 1.0), In::F(&[], -0.5, 0.5)],
+            |x| {
+                use spore_core::prims::fused::FusedInstr as I;
+                use spore_kernels::{BinaryFn, CompareFn, UnaryFn};
+                // select(a > s, a * s, neg(s) - a)
+                run_fused(
+                    x,
+                    vec![
+                        I::Compare(CompareFn::Greater, 0, 1),
+                        I::Binary(BinaryFn::Mul, 0, 1),
+                        I::Unary(UnaryFn::Neg, 1),
+                        I::Binary(BinaryFn::Sub, 4, 0),
+                        I::Select(2, 3, 5),
+                    ],
+                )
+            },
+            |x| {
+                let s = x[1].data[0];
+                let v = x[0]
+                    .data
+                    .iter()
+                    .map(|&a| if a > s { a * s } else { -s - a })
+                    .collect();
+                Nd::new(&[5, 1000], v)
+            },
+        )
+        .no_grad(),
     ]
 }

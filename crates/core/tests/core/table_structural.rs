@@ -48,38 +48,20 @@ fn max_pool_ref(x: &Nd, k: [usize; 2], s: [usize; 2], pads: [usize; 4]) -> Nd {
 }
 
 /// 2x2 windows, stride 2, no padding: the max-pool gradient rows' geometry.
-const POOL_2X2: PoolAttrs = PoolAttrs {
+pub const POOL_2X2: PoolAttrs = PoolAttrs {
     kernel: [2, 2],
     stride: [2, 2],
     pads: [0; 4],
     count_include_pad: false,
 };
 
-/// Runs a two-input fused program `instrs` (in the inputs' float dtype) on `x`.
-fn run_fused(
-    x: &[Tensor],
-    instrs: Vec<spore_core::prims::fused::FusedInstr>,
-) -> spore_core::Result<Tensor> {
-    let program = spore_core::prims::fused::FusedProgram {
-        num_inputs: 2,
-        instrs,
-        compute: x[0].dtype(),
-        out_dtype: x[0].dtype(),
-    };
-    spore_core::apply::apply(
-        Op::Fused(program),
-        &[&x[0], &x[1]],
-        std::panic::Location::caller(),
-    )
-}
-
 /// Applies a max-pool gradient op to (x, dy).
-fn apply_2x2_pool_grad(op: Op, x: &[Tensor]) -> spore_core::Result<Tensor> {
+pub fn apply_2x2_pool_grad(op: Op, x: &[Tensor]) -> spore_core::Result<Tensor> {
     spore_core::apply::apply(op, &[&x[0], &x[1]], std::panic::Location::caller())
 }
 
 /// Each output gradient of 2x2 / stride-2 max pooling sent to its window's first maximum.
-fn max_pool_2x2_grad_ref(x: &Nd, dy: &Nd) -> Nd {
+pub fn max_pool_2x2_grad_ref(x: &Nd, dy: &Nd) -> Nd {
     let mut dx = Nd::zeros(&x.shape);
     r::pool_windows(&x.shape, [2, 2], [2, 2], [0; 4], |p, o, cells| {
         let best = cells
@@ -119,6 +101,20 @@ fn uniform_ref(key: u64, n: usize) -> Vec<f64> {
 }
 
 pub fn structural_rows() -> Vec<Row> {
+    [
+        movement_rows(),
+        conv_rows(),
+        conv_gradient_rows(),
+        pool_rows(),
+        index_and_random_rows(),
+        composite_rows(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect::<Vec<Row>>()
+}
+
+fn movement_rows() -> Vec<Row> {
     vec![
         row(
             "Reshape",
@@ -218,6 +214,11 @@ pub fn structural_rows() -> Vec<Row> {
                 Nd::new(&[2, 6, 2], v)
             },
         ),
+    ]
+}
+
+fn conv_rows() -> Vec<Row> {
+    vec![
         row(
             "Conv2D",
             vec![In::F(&X_SHAPE, -1.0, 1.0), In::F(&W_SHAPE, -1.0, 1.0)],
@@ -303,6 +304,11 @@ pub fn structural_rows() -> Vec<Row> {
             },
             |x| conv_ref(&x[0], &x[1], &CONV),
         ),
+    ]
+}
+
+fn conv_gradient_rows() -> Vec<Row> {
+    vec![
         row(
             "Conv2DBackpropInput",
             vec![In::F(&[2, 6, 3, 7], -1.0, 1.0), In::F(&W_SHAPE, -1.0, 1.0)],
@@ -345,6 +351,11 @@ pub fn structural_rows() -> Vec<Row> {
                 dw
             },
         ),
+    ]
+}
+
+fn pool_rows() -> Vec<Row> {
+    vec![
         row(
             "MaxPool",
             vec![In::F(&[2, 3, 5, 5], -1.0, 1.0)],
@@ -420,6 +431,11 @@ pub fn structural_rows() -> Vec<Row> {
                 dx
             },
         ),
+    ]
+}
+
+fn index_and_random_rows() -> Vec<Row> {
+    vec![
         row(
             "Gather",
             vec![In::F(&[3, 4, 2], -1.0, 1.0), In::I(&[2, 3], -4, 3)],
@@ -479,104 +495,11 @@ pub fn structural_rows() -> Vec<Row> {
         )
         .no_grad()
         .dtype(DType::F32),
-        row(
-            "MaxPoolGradReLU",
-            // Mostly negative inputs: windows whose maximum is not positive, where the
-            // mask decides, are common.
-            vec![
-                In::F(&[1, 2, 4, 4], -1.0, 0.2),
-                In::F(&[1, 2, 2, 2], -1.0, 1.0),
-            ],
-            |x| apply_2x2_pool_grad(Op::MaxPool2dGradOfRelu(POOL_2X2), x),
-            |x| {
-                // MaxPoolGrad's reference, then zero wherever the pooled input is not
-                // positive (ReLU's gradient through its output).
-                let dx = max_pool_2x2_grad_ref(&x[0], &x[1]);
-                r::zip(&dx, &x[0], |d, y| if y > 0.0 { d } else { 0.0 })
-            },
-        )
-        .no_grad(),
-        row(
-            "FusedReduceSum",
-            vec![In::F(&[2, 3, 4], -1.0, 1.0), In::F(&[3, 1], -1.0, 1.0)],
-            |x| {
-                use spore_core::prims::fused::{FusedInstr as I, FusedProgram};
-                use spore_kernels::{BinaryFn, UnaryFn};
-                // Σ over axes 0 and 2 of exp(a) * b, b broadcast along both.
-                let program = FusedProgram {
-                    num_inputs: 2,
-                    instrs: vec![I::Unary(UnaryFn::Exp, 0), I::Binary(BinaryFn::Mul, 2, 1)],
-                    compute: x[0].dtype(),
-                    out_dtype: x[0].dtype(),
-                };
-                spore_core::apply::apply(
-                    Op::FusedReduceSum {
-                        program,
-                        axes: vec![0, 2],
-                        keep_dims: false,
-                    },
-                    &[&x[0], &x[1]],
-                    std::panic::Location::caller(),
-                )
-            },
-            |x| {
-                let product = r::zip(&x[0].map(f64::exp), &x[1], |a, b| a * b);
-                r::reduce(&product, &[0, 2], false, |v| v.iter().sum())
-            },
-        )
-        .no_grad(),
-        row(
-            "FusedElementwise",
-            vec![In::F(&[2, 3], -1.0, 1.0), In::F(&[3], -1.0, 1.0)],
-            |x| {
-                use spore_core::prims::fused::FusedInstr as I;
-                use spore_kernels::{BinaryFn, CompareFn, UnaryFn};
-                // select(a > b, exp(a) * b, a - b)
-                run_fused(
-                    x,
-                    vec![
-                        I::Compare(CompareFn::Greater, 0, 1),
-                        I::Unary(UnaryFn::Exp, 0),
-                        I::Binary(BinaryFn::Mul, 3, 1),
-                        I::Binary(BinaryFn::Sub, 0, 1),
-                        I::Select(2, 4, 5),
-                    ],
-                )
-            },
-            |x| r::zip(&x[0], &x[1], |a, b| if a > b { a.exp() * b } else { a - b }),
-        )
-        .no_grad(),
-        // A scalar read by every kind of instruction over ten chunks in two thread
-        // blocks: it is held as one chunk of copies, read again for every chunk.
-        row(
-            "FusedElementwise",
-            vec![In::F(&[5, 1000], -1.0, 1.0), In::F(&[], -0.5, 0.5)],
-            |x| {
-                use spore_core::prims::fused::FusedInstr as I;
-                use spore_kernels::{BinaryFn, CompareFn, UnaryFn};
-                // select(a > s, a * s, neg(s) - a)
-                run_fused(
-                    x,
-                    vec![
-                        I::Compare(CompareFn::Greater, 0, 1),
-                        I::Binary(BinaryFn::Mul, 0, 1),
-                        I::Unary(UnaryFn::Neg, 1),
-                        I::Binary(BinaryFn::Sub, 4, 0),
-                        I::Select(2, 3, 5),
-                    ],
-                )
-            },
-            |x| {
-                let s = x[1].data[0];
-                let v = x[0]
-                    .data
-                    .iter()
-                    .map(|&a| if a > s { a * s } else { -s - a })
-                    .collect();
-                Nd::new(&[5, 1000], v)
-            },
-        )
-        .no_grad(),
+    ]
+}
+
+fn composite_rows() -> Vec<Row> {
+    vec![
         // Composite operations, checked the same way.
         row(
             "softmax",

@@ -257,7 +257,11 @@ fn generators_and_in_memory_arrays() {
         err.contains("panicked") && err.contains("no row 1"),
         "{err}"
     );
+}
 
+#[test]
+fn numpy_slices_datasets() {
+    seeded();
     // NumpySlicesDataset slices along the first axis.
     let x = Tensor::from_vec((0..12).map(|v| v as f32).collect(), &[3, 2, 2]).unwrap();
     let y = Tensor::from_vec(vec![7i64, 8, 9], &[3]).unwrap();

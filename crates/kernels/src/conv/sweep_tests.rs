@@ -31,138 +31,160 @@ impl Rng {
     }
 }
 
-/// One draw, shaped after one of the specialised paths' conditions (or none).
+/// A geometry before it is checked: batch, channels in and out, image sides, filter
+/// sides, stride, dilation, pads (top, bottom, left, right), groups.
+struct Draft {
+    n: usize,
+    c: usize,
+    o: usize,
+    h: usize,
+    w: usize,
+    k: [usize; 2],
+    stride: [usize; 2],
+    dilation: [usize; 2],
+    pads: [usize; 4],
+    groups: usize,
+}
+
+/// Winograd and the ResNet-like padded paths: 3x3, stride 1, "same".
+fn resnet_like(rng: &mut Rng) -> Draft {
+    let side = rng.pick(&[4, 8, 12, 16]);
+    Draft {
+        n: rng.range(1, 4),
+        c: rng.pick(&[16, 24, 32, 64]),
+        o: rng.pick(&[16, 20, 32]),
+        h: side,
+        w: side,
+        k: [3, 3],
+        stride: [1, 1],
+        dilation: [1, 1],
+        pads: [1; 4],
+        groups: 1,
+    }
+}
+
+/// Small unpadded images (LeNet-like): the gathered, wide and scatter-add paths.
+fn lenet_like(rng: &mut Rng) -> Draft {
+    let side = rng.range(5, 16);
+    Draft {
+        n: rng.range(1, 8),
+        c: rng.pick(&[1, 3, 6, 8]),
+        o: rng.pick(&[4, 6, 16, 24]),
+        h: side,
+        w: side + rng.range(0, 3),
+        k: [rng.range(1, 5), rng.range(1, 5)],
+        stride: [1, 1],
+        dilation: [1, rng.range(1, 2)],
+        pads: [0; 4],
+        groups: 1,
+    }
+}
+
+/// Padded layers with many positions: the padded gathered weight gradient.
+fn many_positions(rng: &mut Rng) -> Draft {
+    let side = rng.pick(&[16, 18]);
+    Draft {
+        n: rng.range(1, 2),
+        c: 16,
+        o: 16,
+        h: side,
+        w: side,
+        k: [3, 3],
+        stride: [rng.range(1, 2), 1],
+        dilation: [1, 1],
+        pads: [1, 1, rng.range(0, 2), 1],
+        groups: 1,
+    }
+}
+
+/// Wide layers (more than 18 outputs per group): the panel paths.
+fn wide_layers(rng: &mut Rng) -> Draft {
+    let side = rng.range(3, 9);
+    let og = rng.pick(&[20, 32, 48]);
+    let groups = rng.pick(&[1, 2]);
+    Draft {
+        n: rng.range(1, 5),
+        c: 20 * groups,
+        o: og * groups,
+        h: side,
+        w: side + 1,
+        k: [rng.range(1, 3), rng.range(1, 3)],
+        stride: [rng.range(1, 2), rng.range(1, 2)],
+        dilation: [1, rng.range(1, 2)],
+        pads: [
+            rng.range(0, 2),
+            rng.range(0, 1),
+            rng.range(0, 2),
+            rng.range(0, 1),
+        ],
+        groups,
+    }
+}
+
+/// Many channels, few positions (deep layers), up to 512 channels.
+fn deep_layers(rng: &mut Rng) -> Draft {
+    Draft {
+        n: rng.range(1, 3),
+        c: rng.pick(&[64, 128, 256, 512]),
+        o: rng.pick(&[8, 24, 64]),
+        h: 2,
+        w: 3,
+        k: [rng.range(1, 2), rng.range(1, 2)],
+        stride: [1, 1],
+        dilation: [1, 1],
+        pads: [rng.range(0, 1); 4],
+        groups: 1,
+    }
+}
+
+/// Anything: odd sizes, strides up to 3, dilation, groups, uneven padding, large batches.
+fn anything(rng: &mut Rng) -> Draft {
+    let groups = rng.pick(&[1, 1, 2, 3]);
+    Draft {
+        n: rng.pick(&[1, 2, 7, 33, 64]),
+        c: groups * rng.range(1, 5),
+        o: groups * rng.range(1, 7),
+        h: rng.range(1, 11),
+        w: rng.range(1, 11),
+        k: [rng.range(1, 4), rng.range(1, 4)],
+        stride: [rng.range(1, 3), rng.range(1, 3)],
+        dilation: [rng.range(1, 2), rng.range(1, 2)],
+        pads: [
+            rng.range(0, 2),
+            rng.range(0, 2),
+            rng.range(0, 2),
+            rng.range(0, 2),
+        ],
+        groups,
+    }
+}
+
+/// One draw, shaped after one of the specialised paths' conditions (or none); `None` when
+/// the draft is not a valid convolution or its naive loop would be too long.
 fn draw(rng: &mut Rng) -> Option<ConvGeometry> {
-    let kind = rng.range(0, 6);
-    let (n, c, o, h, w, k, stride, dilation, pads, groups) = match kind {
-        // Winograd and the ResNet-like padded paths: 3x3, stride 1, "same".
-        0 => {
-            let side = rng.pick(&[4, 8, 12, 16]);
-            let c = rng.pick(&[16, 24, 32, 64]);
-            (
-                rng.range(1, 4),
-                c,
-                rng.pick(&[16, 20, 32]),
-                side,
-                side,
-                [3, 3],
-                [1, 1],
-                [1, 1],
-                [1; 4],
-                1,
-            )
-        }
-        // Small unpadded images (LeNet-like): the gathered, wide and scatter-add paths.
-        1 => {
-            let side = rng.range(5, 16);
-            let c = rng.pick(&[1, 3, 6, 8]);
-            let o = rng.pick(&[4, 6, 16, 24]);
-            (
-                rng.range(1, 8),
-                c,
-                o,
-                side,
-                side + rng.range(0, 3),
-                [rng.range(1, 5), rng.range(1, 5)],
-                [1, 1],
-                [1, rng.range(1, 2)],
-                [0; 4],
-                1,
-            )
-        }
-        // Padded layers with many positions: the padded gathered weight gradient.
-        2 => {
-            let side = rng.pick(&[16, 18]);
-            (
-                rng.range(1, 2),
-                16,
-                16,
-                side,
-                side,
-                [3, 3],
-                [rng.range(1, 2), 1],
-                [1, 1],
-                [1, 1, rng.range(0, 2), 1],
-                1,
-            )
-        }
-        // Wide layers (more than 18 outputs per group): the panel paths.
-        3 => {
-            let side = rng.range(3, 9);
-            let og = rng.pick(&[20, 32, 48]);
-            let groups = rng.pick(&[1, 2]);
-            (
-                rng.range(1, 5),
-                20 * groups,
-                og * groups,
-                side,
-                side + 1,
-                [rng.range(1, 3), rng.range(1, 3)],
-                [rng.range(1, 2), rng.range(1, 2)],
-                [1, rng.range(1, 2)],
-                [
-                    rng.range(0, 2),
-                    rng.range(0, 1),
-                    rng.range(0, 2),
-                    rng.range(0, 1),
-                ],
-                groups,
-            )
-        }
-        // Many channels, few positions (deep layers), up to 512 channels.
-        4 => {
-            let c = rng.pick(&[64, 128, 256, 512]);
-            (
-                rng.range(1, 3),
-                c,
-                rng.pick(&[8, 24, 64]),
-                2,
-                3,
-                [rng.range(1, 2), rng.range(1, 2)],
-                [1, 1],
-                [1, 1],
-                [rng.range(0, 1); 4],
-                1,
-            )
-        }
-        // Anything: odd sizes, strides up to 3, dilation, groups, uneven padding, large batches.
-        _ => {
-            let groups = rng.pick(&[1, 1, 2, 3]);
-            let c = groups * rng.range(1, 5);
-            let o = groups * rng.range(1, 7);
-            (
-                rng.pick(&[1, 2, 7, 33, 64]),
-                c,
-                o,
-                rng.range(1, 11),
-                rng.range(1, 11),
-                [rng.range(1, 4), rng.range(1, 4)],
-                [rng.range(1, 3), rng.range(1, 3)],
-                [rng.range(1, 2), rng.range(1, 2)],
-                [
-                    rng.range(0, 2),
-                    rng.range(0, 2),
-                    rng.range(0, 2),
-                    rng.range(0, 2),
-                ],
-                groups,
-            )
-        }
-    };
-    if c % groups != 0 || o % groups != 0 {
+    let shapes: [fn(&mut Rng) -> Draft; 6] = [
+        resnet_like,
+        lenet_like,
+        many_positions,
+        wide_layers,
+        deep_layers,
+        anything,
+    ];
+    let d = shapes[rng.range(0, 5)](rng);
+    if !d.c.is_multiple_of(d.groups) || !d.o.is_multiple_of(d.groups) {
         return None;
     }
-    let reach = |s: usize| dilation[s] * (k[s] - 1) + 1;
-    if h + pads[0] + pads[1] < reach(0) || w + pads[2] + pads[3] < reach(1) {
+    let reach = |s: usize| d.dilation[s] * (d.k[s] - 1) + 1;
+    if d.h + d.pads[0] + d.pads[1] < reach(0) || d.w + d.pads[2] + d.pads[3] < reach(1) {
         return None;
     }
     let g = ConvGeometry::new(
-        [n, c, h, w],
-        [o, c / groups, k[0], k[1]],
-        stride,
-        dilation,
-        pads,
-        groups,
+        [d.n, d.c, d.h, d.w],
+        [d.o, d.c / d.groups, d.k[0], d.k[1]],
+        d.stride,
+        d.dilation,
+        d.pads,
+        d.groups,
     );
     // Bound the naive loop's work (multiply-adds per pass).
     let work = g.n * g.o * g.ohw() * g.ckk();

@@ -126,138 +126,194 @@ pub fn parse_iterations(s: &str) -> Result<Iterations> {
     Ok(Iterations::Ranges(ranges))
 }
 
+type Object = Map<String, Value>;
+
+/// The top-level object, its keys checked.
+fn top_level(root: &Value) -> Result<&Object> {
+    let root = root
+        .as_object()
+        .ok_or_else(|| err("the top level must be a JSON object".into()))?;
+    for k in root.keys() {
+        if k != "common_dump_settings" && k != "e2e_dump_settings" {
+            return Err(err(format!(
+                "unknown field {k:?}; known: common_dump_settings, e2e_dump_settings"
+            )));
+        }
+    }
+    Ok(root)
+}
+
+/// `common_dump_settings`, its keys checked (no unknown one, every required one).
+fn common_settings(root: &Object) -> Result<&Object> {
+    let common = root
+        .get("common_dump_settings")
+        .and_then(Value::as_object)
+        .ok_or_else(|| err("missing required object common_dump_settings".into()))?;
+    for k in common.keys() {
+        if !COMMON_FIELDS.contains(&k.as_str()) {
+            return Err(err(format!(
+                "unknown field common_dump_settings.{k}; known: {}",
+                COMMON_FIELDS.join(", ")
+            )));
+        }
+    }
+    for k in REQUIRED_FIELDS {
+        if !common.contains_key(*k) {
+            return Err(err(format!(
+                "missing required field common_dump_settings.{k}"
+            )));
+        }
+    }
+    Ok(common)
+}
+
+/// `path`: an absolute path.
+fn dump_path(common: &Object) -> Result<PathBuf> {
+    let path_text = common["path"]
+        .as_str()
+        .ok_or_else(|| err("common_dump_settings.path must be a string".into()))?;
+    let path = PathBuf::from(path_text);
+    if !path.is_absolute() {
+        return Err(err(format!(
+            "common_dump_settings.path must be an absolute path, got {path_text:?}"
+        )));
+    }
+    Ok(path)
+}
+
+/// `net_name`: letters, digits, '_', '-' and '.'.
+fn net_name(common: &Object) -> Result<String> {
+    let name = common["net_name"].as_str().unwrap_or("").to_string();
+    let valid = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.';
+    if name.is_empty() || !name.chars().all(valid) {
+        return Err(err(format!(
+            "common_dump_settings.net_name must be a non-empty name of letters, digits, '_', '-' or '.', got {}",
+            common["net_name"]
+        )));
+    }
+    Ok(name)
+}
+
+/// `iteration`: "all" or ranges.
+fn iterations(common: &Object) -> Result<Iterations> {
+    match common["iteration"].as_str() {
+        Some(s) => parse_iterations(s),
+        None => Err(err(format!(
+            "common_dump_settings.iteration must be a string such as \"all\" or \"0|5-8\", got {}",
+            common["iteration"]
+        ))),
+    }
+}
+
+/// `kernels`: op names or types (not empty when only they are dumped).
+fn kernels(common: &Object, dump_mode: u8) -> Result<Vec<String>> {
+    let Some(list) = common["kernels"].as_array() else {
+        return Err(err(
+            "common_dump_settings.kernels must be a list of op names or types".into(),
+        ));
+    };
+    let kernels: Vec<String> = list
+        .iter()
+        .map(|k| {
+            k.as_str().map(str::to_string).ok_or_else(|| {
+                err(format!(
+                    "common_dump_settings.kernels entries must be strings, got {k}"
+                ))
+            })
+        })
+        .collect::<Result<_>>()?;
+    if dump_mode == 1 && kernels.is_empty() {
+        return Err(err(
+            "common_dump_settings.kernels must not be empty when dump_mode is 1".into(),
+        ));
+    }
+    Ok(kernels)
+}
+
+/// `support_device`: device ids.
+fn support_device(common: &Object) -> Result<Vec<u32>> {
+    let Some(list) = common["support_device"].as_array() else {
+        return Err(err(
+            "common_dump_settings.support_device must be a list of device ids".into(),
+        ));
+    };
+    list.iter()
+        .map(|d| {
+            d.as_u64()
+                .filter(|&d| d < 4096)
+                .map(|d| d as u32)
+                .ok_or_else(|| {
+                    err(format!(
+                        "common_dump_settings.support_device entries must be device ids 0..4096, got {d}"
+                    ))
+                })
+        })
+        .collect()
+}
+
+/// `saved_data`: tensors, statistics or both (tensors when absent).
+fn saved_data(common: &Object) -> Result<SavedData> {
+    match common.get("saved_data").map(|v| v.as_str()) {
+        None | Some(Some("tensor")) => Ok(SavedData::Tensor),
+        Some(Some("statistic")) => Ok(SavedData::Statistic),
+        Some(Some("full")) => Ok(SavedData::Full),
+        Some(_) => Err(err(format!(
+            "common_dump_settings.saved_data must be one of \"tensor\", \"statistic\", \"full\", got {}",
+            common["saved_data"]
+        ))),
+    }
+}
+
+/// `e2e_dump_settings`: (enable, trans_flag), both false when absent.
+fn e2e_settings(root: &Object) -> Result<(bool, bool)> {
+    let (mut synchronous, mut trans_flag) = (false, false);
+    let Some(e2e) = root.get("e2e_dump_settings") else {
+        return Ok((synchronous, trans_flag));
+    };
+    let e2e = e2e
+        .as_object()
+        .ok_or_else(|| err("e2e_dump_settings must be an object".into()))?;
+    for (k, v) in e2e {
+        let flag = v.as_bool().ok_or_else(|| {
+            err(format!(
+                "e2e_dump_settings.{k} must be true or false, got {v}"
+            ))
+        });
+        match k.as_str() {
+            "enable" => synchronous = flag?,
+            "trans_flag" => trans_flag = flag?,
+            _ => {
+                return Err(err(format!(
+                    "unknown field e2e_dump_settings.{k}; known: enable, trans_flag"
+                )));
+            }
+        }
+    }
+    Ok((synchronous, trans_flag))
+}
+
 impl DumpConfig {
     /// Parses and validates the JSON text.
     pub fn parse(text: &str) -> Result<DumpConfig> {
         let root: Value =
             serde_json::from_str(text).map_err(|e| err(format!("not valid JSON: {e}")))?;
-        let root = root
-            .as_object()
-            .ok_or_else(|| err("the top level must be a JSON object".into()))?;
-        for k in root.keys() {
-            if k != "common_dump_settings" && k != "e2e_dump_settings" {
-                return Err(err(format!(
-                    "unknown field {k:?}; known: common_dump_settings, e2e_dump_settings"
-                )));
-            }
-        }
-        let common = root
-            .get("common_dump_settings")
-            .and_then(Value::as_object)
-            .ok_or_else(|| err("missing required object common_dump_settings".into()))?;
-        for k in common.keys() {
-            if !COMMON_FIELDS.contains(&k.as_str()) {
-                return Err(err(format!(
-                    "unknown field common_dump_settings.{k}; known: {}",
-                    COMMON_FIELDS.join(", ")
-                )));
-            }
-        }
-        for k in REQUIRED_FIELDS {
-            if !common.contains_key(*k) {
-                return Err(err(format!(
-                    "missing required field common_dump_settings.{k}"
-                )));
-            }
-        }
+        let root = top_level(&root)?;
+        let common = common_settings(root)?;
+        // Checked in the order the fields are documented: the first mistake is reported.
         let dump_mode = int_in(common, "dump_mode", &[0, 1])?;
-        let path_text = common["path"]
-            .as_str()
-            .ok_or_else(|| err("common_dump_settings.path must be a string".into()))?;
-        let path = PathBuf::from(path_text);
-        if !path.is_absolute() {
-            return Err(err(format!(
-                "common_dump_settings.path must be an absolute path, got {path_text:?}"
-            )));
-        }
-        let net_name = common["net_name"].as_str().unwrap_or("").to_string();
-        if net_name.is_empty()
-            || !net_name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
-        {
-            return Err(err(format!(
-                "common_dump_settings.net_name must be a non-empty name of letters, digits, '_', '-' or '.', got {}",
-                common["net_name"]
-            )));
-        }
-        let iteration = match common["iteration"].as_str() {
-            Some(s) => parse_iterations(s)?,
-            None => {
-                return Err(err(format!(
-                    "common_dump_settings.iteration must be a string such as \"all\" or \"0|5-8\", got {}",
-                    common["iteration"]
-                )));
-            }
-        };
+        let path = dump_path(common)?;
+        let net_name = net_name(common)?;
+        let iteration = iterations(common)?;
         let input_output = int_in(common, "input_output", &[0, 1, 2])?;
-        let kernels: Vec<String> = match common["kernels"].as_array() {
-            Some(a) => a
-                .iter()
-                .map(|k| {
-                    k.as_str().map(str::to_string).ok_or_else(|| {
-                        err(format!(
-                            "common_dump_settings.kernels entries must be strings, got {k}"
-                        ))
-                    })
-                })
-                .collect::<Result<_>>()?,
-            None => {
-                return Err(err(
-                    "common_dump_settings.kernels must be a list of op names or types".into(),
-                ));
-            }
-        };
-        if dump_mode == 1 && kernels.is_empty() {
-            return Err(err(
-                "common_dump_settings.kernels must not be empty when dump_mode is 1".into(),
-            ));
-        }
-        let support_device: Vec<u32> = match common["support_device"].as_array() {
-            Some(a) => a
-                .iter()
-                .map(|d| d.as_u64().filter(|&d| d < 4096).map(|d| d as u32).ok_or_else(|| err(format!("common_dump_settings.support_device entries must be device ids 0..4096, got {d}"))))
-                .collect::<Result<_>>()?,
-            None => return Err(err("common_dump_settings.support_device must be a list of device ids".into())),
-        };
+        let kernels = kernels(common, dump_mode)?;
+        let support_device = support_device(common)?;
         let op_debug_mode = if common.contains_key("op_debug_mode") {
             int_in(common, "op_debug_mode", &[0, 1, 2, 3])?
         } else {
             0
         };
-        let saved_data = match common.get("saved_data").map(|v| v.as_str()) {
-            None | Some(Some("tensor")) => SavedData::Tensor,
-            Some(Some("statistic")) => SavedData::Statistic,
-            Some(Some("full")) => SavedData::Full,
-            Some(_) => {
-                return Err(err(format!(
-                    "common_dump_settings.saved_data must be one of \"tensor\", \"statistic\", \"full\", got {}",
-                    common["saved_data"]
-                )));
-            }
-        };
-        let (mut synchronous, mut trans_flag) = (false, false);
-        if let Some(e2e) = root.get("e2e_dump_settings") {
-            let e2e = e2e
-                .as_object()
-                .ok_or_else(|| err("e2e_dump_settings must be an object".into()))?;
-            for (k, v) in e2e {
-                let flag = v.as_bool().ok_or_else(|| {
-                    err(format!(
-                        "e2e_dump_settings.{k} must be true or false, got {v}"
-                    ))
-                });
-                match k.as_str() {
-                    "enable" => synchronous = flag?,
-                    "trans_flag" => trans_flag = flag?,
-                    _ => {
-                        return Err(err(format!(
-                            "unknown field e2e_dump_settings.{k}; known: enable, trans_flag"
-                        )));
-                    }
-                }
-            }
-        }
+        let saved_data = saved_data(common)?;
+        let (synchronous, trans_flag) = e2e_settings(root)?;
         Ok(DumpConfig {
             dump_mode,
             path,
