@@ -111,6 +111,12 @@ pub fn download_file(urls: &[String], dest: &Path, md5: &str) -> Result<PathBuf>
         .into();
     let mut failures = Vec::new();
     for url in urls {
+        if url.starts_with("https://") && !cfg!(feature = "https") {
+            failures.push(format!(
+                "{url}: this build has no TLS (enable spore-data's `https` feature, or `spore`'s)"
+            ));
+            continue;
+        }
         match fetch(&agent, url, &part) {
             Ok(got) if got == md5 => {
                 std::fs::rename(&part, dest).map_err(|e| {

@@ -77,9 +77,9 @@ pub(crate) struct Operands<'a, T: Clone> {
 
 /// How a program's last instruction reads the lent input, the only one to read it: the
 /// input's chunk is then still in the result's chunk, and is read there, not copied into
-/// a register first. (An optimizer's `w - lr * m` written over `w`: the copy took 2.3 % of
-/// the MLP training step's samples, and steps alternating with and without it in one
-/// process ran 1.5-2.4 % faster without.)
+/// a register first. Why: for an optimizer's `w - lr * m` written over `w`, the copy was
+/// a visible share of the MLP training step, which ran faster without it (measured:
+/// BENCHMARKS.md, "Figures moved from code comments").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum LastRead {
     /// `MulAdd`'s addend `c`.

@@ -14,9 +14,9 @@
 //! Why: a rayon worker with nothing to do yields a few dozen times and then sleeps, and
 //! waking it takes longer than many of a small network's kernels. The serial ops between
 //! two products (a loss, a bias gradient) last long enough for that: a 64x512x10 product
-//! took 9.6 µs back to back, 16.4 µs after 30 µs of serial work and 33 µs after 1 ms. A
-//! spinning worker steals the product's second half at once (10.4 µs after 30 µs), as an
-//! OpenMP team spins between parallel regions.
+//! took longer after serial work than back to back, and longer still after more of it. A
+//! spinning worker steals the product's second half at once, as an OpenMP team spins
+//! between parallel regions (measured: BENCHMARKS.md, "Figures moved from code comments").
 //!
 //! A spinner is a job broadcast to the other workers that runs their pool's work
 //! (`rayon::yield_now`) until no step has been running for [`LINGER`]. It never runs on a

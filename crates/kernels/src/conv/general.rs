@@ -32,7 +32,8 @@ fn images_per_gemm<T>(g: &ConvGeometry, per: usize) -> usize {
     let image_bytes = g.ckk() * g.ohw() * std::mem::size_of::<T>();
     let cached = CACHED_COLUMNS_BYTES / image_bytes.max(1);
     // Why the floor: ResNet's `layer4` stride-2 convolution (16 positions, a 147 KB column
-    // matrix per image) would run one image per GEMM, a 16-column product at 59 GFLOP/s.
+    // matrix per image) would run one image per GEMM, a 16-column product at a low rate
+    // (measured: BENCHMARKS.md, "Figures moved from code comments").
     let nb = if cached * g.ohw() >= MIN_CACHED_COLUMNS {
         wide.min(cached)
     } else {

@@ -235,8 +235,9 @@ pub(crate) fn input_gradient(dy: &[f32], w: &[f32], g: &ConvGeometry, dx: &mut [
         for group in 0..g.groups {
             // dY_wide: row oy of each output channel at oy * (padded width), zeros elsewhere
             // (each gap written with its row: filling the whole buffer first, and zeroing
-            // `dx` up front on one thread, took 7 % of LeNet's `conv2` input gradient
-            // under `perf`, in `memset`).
+            // `dx` up front on one thread, showed up in `memset` under `perf` in
+            // LeNet's `conv2` input gradient; measured: BENCHMARKS.md, "Figures moved
+            // from code comments").
             for co in 0..og {
                 let plane = &dy[(image * g.o + group * og + co) * ohw..][..ohw];
                 let row = &mut spread[co * padded..][..padded];
@@ -369,9 +370,10 @@ pub(crate) fn filter_gradient(dy: &[f32], x: &[f32], g: &ConvGeometry, dw: &mut 
 /// Packs `dYᵀ` of image `image`'s group `group` (positions as rows, output channels as
 /// columns) into rows `first..first + OH·OW` of `packed`, a packed B of depth `depth`:
 /// panels of 16 channels by 8x8 register transposes, a last narrower panel value by
-/// value. (Packed one value at a time, it and the border copies took 10 % of ResNet's
-/// first-stage weight gradient under `perf`; with the transposes LeNet's `conv2` weight
-/// gradient took 7-37 % less time in 8 of 10 interleaved runs.)
+/// value. Why the transposes: packed one value at a time, it and the border copies were
+/// a visible share of ResNet's first-stage weight gradient under `perf`, and with them
+/// LeNet's `conv2` weight gradient took less time in most interleaved runs (measured:
+/// BENCHMARKS.md, "Figures moved from code comments").
 fn pack_output_gradient(
     dy: &[f32],
     g: &ConvGeometry,
@@ -408,7 +410,8 @@ fn pack_output_gradient(
 /// positions (zeros in the `KW - 1` columns per row that no window starts at). Why: with
 /// fewer than 16 output channels, the gathered product of [`filter_gradient`] wastes most
 /// of each panel, and im2col wrote 25 copies of LeNet's `conv1` images (2.5 MB per step)
-/// that took 44 % of its weight gradient under `perf`.
+/// that took a large share of its weight gradient under `perf` (measured: BENCHMARKS.md,
+/// "Figures moved from code comments").
 ///
 /// The zero columns meet real image values (the next row's first ones), so an infinite
 /// or NaN value there would turn the gradient NaN where im2col would not see it: the

@@ -110,8 +110,9 @@ pub(crate) fn border_plane(src: &[f32], g: &ConvGeometry, dst: &mut [f32]) {
 /// `dst.copy_from_slice(src)` for the short rows of small images: fixed 8-element blocks
 /// (the last one overlapping) compile to inline vector moves, where a `memmove` call per
 /// row of 10-30 elements costs more than the copy (it was most of LeNet's im2col time).
-/// Rows of 4-7 elements take two overlapping 4-element blocks (ResNet's 4x4 layer4
-/// panels: their `memmove` calls were 5 % of the forward pass).
+/// Rows of 4-7 elements take two overlapping 4-element blocks: ResNet's 4x4 layer4
+/// panels, whose `memmove` calls showed up in the forward pass (measured: BENCHMARKS.md,
+/// "Figures moved from code comments").
 #[inline]
 pub(crate) fn copy_short<T: Copy>(dst: &mut [T], src: &[T]) {
     let n = dst.len();
@@ -168,9 +169,10 @@ pub(crate) fn col2im<T: Num>(cols: &[T], ld: usize, g: &ConvGeometry, group: usi
                 }
                 // Output row oy lands on input row oy * sy + y0, column ox on ox * sx + x0:
                 // the rows and columns that fall inside the image are found once per tap,
-                // not per row or value (ResNet's 8x8 and 4x4 layers have runs of 4-8
+                // not per row or value. ResNet's 8x8 and 4x4 layers have runs of 4-8
                 // values, and its stride-2 layers were added value by value with a bounds
-                // check each: 40 % of their input gradient under `perf`).
+                // check each, a large share of their input gradient under `perf` (measured:
+                // BENCHMARKS.md, "Figures moved from code comments").
                 let [sy, sx] = g.stride;
                 let y0 = (i * g.dilation[0]) as isize - g.pads[0] as isize;
                 let x0 = (j * g.dilation[1]) as isize - g.pads[2] as isize;

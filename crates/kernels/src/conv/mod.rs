@@ -48,8 +48,8 @@ fn is_f32<T: Num>() -> bool {
 /// compiler folds the two). On wide positions (LeNet's `conv1`) the ReLU is applied as
 /// the output rows are copied out of the product, in L1; elsewhere it is a pass over the
 /// output right after the convolution, while it is still in cache. Why: a separate ReLU
-/// op read and wrote `conv1`'s 602 KB output once more per step (about 3 % of LeNet's
-/// step under `perf`).
+/// op read and wrote `conv1`'s 602 KB output once more per step (measured: BENCHMARKS.md,
+/// "Figures moved from code comments").
 pub fn conv2d_relu<T: Num>(x: &[T], w: &[T], g: &ConvGeometry) -> Vec<T> {
     let (mut y, applied) = convolve(x, w, g, true);
     if applied {

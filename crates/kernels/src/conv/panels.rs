@@ -150,7 +150,8 @@ impl<'a> ImageColumns<'a> {
         if stride != 1 {
             let mut done = 0;
             // Stride 2 (ResNet's downsampling layers), 16 values at a time where 32 can be
-            // read: the value-by-value copy below was a quarter of their weight gradient.
+            // read: the value-by-value copy below was a large share of their weight
+            // gradient (measured: BENCHMARKS.md, "Figures moved from code comments").
             if stride == 2 {
                 while done + NR <= out.len() && at + 2 * (done + NR) <= self.src.len() {
                     // SAFETY: 32 values from `at + 2 * done` lie inside `src` (checked
@@ -210,9 +211,10 @@ impl<'a> ImageColumns<'a> {
     /// path runs instead.
     ///
     /// Why a path of its own: the general one spends more on finding each tap's offset
-    /// and checking bounds than on the copy (ResNet's first stage: packing was 19 % of
-    /// the forward pass under `perf`, for 64 multiply-adds per copied value; its
-    /// stride-2 layers copied value by value: 32 % of layer2's).
+    /// and checking bounds than on the copy, and packing was a large share of the forward
+    /// pass under `perf`: in ResNet's first stage, for 64 multiply-adds per copied value,
+    /// and in its stride-2 layers, which copied value by value (measured: BENCHMARKS.md,
+    /// "Figures moved from code comments").
     fn pack_whole_rows(&self, dst: &mut [f32], p0: usize, kc: usize, corner: usize) -> bool {
         let g = self.g;
         let per_plane = g.kh * g.kw;

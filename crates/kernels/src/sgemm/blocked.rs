@@ -7,8 +7,9 @@
 //! thread, and each packs A itself.
 //!
 //! Why one split per product and private packing: a fork per depth block (with B packed
-//! once and shared) cost more in wake-ups and cross-core traffic than packing A twice
-//! (the MLP's 64x512x784 product ran 25 % slower that way).
+//! once and shared) cost more in wake-ups and cross-core traffic than packing A twice:
+//! the MLP's 64x512x784 product ran slower that way (measured: BENCHMARKS.md, "Figures
+//! moved from code comments").
 //!
 //! A product may also bring its own panels ([`blocked_with`]): A packed once beforehand
 //! and shared by many products ([`prepack_a`]), and B written panel by panel by a

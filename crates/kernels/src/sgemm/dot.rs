@@ -22,9 +22,10 @@ use super::{Product, split};
 
 /// Columns of B per tile.
 const TC: usize = 4;
-/// Depth per pass: four rows and four columns of this length (32 KiB) fit L1. (512
-/// split the MLP's 784-deep `x · Wᵀ` into two passes that each re-stream A from L2 and
-/// reload C: 0.354 ms, against 0.296 ms in one pass.)
+/// Depth per pass: four rows and four columns of this length (32 KiB) fit L1. Why not
+/// 512: it split the MLP's 784-deep `x · Wᵀ` into two passes that each re-stream A from
+/// L2 and reload C, slower than one pass (measured: BENCHMARKS.md, "Figures moved from
+/// code comments").
 const KD: usize = 1024;
 
 /// The tile kernel a machine runs, and so the rows of A per tile.
@@ -34,9 +35,10 @@ pub(crate) enum TileKernel {
     Avx2,
     /// 4 x 4 tiles in the same 8-lane vectors, with AVX-512's 32 registers holding 16
     /// sums + 4 rows + 1 column. Why: half a load per multiply-add (7/12 in 3 x 4) and
-    /// 64 rows in whole tiles; the MLP's 64x512x784 `x · Wᵀ` with bias and ReLU took 0.2550 ms
-    /// against 0.2713 (3 x 4), 64x512x512 0.1774 against 0.1855 (one process,
-    /// alternating). Tiles of 4 x 6 and 6 x 4 were slower than 4 x 4 (0.2612, 0.2569).
+    /// 64 rows in whole tiles; the MLP's 64x512x784 `x · Wᵀ` with bias and ReLU and its
+    /// 64x512x512 product ran faster than with 3 x 4 tiles, and tiles of 4 x 6 and 6 x 4
+    /// were slower than 4 x 4 (measured: BENCHMARKS.md, "Figures moved from code
+    /// comments").
     Avx512,
 }
 
@@ -77,9 +79,9 @@ pub(super) fn run(p: &Product, threads: usize) {
         let (blocks_n, blocks_m) = (n.div_ceil(TC), row_tiles(m, tr));
         // Each thread's part of C, then the epilogue over it, row by row, while it is
         // still in this core's cache. Why not in the tiles: passed into the kernel, the
-        // epilogue cost its depth loop 2-6 % (64x512x784 with bias and ReLU: 0.314 ms
-        // against 0.306 plain), and read back right after the tile's scalar stores it
-        // stalled on store forwarding.
+        // epilogue slowed its depth loop (measured: BENCHMARKS.md, "Figures moved from
+        // code comments"), and read back right after the tile's scalar stores it stalled
+        // on store forwarding.
         let part = |cols: Range<usize>, rows: Range<usize>| {
             tiles(p, kernel, cols.clone(), rows.clone(), depth.clone(), acc);
             if let Some(e) = epilogue {
@@ -123,8 +125,8 @@ fn row_tiles(m: usize, tr: usize) -> usize {
 /// The rows of row tile `ib` of an `m`-row product: `tr` rows each, except that where one
 /// row would be left over, the last `tr + 1` rows form two tiles (2 + 2, or 3 + 2). Why: a
 /// one-row tile has only four chains of sums, too few to hide the multiply-add's latency,
-/// so the MLP's 64-row products took as long as 66 rows would with 3-row tiles (half of
-/// 64x512x784: 0.300 ms, 63 rows 0.289, 66 rows 0.302).
+/// so the MLP's 64-row products took as long as 66 rows would with 3-row tiles (measured:
+/// BENCHMARKS.md, "Figures moved from code comments").
 fn row_tile(m: usize, ib: usize, tr: usize) -> Range<usize> {
     let count = row_tiles(m, tr);
     if m % tr == 1 && m > 1 && ib + 2 >= count {
@@ -350,9 +352,10 @@ macro_rules! tile_kernel {
                 let mut p = 0;
                 while p < k8 {
                     // The R rows of A first, then one column of B at a time: on AVX2, 12
-                    // sums + 3 rows + 1 column fill the 16 registers exactly. (Loading
-                    // the 4 columns first needs 17, and the spilled sum's round trip
-                    // through the stack halved the rate.)
+                    // sums + 3 rows + 1 column fill the 16 registers exactly. Loading the
+                    // 4 columns first needs 17, and the spilled sum's round trip through
+                    // the stack slowed the loop (measured: BENCHMARKS.md, "Figures moved
+                    // from code comments").
                     let mut av = [_mm256_setzero_ps(); R];
                     for (i, v) in av.iter_mut().enumerate() {
                         *v = _mm256_loadu_ps(a.offset(i as isize * lda).add(p));
@@ -368,9 +371,10 @@ macro_rules! tile_kernel {
                 if C == TC && k8 == k {
                     // Four columns' sums at once: three horizontal adds and one 128-bit
                     // add give the four totals of a row in one vector, one store (a sum
-                    // at a time took four times the instructions; 64x512x512: 0.191-0.195
-                    // ms against 0.196-0.199). The `% C` only keeps the indices valid in
-                    // the narrower tiles' copies of this code, which never run it.
+                    // at a time took four times the instructions and ran slower; measured:
+                    // BENCHMARKS.md, "Figures moved from code comments"). The `% C` only
+                    // keeps the indices valid in the narrower tiles' copies of this code,
+                    // which never run it.
                     for (i, row) in sums.iter().enumerate() {
                         let pairs = _mm256_hadd_ps(
                             _mm256_hadd_ps(row[0], row[1 % C]),

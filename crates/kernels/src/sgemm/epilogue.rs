@@ -7,13 +7,14 @@
 //! results have the bits of the separate ops they replace.
 //!
 //! Why not Momentum's weight step (`W' = W - lr * C`) here too: built and measured, it
-//! made the products slower than a product and a separate loop (784x512: 0.398 against
-//! 0.382 ms with warm caches, 0.65 against 0.52 cold). A tile touches six rows of each
-//! operand, 3 KiB apart, which the hardware prefetcher follows far worse than a loop's
-//! single stream, and the cold lines of W and W' stall the tile's stores. Nor on each
-//! thread's part of C right after its tiles (the moment still in its core's L2): with
-//! the moment written in place, 512x784x64 took 0.427 ms either way when the threads
-//! split the rows, and 0.486 when they split the columns (short strided rows).
+//! made the products slower than a product and a separate loop (784x512, with warm
+//! caches and cold). A tile touches six rows of each operand, 3 KiB apart, which the
+//! hardware prefetcher follows far worse than a loop's single stream, and the cold lines
+//! of W and W' stall the tile's stores. Nor on each thread's part of C right after its
+//! tiles (the moment still in its core's L2): with the moment written in place,
+//! 512x784x64 gained nothing when the threads split the rows, and lost time when they
+//! split the columns (short strided rows). Measured: BENCHMARKS.md, "Figures moved from
+//! code comments".
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;

@@ -9,10 +9,11 @@
 //! ```
 //!
 //! Why: lowering a small image copies every input value `KH * KW` times into a column
-//! matrix that the GEMM then reads back (a third of LeNet's `conv2` forward time). The
-//! microkernel broadcasts one value of A per row and step anyway; taking it from the
-//! image instead of from a packed panel costs one offset load per step, and the image
-//! planes of a small layer stay in L1 while the tables walk them.
+//! matrix that the GEMM then reads back, a large share of LeNet's `conv2` forward time
+//! (measured: BENCHMARKS.md, "Figures moved from code comments"). The microkernel
+//! broadcasts one value of A per row and step anyway; taking it from the image instead
+//! of from a packed panel costs one offset load per step, and the image planes of a
+//! small layer stay in L1 while the tables walk them.
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;

@@ -17,7 +17,8 @@ use super::{MR, NR, TileEpilogue};
 /// (and the epilogue's) are `ldc` apart.
 ///
 /// Why the epilogue by reference: by value (40 bytes) it made every product through this
-/// kernel slower, convolutions included (LeNet's step: 0.86 ms against 0.78).
+/// kernel slower, convolutions included (measured on LeNet's step: BENCHMARKS.md, "Figures
+/// moved from code comments").
 ///
 /// # Safety
 /// The CPU supports AVX2 and FMA; `a` has `MR * kc` readable values, `b` `kc` rows of
@@ -85,8 +86,9 @@ pub(super) unsafe fn store_tile(
     unsafe {
         // An optimizer's moment update (`+ beta * D` alone) gets a loop of its own. Why:
         // the general epilogue tests its four parts for every eight values, and the weight
-        // gradients' tiles (depth 64, the batch) are short enough that those tests cost
-        // 2.6-3.6 % of the product (512x784x64 written over D, one process alternating).
+        // gradients' tiles (depth 64, the batch) are short enough that those tests cost a
+        // visible share of the product (512x784x64 written over D; measured:
+        // BENCHMARKS.md, "Figures moved from code comments").
         if let Some((d, beta)) = epilogue.and_then(TileEpilogue::addend_alone) {
             let beta = _mm256_set1_ps(beta);
             for (r, row) in acc.iter().enumerate() {
@@ -219,9 +221,10 @@ pub(crate) fn transpose_pack(
 /// through an 8x8 transpose (six rows and two zero rows). Returns false, having written
 /// nothing, when A is not laid out that way or a row would leave `a`.
 ///
-/// Why: packing one value at a time made six scalar stores per depth step, 12 % of
-/// ResNet's layer4 forward pass (its 512 x 4608 filters are packed on every call) and
-/// 8 % of layer1's weight gradient (whose A is dY) under `perf`.
+/// Why: packing one value at a time made six scalar stores per depth step, a large share
+/// of ResNet's layer4 forward pass (its 512 x 4608 filters are packed on every call) and
+/// of layer1's weight gradient (whose A is dY) under `perf` (measured: BENCHMARKS.md,
+/// "Figures moved from code comments").
 pub(super) fn transpose_pack_a(
     panel: &mut [f32],
     a: &[f32],

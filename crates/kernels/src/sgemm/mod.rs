@@ -53,8 +53,8 @@ const MIN_TAIL: usize = 64;
 /// The depth blocks of a product of depth `k`: [`KC`] steps each, except that a short
 /// remainder joins the last full block (so a block holds at most `KC + MIN_TAIL` steps).
 /// Why: 784 = 3 x 256 + 16 would end with a block of 16 steps, whose tiles load and store
-/// C for very little arithmetic (the MLP's 64x512x784 product took 0.51 ms instead of
-/// 0.39 ms).
+/// C for very little arithmetic, which slowed the MLP's 64x512x784 product (measured:
+/// BENCHMARKS.md, "Figures moved from code comments").
 pub(crate) fn depth_blocks(k: usize) -> impl Iterator<Item = (usize, usize)> {
     let full = (k / KC).max(1);
     let merge = k > KC && k % KC < MIN_TAIL;
@@ -82,15 +82,17 @@ pub(crate) fn max_depth_block(k: usize) -> usize {
 /// Depth from which products of depth-contiguous operands use the dot-product kernel.
 const DOT_MIN_DEPTH: usize = 32;
 /// Rows up to which such products use it: with more rows, packing B pays for itself and
-/// the packed kernel (one load per two multiply-adds) is faster. (MLP 64x512x784 with
-/// `Wᵀ`: 0.36 ms against 0.39 packed; 64x512x512: 0.20 against 0.25.)
+/// the packed kernel (one load per two multiply-adds) is faster (measured on the MLP's
+/// 64x512x784 with `Wᵀ` and 64x512x512: BENCHMARKS.md, "Figures moved from code
+/// comments").
 const DOT_MAX_ROWS: usize = 64;
 /// Rows up to which the dot kernel is used even when its rows are 4 KiB apart.
 const DOT_MAX_ROWS_ALIASED: usize = 16;
 
 /// True when rows `stride` floats apart fall into the same L1 sets (4 KiB apart): the
 /// dot kernel's seven streams then evict each other, and packing wins from 16 rows on
-/// (ResNet's weight gradients, 1,024 columns per GEMM: 1.13 ms dot, 0.96 ms packed).
+/// (ResNet's weight gradients, 1,024 columns per GEMM; measured: BENCHMARKS.md, "Figures
+/// moved from code comments").
 fn aliased(stride: isize) -> bool {
     stride.unsigned_abs().is_multiple_of(1024)
 }
@@ -311,12 +313,12 @@ impl Product<'_> {
     /// tenant of the machine takes fewer of them. Each part does at least
     /// [`MIN_PART_FLOP`], so small products stay at one part per thread.
     ///
-    /// Why: with one part per thread, the two halves of the MLP's products finished
-    /// 33-56 µs apart on average on the shared host (per GEMM of 0.2-0.33 ms), time the
-    /// faster core spent waiting. Steps alternating one part per thread and this split in
-    /// one process (3,000 steps, medians): MLP inference 0.838 → 0.666 ms on a busy host,
-    /// 0.482 → 0.478 on a quiet one; MLP training 1.888 → 1.678 busy, 1.446 → 1.457
-    /// quiet; ResNet-18 (30 steps) 471 → 458; LeNet5 unchanged (its products are small).
+    /// Why: with one part per thread, the two halves of the MLP's products finished well
+    /// apart on the shared host, time the faster core spent waiting. Steps alternating
+    /// one part per thread and this split in one process: the MLP ran faster with the
+    /// split on a busy host and about even on a quiet one, ResNet-18 faster, and LeNet5
+    /// unchanged, its products being small (measured: BENCHMARKS.md, "Figures moved from
+    /// code comments").
     fn balanced_parts(&self, blocks: usize, threads: usize) -> usize {
         let flop = 2 * self.m * self.n * self.k;
         let by_work = (flop / MIN_PART_FLOP).max(threads);
@@ -326,7 +328,7 @@ impl Product<'_> {
 
 /// See [`Product::balanced_parts`].
 const PARTS_PER_THREAD: usize = 16;
-/// See [`Product::balanced_parts`]: about 10 µs of one core's multiply-adds.
+/// See [`Product::balanced_parts`]: a short stretch of one core's multiply-adds.
 const MIN_PART_FLOP: usize = 1 << 20;
 
 /// Part `t` of `parts` of `0..len`, the parts' lengths differing by at most one (none
@@ -372,7 +374,8 @@ unsafe fn tile_at(
 /// buffer, and its `height x width` corner is copied to C through the epilogue. Kept out
 /// of line so that full tiles take the short path inlined: with the buffer and the
 /// scalar loop in the same function, every tile paid for a 600-byte stack frame and the
-/// epilogue's copy into it (512x784x64 ran 3 % slower).
+/// epilogue's copy into it, which slowed 512x784x64 (measured: BENCHMARKS.md, "Figures
+/// moved from code comments").
 ///
 /// # Safety
 /// As [`tile_at`], with `c` at the tile's first element and the epilogue at the tile.

@@ -60,8 +60,9 @@ const PANELS_AT_ONCE: usize = 8;
 /// Why not panel by panel: a panel reads six values from each of `kc` depth steps, which
 /// lie a whole row of the untransposed matrix apart. For the MLP's 512-wide `dY` that is
 /// 2 KiB, so the steps' lines fall into two L1 sets and evict each other before the next
-/// panel reuses them: packing the 512x64 `dYᵀ` took 9 % of its weight-gradient product,
-/// and 8 times less this way.
+/// panel reuses them: packing the 512x64 `dYᵀ` took a visible share of its
+/// weight-gradient product, and far less this way (measured: BENCHMARKS.md, "Figures
+/// moved from code comments").
 fn pack_a_transposed(
     dst: &mut [f32],
     a: &[f32],

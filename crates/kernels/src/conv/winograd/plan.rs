@@ -19,7 +19,8 @@ pub(super) fn forward(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32], blo
     // Every buffer from the pool, taken on this thread (see `arena`).
     // U: each ξ's filters packed once for the GEMM, as `sgemm::prepack_a` lays them
     // out. Why: packing them per product was a second pass over 37 MB in ResNet's
-    // last stage, 22 % of its forward pass.
+    // last stage, a large share of its forward pass (measured: BENCHMARKS.md, "Figures
+    // moved from code comments").
     let packed = prepacked_a_len(o, c);
     let mut u = arena::for_overwrite::<f32>(XI * packed);
     let mut v = arena::for_overwrite::<f32>(c * XI * plan.max_cols);

@@ -19,7 +19,8 @@ pub(super) struct Block<'a> {
 /// Walks a block's tiles in column order, eight at a time: where each tile's 6x6
 /// input starts in the padded planes of one channel, and where its 4x4 output starts
 /// in the block's outputs of one channel (from image `s0`'s plane of that channel).
-/// Why a walk: dividing the column by the tile counts cost 8 % of a layer's time.
+/// Why a walk: dividing the column by the tile counts cost a visible share of a layer's
+/// time (measured: BENCHMARKS.md, "Figures moved from code comments").
 pub(super) struct TileWalk {
     th: usize,
     tw: usize,
@@ -93,7 +94,8 @@ pub(super) fn transform_input(x: &[f32], b: &Block, ch: usize, vc: &mut [f32], p
             row[0] = 0.0;
             row[pw - 1] = 0.0;
             // Four at a time (the planner made `w` a multiple of 4): for 32 values a
-            // `copy_from_slice` became a `memmove` call, 5 % of the layer's time.
+            // `copy_from_slice` became a `memmove` call, a visible share of the layer's
+            // time (measured: BENCHMARKS.md, "Figures moved from code comments").
             for (d, s) in row[1..=w].chunks_exact_mut(4).zip(src.chunks_exact(4)) {
                 store4(d, load4(s));
             }
