@@ -26,4 +26,6 @@ fi
 # The benchmark report's host-speed lines (standard library only).
 python3 -m doctest bench/report_host.py
 
-cargo test --workspace
+# The download helper's TLS is an opt-in feature (off on the main job's path); the tests
+# build it in, so that the https path compiles and its tests run.
+cargo test --workspace --features spore-data/https

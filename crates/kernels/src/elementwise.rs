@@ -17,41 +17,32 @@ use crate::dtype::DType;
 use crate::layout::{Dims, Layout, Strides, fill_rows};
 use smallvec::smallvec;
 
-/// One-input numeric functions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum UnaryFn {
-    Neg,
-    Exp,
-    Log,
-    Sqrt,
-    Rsqrt,
-    Abs,
-    Sign,
-    Tanh,
-    Sigmoid,
-    Relu,
-    Sin,
-    Cos,
-    Erf,
+/// The one list of one-input functions: the enum, its `ALL` list and every per-function
+/// loop below are generated from it, so a new function is named here once (and given its
+/// scalar rule in `Num::unary`).
+macro_rules! with_unary_fns {
+    ($then:ident) => {
+        $then! { Neg, Exp, Log, Log1p, Sqrt, Rsqrt, Abs, Sign, Tanh, Sigmoid, Relu, Sin, Cos, Erf }
+    };
 }
 
-impl UnaryFn {
-    pub const ALL: [UnaryFn; 13] = [
-        UnaryFn::Neg,
-        UnaryFn::Exp,
-        UnaryFn::Log,
-        UnaryFn::Sqrt,
-        UnaryFn::Rsqrt,
-        UnaryFn::Abs,
-        UnaryFn::Sign,
-        UnaryFn::Tanh,
-        UnaryFn::Sigmoid,
-        UnaryFn::Relu,
-        UnaryFn::Sin,
-        UnaryFn::Cos,
-        UnaryFn::Erf,
-    ];
+macro_rules! define_unary_fn {
+    ($($v:ident),*) => {
+        /// One-input numeric functions.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum UnaryFn {
+            $($v),*
+        }
 
+        impl UnaryFn {
+            /// Every function, in declaration order.
+            pub const ALL: &'static [UnaryFn] = &[$(UnaryFn::$v),*];
+        }
+    };
+}
+with_unary_fns!(define_unary_fn);
+
+impl UnaryFn {
     /// True for functions that only make sense on floating-point inputs.
     pub fn needs_float(self) -> bool {
         !matches!(
@@ -146,6 +137,7 @@ macro_rules! impl_num_float {
                     UnaryFn::Neg => -x,
                     UnaryFn::Exp => x.exp(),
                     UnaryFn::Log => x.ln(),
+                    UnaryFn::Log1p => x.ln_1p(),
                     UnaryFn::Sqrt => x.sqrt(),
                     UnaryFn::Rsqrt => 1.0 / x.sqrt(),
                     UnaryFn::Abs => x.abs(),
@@ -271,9 +263,7 @@ pub fn unary_slice<T: Num>(f: UnaryFn, src: &[T], dst: &mut [T]) {
     macro_rules! arms {
         ($($v:ident),*) => { match f { $(UnaryFn::$v => dst.iter_mut().zip(src).for_each(|(d, &x)| *d = x.unary(UnaryFn::$v)),)* } };
     }
-    arms!(
-        Neg, Exp, Log, Sqrt, Rsqrt, Abs, Sign, Tanh, Sigmoid, Relu, Sin, Cos, Erf
-    )
+    with_unary_fns!(arms)
 }
 
 /// `dst[i] = f(a[i], b[i])` over equal-length slices, one loop per function.
@@ -443,9 +433,7 @@ pub fn unary(f: UnaryFn, src: &Buffer, layout: &Layout) -> Result<Buffer, String
         macro_rules! arms {
             ($($v:ident),*) => { match f { $(UnaryFn::$v => map_unary(s, l, |x: T| x.unary(UnaryFn::$v)),)* } };
         }
-        arms!(
-            Neg, Exp, Log, Sqrt, Rsqrt, Abs, Sign, Tanh, Sigmoid, Relu, Sin, Cos, Erf
-        )
+        with_unary_fns!(arms)
     }
     Ok(match src {
         Buffer::F32(s) => Buffer::F32(go(f, s, layout)),

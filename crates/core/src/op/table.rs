@@ -99,6 +99,7 @@ op_table! {
     Op::Unary(UnaryFn::Neg) => row!("Neg", ONE, Elementwise);
     Op::Unary(UnaryFn::Exp) => row!("Exp", ONE, Elementwise);
     Op::Unary(UnaryFn::Log) => row!("Log", ONE, Elementwise);
+    Op::Unary(UnaryFn::Log1p) => row!("Log1p", ONE, Elementwise);
     Op::Unary(UnaryFn::Sqrt) => row!("Sqrt", ONE, Elementwise);
     Op::Unary(UnaryFn::Rsqrt) => row!("Rsqrt", ONE, Elementwise);
     Op::Unary(UnaryFn::Abs) => row!("Abs", ONE, Elementwise);

@@ -107,6 +107,7 @@ pub(crate) fn vjp(
                 UnaryFn::Neg => g.neg()?,
                 UnaryFn::Exp => g.mul(out)?,
                 UnaryFn::Log => g.div(x)?,
+                UnaryFn::Log1p => g.div(&x.add_scalar(1.0)?)?,
                 UnaryFn::Sqrt => g.mul(&out.reciprocal()?)?.mul_scalar(0.5)?,
                 // d/dx x^-1/2 = -1/2 x^-3/2 = -1/2 out^3
                 UnaryFn::Rsqrt => g.mul(&out.mul(out)?.mul(out)?)?.mul_scalar(-0.5)?,
@@ -222,6 +223,8 @@ unary_methods! {
     exp => Exp,
     /// Natural logarithm.
     log => Log,
+    /// `ln(1 + x)`, accurate where `x` is near 0.
+    log1p => Log1p,
     sqrt => Sqrt,
     /// `1 / sqrt(x)`
     rsqrt => Rsqrt,

@@ -186,6 +186,7 @@ fn elementwise_rows() -> Vec<Row> {
         u("Neg", Tensor::neg, |x| -x),
         u("Exp", Tensor::exp, f64::exp),
         pos("Log", Tensor::log, f64::ln),
+        pos("Log1p", Tensor::log1p, f64::ln_1p),
         pos("Sqrt", Tensor::sqrt, f64::sqrt),
         pos("Rsqrt", Tensor::rsqrt, |x| 1.0 / x.sqrt()),
         kinked("Abs", Tensor::abs, f64::abs),
