@@ -6,6 +6,13 @@ cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v dot >/dev/null 2>&1 || need_apt+=(graphviz)
+# Distributed training runs on Open MPI: mpirun for the multi-process tests, the headers
+# and libclang for the `mpi` crate's build (bindgen).
+command -v mpirun >/dev/null 2>&1 || need_apt+=(openmpi-bin)
+if command -v dpkg >/dev/null 2>&1; then
+    dpkg -s libopenmpi-dev >/dev/null 2>&1 || need_apt+=(libopenmpi-dev)
+    dpkg -s libclang-dev >/dev/null 2>&1 || need_apt+=(libclang-dev)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "installing ${need_apt[*]} (needed by the tests)"
@@ -26,6 +33,7 @@ fi
 # The benchmark report's host-speed lines (standard library only).
 python3 -m doctest bench/report_host.py
 
-# The download helper's TLS is an opt-in feature (off on the main job's path); the tests
-# build it in, so that the https path compiles and its tests run.
-cargo test --workspace --features spore-data/https
+# The download helper's TLS and MPI are opt-in features (off on the main job's path); the
+# tests build them in, so that the https path and the multi-process tests (which launch
+# themselves through mpirun) run.
+cargo test --workspace --features spore-data/https,spore-parallel/mpi,spore/mpi

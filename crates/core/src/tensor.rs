@@ -146,6 +146,25 @@ impl Tensor {
         ))
     }
 
+    /// A tensor over a buffer someone else may also hold (read-only: Spore never writes
+    /// into a buffer that is shared). Communication uses this to recycle its result
+    /// buffers: it keeps a handle and reuses a buffer once every tensor over it is gone.
+    #[track_caller]
+    pub fn from_shared_buffer(buffer: Arc<Buffer>, shape: &[usize]) -> Result<Tensor> {
+        if shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)) != Some(buffer.len()) {
+            return Err(Error::invalid_here(format!(
+                "Tensor::from_shared_buffer: shape {shape:?} does not hold the buffer's {} elements",
+                buffer.len()
+            )));
+        }
+        let ty = TensorType::new(shape, buffer.dtype());
+        let storage = Storage {
+            buffer,
+            layout: Layout::contiguous(shape),
+        };
+        Ok(Tensor::from_parts(ty, storage, None, false))
+    }
+
     /// A tensor from a vector and a shape (row-major).
     #[track_caller]
     pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Tensor> {

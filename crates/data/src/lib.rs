@@ -52,7 +52,8 @@ pub use pipeline::map::Map;
 pub use prefetch::PrefetchQueue;
 pub use source::generator::IntoRow;
 pub use source::{
-    Cifar10Dataset, GeneratorDataset, ImageFolderDataset, MnistDataset, NumpySlicesDataset,
+    Cifar10Dataset, DistributedSampler, GeneratorDataset, ImageFolderDataset, MnistDataset,
+    NumpySlicesDataset,
 };
 pub use transforms::{TensorOp, Transform};
 

@@ -89,6 +89,10 @@ fn dispatch<C: Cell + ?Sized, R>(
         // errors show `conv1.weight` and `Default/conv1/...`.
         cell.parameters_and_names();
     }
+    if !nested && !base.prepared.load(Ordering::Acquire) && !trace::is_tracing() {
+        cell.before_first_call()?;
+        base.prepared.store(true, Ordering::Release);
+    }
     let scope = if nested { base.scope_name() } else { None };
     within_call(scope, || {
         if trace::is_tracing() {

@@ -64,6 +64,12 @@ pub trait Cell: Send + Sync + 'static {
     fn auto_prefix(&self) -> bool {
         true
     }
+    /// Runs once, before the cell's first call from outside any other cell (before any
+    /// compile); until it succeeds, each such call runs it again. `TrainOneStepCell`
+    /// synchronises a distributed job's parameters here.
+    fn before_first_call(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// What a traced `construct` does besides computing its outputs.
@@ -84,6 +90,7 @@ pub struct CellBase {
     training: AtomicBool,
     jit: AtomicBool,
     pub(crate) named: AtomicBool,
+    pub(crate) prepared: AtomicBool,
     scope: RwLock<Option<String>>,
     pub(crate) compiled: [OnceLock<Jit>; 2],
     /// What each (training flag, input signature) graph does besides computing outputs.
@@ -105,6 +112,7 @@ impl CellBase {
             training: AtomicBool::new(false),
             jit: AtomicBool::new(false),
             named: AtomicBool::new(false),
+            prepared: AtomicBool::new(false),
             scope: RwLock::new(None),
             compiled: [OnceLock::new(), OnceLock::new()],
             purity: Mutex::new(HashMap::new()),

@@ -24,6 +24,7 @@ mod call;
 pub mod cell;
 pub mod checkpoint;
 mod compiled;
+pub mod distributed;
 pub mod init;
 pub mod layers;
 pub mod loss;

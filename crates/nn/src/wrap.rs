@@ -23,6 +23,7 @@
 
 use std::sync::Arc;
 
+use spore_core::autodiff::value_and_grad_reporting;
 use spore_core::{Error, Parameter, Result, Tensor, no_grad, value_and_grad};
 
 use crate::cell::{Cell, CellBase, CellCall, CellExt};
@@ -161,8 +162,26 @@ impl Cell for TrainOneStepCell {
             }
             Ok(out.remove(0))
         };
-        let out = value_and_grad(loss, None, &weights, false)(inputs)?;
-        if !weights.is_empty() && !out.value.requires_grad() {
+        // Data parallelism: each weight's gradient reduction starts as the backward pass
+        // finishes it, and the optimizer gets the reduced gradients.
+        let reduction = match crate::distributed::current() {
+            Some(d) => d.gradient_reduction(&weights)?,
+            None => None,
+        };
+        let (value, weight_grads) = match reduction {
+            None => {
+                let out = value_and_grad(loss, None, &weights, false)(inputs)?;
+                (out.value, out.weight_grads)
+            }
+            Some(mut r) => {
+                let out =
+                    value_and_grad_reporting(&loss, None, &weights, false, inputs, &mut |i, g| {
+                        r.gradient_ready(i, g)
+                    })?;
+                (out.value, r.finish(out.weight_grads)?)
+            }
+        };
+        if !weights.is_empty() && !value.requires_grad() {
             // Without this check every gradient would silently be zero.
             return Err(Error::invalid(
                 "TrainOneStepCell: the loss does not depend on the optimizer's parameters, so every gradient would be zero. \
@@ -171,8 +190,8 @@ impl Cell for TrainOneStepCell {
             ));
         }
         // The update needs no autodiff record (eagerly that would only cost time).
-        no_grad(|| self.optimizer.apply(&out.weight_grads))?;
-        Ok(vec![out.value])
+        no_grad(|| self.optimizer.apply(&weight_grads))?;
+        Ok(vec![value])
     }
     fn cells(&self) -> Vec<(String, Arc<dyn Cell>)> {
         vec![
@@ -188,5 +207,11 @@ impl Cell for TrainOneStepCell {
     }
     fn auto_prefix(&self) -> bool {
         false
+    }
+    fn before_first_call(&self) -> Result<()> {
+        match crate::distributed::current() {
+            Some(d) => d.prepare_parameters(&self.parameters_and_names()),
+            None => Ok(()),
+        }
     }
 }

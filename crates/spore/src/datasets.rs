@@ -27,7 +27,51 @@ pub fn create_dataset(
     num_parallel_workers: usize,
     shuffle: bool,
 ) -> Result<Dataset> {
-    let path = data_path.as_ref();
+    mnist_pipeline(
+        data_path.as_ref(),
+        batch_size,
+        repeat_size,
+        num_parallel_workers,
+        shuffle,
+        None,
+    )
+}
+
+/// [`create_dataset`] reading shard `shard_id` of `num_shards` (MindSpore's
+/// `MnistDataset(path, num_shards=rank_size, shard_id=rank_id)` in its data-parallel
+/// examples): each rank of a data-parallel job reads its own disjoint part.
+///
+/// ```no_run
+/// let shard = spore::datasets::create_distributed_dataset("data/mnist/train", 32, 1, 1, true, 2, 0).unwrap();
+/// assert_eq!(shard.get_dataset_size().unwrap(), 125);
+/// ```
+pub fn create_distributed_dataset(
+    data_path: impl AsRef<Path>,
+    batch_size: usize,
+    repeat_size: usize,
+    num_parallel_workers: usize,
+    shuffle: bool,
+    num_shards: usize,
+    shard_id: usize,
+) -> Result<Dataset> {
+    mnist_pipeline(
+        data_path.as_ref(),
+        batch_size,
+        repeat_size,
+        num_parallel_workers,
+        shuffle,
+        Some((num_shards, shard_id)),
+    )
+}
+
+fn mnist_pipeline(
+    path: &Path,
+    batch_size: usize,
+    repeat_size: usize,
+    num_parallel_workers: usize,
+    shuffle: bool,
+    shard: Option<(usize, usize)>,
+) -> Result<Dataset> {
     if !path.is_dir() {
         return Err(Error::io(
             path,
@@ -35,7 +79,12 @@ pub fn create_dataset(
         ));
     }
     let w = num_parallel_workers.max(1);
-    let ds = MnistDataset::new(path).shuffle(shuffle).build()?;
+    let source = MnistDataset::new(path).shuffle(shuffle);
+    let ds = match shard {
+        Some((k, i)) => source.num_shards(k).shard_id(i),
+        None => source,
+    }
+    .build()?;
     let ds = ds
         .map(["label"], vec![TypeCast::new(DType::I32).into()], w)?
         .map(

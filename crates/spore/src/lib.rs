@@ -20,6 +20,7 @@ pub use spore_core::{Error, Result, autodiff, ops, rng};
 pub use spore_data as data;
 pub use spore_kernels as kernels;
 pub use spore_nn as nn;
+pub use spore_parallel as parallel;
 pub use spore_train as train;
 
 /// The names a typical program uses.
@@ -30,6 +31,11 @@ pub mod prelude {
     pub use spore_core::{DType, Error, Parameter, Result, Tensor, grad, no_grad, value_and_grad};
     pub use spore_data::prelude::*;
     pub use spore_nn::prelude::*;
+    pub use spore_parallel::context::{
+        AutoParallelUpdate, ParallelMode, get_auto_parallel_context, reset_auto_parallel_context,
+        set_auto_parallel_context,
+    };
+    pub use spore_parallel::{get_group_size, get_rank, init};
     pub use spore_train::callback::{
         Callback, CheckpointConfig, EarlyStopping, History, LossMonitor, ModelCheckpoint,
         ProgressBar, TimeMonitor,

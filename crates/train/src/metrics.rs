@@ -19,6 +19,33 @@ pub trait Metric: Send {
     /// Adds one batch: predictions `[N, C]`, labels `[N]`, and (for `Loss`) the batch loss.
     fn update(&mut self, predictions: &Tensor, labels: &Tensor, loss: Option<f64>) -> Result<()>;
     fn eval(&self) -> f64;
+    /// The sums `eval` is computed from (counts, totals), so that a data-parallel job
+    /// can add them up over its ranks; `None` when the metric cannot be combined so.
+    fn state(&self) -> Option<Vec<f64>> {
+        None
+    }
+    /// Replaces the sums with `state` (the same length `state` gave).
+    fn set_state(&mut self, state: &[f64]) -> Result<()> {
+        let _ = state;
+        Err(Error::invalid(format!(
+            "the metric '{}' cannot be combined across ranks: implement Metric::state and set_state",
+            self.name()
+        )))
+    }
+}
+
+/// `state` as `n` counts for `metric`, checked.
+fn counts(metric: &str, state: &[f64], n: usize) -> Result<Vec<usize>> {
+    if state.len() != n
+        || state
+            .iter()
+            .any(|v| !(v.is_finite() && *v >= 0.0 && v.fract() == 0.0))
+    {
+        return Err(Error::invalid(format!(
+            "{metric}: expected a state of {n} counts (non-negative integers), got {state:?}"
+        )));
+    }
+    Ok(state.iter().map(|&v| v as usize).collect())
 }
 
 /// Rows of predictions and their labels as plain vectors, checked against each other.
@@ -93,6 +120,14 @@ impl Metric for Accuracy {
             self.correct as f64 / self.total as f64
         }
     }
+    fn state(&self) -> Option<Vec<f64>> {
+        Some(vec![self.correct as f64, self.total as f64])
+    }
+    fn set_state(&mut self, state: &[f64]) -> Result<()> {
+        let c = counts("accuracy", state, 2)?;
+        (self.correct, self.total) = (c[0], c[1]);
+        Ok(())
+    }
 }
 
 /// Mean of the batch losses, weighted by batch size.
@@ -128,6 +163,19 @@ impl Metric for Loss {
         } else {
             self.sum / self.count as f64
         }
+    }
+    fn state(&self) -> Option<Vec<f64>> {
+        Some(vec![self.sum, self.count as f64])
+    }
+    fn set_state(&mut self, state: &[f64]) -> Result<()> {
+        let [sum, count] = state else {
+            return Err(Error::invalid(format!(
+                "loss: expected a state of 2 values, got {state:?}"
+            )));
+        };
+        self.count = counts("loss", &[*count], 1)?[0];
+        self.sum = *sum;
+        Ok(())
     }
 }
 
@@ -174,6 +222,14 @@ impl Metric for TopKAccuracy {
         } else {
             self.hit as f64 / self.total as f64
         }
+    }
+    fn state(&self) -> Option<Vec<f64>> {
+        Some(vec![self.hit as f64, self.total as f64])
+    }
+    fn set_state(&mut self, state: &[f64]) -> Result<()> {
+        let c = counts(&self.name(), state, 2)?;
+        (self.hit, self.total) = (c[0], c[1]);
+        Ok(())
     }
 }
 
@@ -267,6 +323,13 @@ impl Metric for ConfusionMatrix {
             (0..self.classes).map(|c| self.tp(c)).sum::<f64>() / total as f64
         }
     }
+    fn state(&self) -> Option<Vec<f64>> {
+        Some(self.counts.iter().map(|&c| c as f64).collect())
+    }
+    fn set_state(&mut self, state: &[f64]) -> Result<()> {
+        self.counts = counts("confusion matrix", state, self.counts.len())?;
+        Ok(())
+    }
 }
 
 /// Which per-class score a [`ClassScore`] reports, macro-averaged over classes.
@@ -328,5 +391,11 @@ impl Metric for ClassScore {
             Score::F1 => t.2,
         };
         per.iter().map(pick).sum::<f64>() / per.len().max(1) as f64
+    }
+    fn state(&self) -> Option<Vec<f64>> {
+        self.matrix.state()
+    }
+    fn set_state(&mut self, state: &[f64]) -> Result<()> {
+        self.matrix.set_state(state)
     }
 }

@@ -434,7 +434,39 @@ impl Model {
                 m.update(&logits, &row[1], loss)?;
             }
         }
+        if let Some(d) = spore_nn::distributed::current() {
+            self.combine_across_ranks(&*d)?;
+        }
         Ok(self.metrics.iter().map(|m| (m.name(), m.eval())).collect())
+    }
+
+    /// A data-parallel job evaluates a shard per rank: the metrics' sums (and the sample
+    /// count) are added up over the ranks, so every rank reports the whole dataset's.
+    fn combine_across_ranks(&mut self, d: &dyn spore_nn::distributed::Distributed) -> Result<()> {
+        if !d.is_data_parallel() {
+            return Ok(());
+        }
+        let mut flat = vec![self.eval_samples as f64];
+        let mut lengths = vec![];
+        for m in &self.metrics {
+            let state = m.state().ok_or_else(|| {
+                Error::invalid(format!(
+                    "Model::eval on {} ranks: the metric '{}' cannot be combined across ranks (it has no Metric::state)",
+                    d.group_size(),
+                    m.name()
+                ))
+            })?;
+            lengths.push(state.len());
+            flat.extend(state);
+        }
+        let total = d.sum_across_ranks(&flat)?;
+        self.eval_samples = total[0] as usize;
+        let mut at = 1;
+        for (m, n) in self.metrics.iter_mut().zip(lengths) {
+            m.set_state(&total[at..at + n])?;
+            at += n;
+        }
+        Ok(())
     }
 
     /// The network's output for `inputs`, in evaluation mode.

@@ -12,7 +12,7 @@ pub mod print;
 pub mod profiler;
 
 use std::sync::Once;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Instant;
 
 use crate::error::{Error, Result};
@@ -20,6 +20,26 @@ use crate::op::Op;
 use crate::tensor::Tensor;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
+/// Set by a distributed job's `init`; `u32::MAX` until then.
+static PROCESS_RANK: AtomicU32 = AtomicU32::new(u32::MAX);
+
+/// This process's rank in a distributed job, which names dump folders (`rank_{id}`) and
+/// profiler files: what the communication layer's `init` set, else MindSpore's `RANK_ID`
+/// variable, else 0.
+pub fn process_rank() -> u32 {
+    match PROCESS_RANK.load(Ordering::Relaxed) {
+        u32::MAX => std::env::var("RANK_ID")
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0),
+        rank => rank,
+    }
+}
+
+/// Records this process's rank (called by the communication layer's `init`).
+pub fn set_process_rank(rank: u32) {
+    PROCESS_RANK.store(rank, Ordering::Relaxed);
+}
 static ENV: Once = Once::new();
 static ENV_ERROR: std::sync::Mutex<Option<Error>> = std::sync::Mutex::new(None);
 

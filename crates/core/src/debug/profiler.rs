@@ -48,9 +48,9 @@ pub struct Profiler {
     output: PathBuf,
     origin: Instant,
     ops: Mutex<Vec<OpRecord>>,
+    communication: Mutex<Vec<OpRecord>>,
     steps: Mutex<Vec<StepRecord>>,
     last_boundary: Mutex<f64>,
-    rank: u32,
 }
 
 static ACTIVE: RwLock<Option<Arc<Profiler>>> = RwLock::new(None);
@@ -101,12 +101,9 @@ impl Profiler {
             output: output_path.into().join("profiler"),
             origin: Instant::now(),
             ops: Mutex::new(Vec::new()),
+            communication: Mutex::new(Vec::new()),
             steps: Mutex::new(Vec::new()),
             last_boundary: Mutex::new(0.0),
-            rank: std::env::var("RANK_ID")
-                .ok()
-                .and_then(|r| r.parse().ok())
-                .unwrap_or(0),
         })
     }
 
@@ -152,6 +149,32 @@ impl Profiler {
         if let Ok(mut ops) = self.ops.lock() {
             ops.push(r);
         }
+    }
+
+    /// Records a collective as the communication thread ran it (`name` like
+    /// `AllReduce[world_group, 1.0 MB]`), from `start` to `end`. These go on a track of
+    /// their own in `trace_view.json`, apart from the ops (whose waits for a collective
+    /// show as ops), so that the overlap of communication and computation can be read.
+    pub fn record_communication(&self, op_type: &str, name: &str, start: Instant, end: Instant) {
+        let r = OpRecord {
+            op_type: op_type.to_string(),
+            name: name.to_string(),
+            graph_id: 0,
+            start_us: self.us(start),
+            dur_us: end.saturating_duration_since(start).as_secs_f64() * 1e6,
+            thread: thread_number(),
+        };
+        if let Ok(mut c) = self.communication.lock() {
+            c.push(r);
+        }
+    }
+
+    /// A copy of the communication records so far.
+    pub fn communication_records(&self) -> Vec<OpRecord> {
+        self.communication
+            .lock()
+            .map(|o| o.clone())
+            .unwrap_or_default()
     }
 
     /// Ends a training step now; `data_wait` is how long the step waited for its batch.
@@ -208,7 +231,7 @@ impl Profiler {
         };
         write("trace_view.json".into(), self.trace_json(&ops, &steps))?;
         write(
-            format!("cpu_op_detail_info_{}.csv", self.rank),
+            format!("cpu_op_detail_info_{}.csv", super::process_rank()),
             self.detail_csv(&ops),
         )?;
         let summary = self.type_summary();
@@ -228,9 +251,12 @@ impl Profiler {
                 t.percent
             );
         }
-        write(format!("cpu_op_type_info_{}.csv", self.rank), types)?;
         write(
-            format!("step_trace_raw_{}_detail_time.csv", self.rank),
+            format!("cpu_op_type_info_{}.csv", super::process_rank()),
+            types,
+        )?;
+        write(
+            format!("step_trace_raw_{}_detail_time.csv", super::process_rank()),
             self.step_csv(&ops, &steps),
         )?;
         let mut table = format!(
@@ -268,7 +294,11 @@ impl Profiler {
             }
         }
         events.push(serde_json::json!({"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "CPU ops"}}));
+        for c in self.communication_records() {
+            events.push(serde_json::json!({"name": c.name, "cat": c.op_type, "ph": "X", "ts": c.start_us, "dur": c.dur_us, "pid": 3, "tid": 0}));
+        }
         events.push(serde_json::json!({"name": "process_name", "ph": "M", "pid": 2, "args": {"name": "Steps"}}));
+        events.push(serde_json::json!({"name": "process_name", "ph": "M", "pid": 3, "args": {"name": "Communication"}}));
         serde_json::json!({"traceEvents": events, "displayTimeUnit": "ms"}).to_string()
     }
 

@@ -28,6 +28,11 @@ pub trait CustomPrimitive: Send + Sync + fmt::Debug {
     fn eval(&self, inputs: &[&Tensor]) -> Result<Tensor, String>;
     /// Input gradients given the output gradient, written with tensor ops.
     fn vjp(&self, inputs: &[Tensor], out: &Tensor, grad: &Tensor) -> Result<Vec<Option<Tensor>>>;
+    /// True for an op whose run matters beyond its output (communication, I/O): the
+    /// compiler then never removes, merges or precomputes it, and keeps its order.
+    fn has_side_effect(&self) -> bool {
+        false
+    }
 }
 
 /// A shared handle to a custom primitive; equal when name and attributes are equal.

@@ -190,7 +190,11 @@ impl Op {
 
     /// True for ops run for their effect (printing): never removed, merged or folded.
     pub fn is_side_effect(&self) -> bool {
-        matches!(self, Op::Print(_))
+        match self {
+            Op::Print(_) => true,
+            Op::Custom(c) => c.0.has_side_effect(),
+            _ => false,
+        }
     }
 
     /// True for ops whose run can fail on their inputs' values, not only on their types:

@@ -279,3 +279,41 @@ fn graph_flops_count_the_products_and_all_three_convolutions() {
     let backward = spore_core::trace::trace("backward", &types, |x| df(x)).unwrap();
     assert_eq!(backward.flops(), (3 * conv + 3 * product) as u64);
 }
+
+/// `value_and_grad_reporting` reports each weight once, as soon as its gradient is
+/// final: the last layer's weight before the first layer's, a shared weight only after
+/// its last reader, an unused weight last (with zeros), and each reported gradient equal
+/// to the returned one.
+#[test]
+fn weight_gradients_are_reported_when_complete() {
+    use spore_core::autodiff::value_and_grad_reporting;
+    let param = |v: f64| {
+        Tensor::from_vec(vec![v], &[1])
+            .unwrap()
+            .with_requires_grad(true)
+    };
+    let (w1, w2, shared, unused) = (param(0.5), param(-1.5), param(2.0), param(7.0));
+    let weights = [unused.clone(), w1.clone(), shared.clone(), w2.clone()];
+    // y = w2 * tanh(shared * tanh(w1 * x)) * shared: `shared` is read first and last.
+    let f = |x: &[Tensor]| -> Result<Tensor> {
+        let h1 = x[0].mul(&w1)?.tanh()?;
+        let h2 = h1.mul(&shared)?.tanh()?;
+        h2.mul(&w2)?.mul(&shared)
+    };
+    let x = Tensor::from_vec(vec![0.8f64], &[1]).unwrap();
+    let mut order = vec![];
+    let mut reported = [None; 4];
+    let out = value_and_grad_reporting(&f, None, &weights, false, &[x], &mut |i, g| {
+        order.push(i);
+        reported[i] = Some(g.item()?);
+        Ok(())
+    })
+    .unwrap();
+    // w2 is read by the last multiply but one; `shared` by the last and by the middle
+    // layer, so it is complete only after w2; w1 after both; `unused` at the end.
+    assert_eq!(order, [3, 2, 1, 0]);
+    for (i, g) in out.weight_grads.iter().enumerate() {
+        assert_eq!(reported[i], Some(g.item().unwrap()), "weight {i}");
+    }
+    assert_eq!(reported[0], Some(0.0));
+}

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use spore_core::{Error, Result, Tensor};
 
-use super::{RandomAccess, Sampling, SourceNode};
+use super::{RandomAccess, Sampling, SourceNode, shard_options};
 use crate::Dataset;
 use crate::mnist::Usage;
 use crate::node::Row;
@@ -29,6 +29,8 @@ pub struct Cifar10Dataset {
     usage: Usage,
     sampling: Sampling,
 }
+
+shard_options!(Cifar10Dataset);
 
 impl Cifar10Dataset {
     /// Every batch file in `dataset_dir` (train and test), shuffled: MindSpore's defaults.
@@ -58,6 +60,8 @@ impl Cifar10Dataset {
 
     /// Reads every matching `.bin` file (in name order) and checks its records.
     pub fn build(self) -> Result<Dataset> {
+        self.sampling
+            .check(&format!("Cifar10Dataset({})", self.dir.display()))?;
         let files = batch_files(&self.dir, self.usage)?;
         let (mut images, mut labels) = (Vec::new(), Vec::new());
         for f in &files {

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use spore_core::{Error, Result, Tensor};
 
-use super::{RandomAccess, Sampling, SourceNode};
+use super::{RandomAccess, Sampling, SourceNode, shard_options};
 use crate::Dataset;
 use crate::node::Row;
 use crate::transforms::vision::decode_bytes;
@@ -29,6 +29,8 @@ pub struct ImageFolderDataset {
     decode: bool,
     sampling: Sampling,
 }
+
+shard_options!(ImageFolderDataset);
 
 impl ImageFolderDataset {
     pub fn new(dataset_dir: impl Into<PathBuf>) -> ImageFolderDataset {
@@ -85,6 +87,8 @@ impl ImageFolderDataset {
 
     /// Lists the class folders and their files (files are read during iteration).
     pub fn build(self) -> Result<Dataset> {
+        self.sampling
+            .check(&format!("ImageFolderDataset({})", self.dir.display()))?;
         let dir = &self.dir;
         if !dir.is_dir() {
             return Err(Error::io(dir, "image folder does not exist"));

@@ -73,6 +73,8 @@ pub struct GeneratorDataset {
     kind: Kind,
     shuffle: Option<bool>,
     num_samples: Option<usize>,
+    /// `num_shards`, `shard_id` and a sampler's seed (random-access generators only).
+    shards: Sampling,
 }
 
 impl GeneratorDataset {
@@ -94,6 +96,7 @@ impl GeneratorDataset {
             kind: Kind::Iter(factory),
             shuffle: None,
             num_samples: None,
+            shards: Sampling::default(),
         }
     }
 
@@ -114,6 +117,7 @@ impl GeneratorDataset {
             },
             shuffle: None,
             num_samples: None,
+            shards: Sampling::default(),
         }
     }
 
@@ -129,6 +133,26 @@ impl GeneratorDataset {
         self
     }
 
+    /// Splits the rows into this many disjoint shards (random-access generators only).
+    pub fn num_shards(mut self, n: usize) -> GeneratorDataset {
+        self.shards.num_shards = Some(n);
+        self
+    }
+
+    /// Which shard this process reads, in `[0, num_shards)`.
+    pub fn shard_id(mut self, id: usize) -> GeneratorDataset {
+        self.shards.shard_id = Some(id);
+        self
+    }
+
+    /// Samples with a [`crate::DistributedSampler`] (random-access generators only).
+    pub fn sampler(mut self, sampler: crate::DistributedSampler) -> GeneratorDataset {
+        self.shards.use_sampler(sampler);
+        self.shuffle = Some(sampler.shuffle);
+        self.num_samples = sampler.num_samples;
+        self
+    }
+
     pub fn build(self) -> Result<Dataset> {
         let label = format!("GeneratorDataset(column_names={:?})", self.columns);
         if self.columns.is_empty() {
@@ -137,9 +161,11 @@ impl GeneratorDataset {
         check_unique(&label, "column_names", &self.columns)?;
         match self.kind {
             Kind::Random { len, read } => {
+                self.shards.check(&label)?;
                 let sampling = Sampling {
                     shuffle: self.shuffle.unwrap_or(true),
                     num_samples: self.num_samples,
+                    ..self.shards
                 };
                 let source = RandomSource {
                     len,
@@ -155,6 +181,11 @@ impl GeneratorDataset {
                 )))
             }
             Kind::Iter(factory) => {
+                if self.shards.num_shards.is_some() || self.shards.shard_id.is_some() {
+                    return Err(Error::invalid(format!(
+                        "{label}: num_shards and shard_id need random access; use GeneratorDataset::from_fn"
+                    )));
+                }
                 if self.shuffle == Some(true) {
                     return Err(Error::invalid(format!(
                         "{label}: shuffle needs random access; use GeneratorDataset::from_fn, or .shuffle(buffer_size) on the dataset"

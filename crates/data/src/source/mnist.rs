@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use spore_core::{Result, Tensor};
 
-use super::{RandomAccess, Sampling, SourceNode};
+use super::{RandomAccess, Sampling, SourceNode, shard_options};
 use crate::Dataset;
 use crate::mnist::{Mnist, Usage};
 use crate::node::Row;
@@ -26,6 +26,8 @@ pub struct MnistDataset {
     usage: Usage,
     sampling: Sampling,
 }
+
+shard_options!(MnistDataset);
 
 impl MnistDataset {
     /// All splits found in `dataset_dir`, shuffled (MindSpore's defaults).
@@ -56,6 +58,8 @@ impl MnistDataset {
 
     /// Reads the IDX files; errors name the file and what is wrong with it.
     pub fn build(self) -> Result<Dataset> {
+        self.sampling
+            .check(&format!("MnistDataset({})", self.dir.display()))?;
         let data = Mnist::load(&self.dir, self.usage)?;
         let name = format!("MnistDataset({})", self.dir.display());
         let columns = vec!["image".to_string(), "label".to_string()];

@@ -13,7 +13,7 @@
 
 use spore_core::{Error, Result, Tensor};
 
-use super::{RandomAccess, Sampling, SourceNode};
+use super::{RandomAccess, Sampling, SourceNode, shard_options};
 use crate::Dataset;
 use crate::node::Row;
 use crate::pipeline::check_unique;
@@ -26,6 +26,8 @@ pub struct NumpySlicesDataset {
     len: usize,
     sampling: Sampling,
 }
+
+shard_options!(NumpySlicesDataset);
 
 impl NumpySlicesDataset {
     /// `(column name, array)` pairs; every array must have the same first dimension.
@@ -76,6 +78,7 @@ impl NumpySlicesDataset {
 
     pub fn build(self) -> Result<Dataset> {
         let name = format!("NumpySlicesDataset({:?})", self.columns);
+        self.sampling.check(&name)?;
         let source = SliceSource {
             data: self.data,
             len: self.len,

@@ -5,6 +5,7 @@
 mod download;
 mod mnist;
 mod pipeline;
+mod shards;
 mod sources;
 mod transforms;
 

@@ -18,7 +18,10 @@ fn main() -> ExitCode {
     };
     match execute(&invocation) {
         Ok(text) => {
-            println!("{}", text.trim_end());
+            // Under mpirun only rank 0 reports; the other ranks return nothing.
+            if !text.is_empty() {
+                println!("{}", text.trim_end());
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {

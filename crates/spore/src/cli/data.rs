@@ -55,21 +55,38 @@ fn mnist_split_dir(root: &Path, usage: Usage) -> Result<std::path::PathBuf> {
     ))
 }
 
-/// The batched dataset `model` uses for `usage` (shuffled for training).
-pub fn dataset(model: ZooModel, root: &Path, usage: Usage, batch_size: usize) -> Result<Dataset> {
+/// The batched dataset `model` uses for `usage` (shuffled for training); with `shard`
+/// `(num_shards, shard_id)`, only that shard (a data-parallel rank's part).
+pub fn dataset(
+    model: ZooModel,
+    root: &Path,
+    usage: Usage,
+    batch_size: usize,
+    shard: Option<(usize, usize)>,
+) -> Result<Dataset> {
     if batch_size == 0 {
         return Err(Error::invalid("--batch-size must be at least 1"));
     }
     let train = usage == Usage::Train;
     match model {
         ZooModel::LeNet => {
-            crate::datasets::create_dataset(mnist_split_dir(root, usage)?, batch_size, 1, 2, train)
+            let dir = mnist_split_dir(root, usage)?;
+            match shard {
+                Some((k, i)) => {
+                    crate::datasets::create_distributed_dataset(dir, batch_size, 1, 2, train, k, i)
+                }
+                None => crate::datasets::create_dataset(dir, batch_size, 1, 2, train),
+            }
         }
         ZooModel::Mlp => {
-            let ds = MnistDataset::new(mnist_split_dir(root, usage)?)
+            let source = MnistDataset::new(mnist_split_dir(root, usage)?)
                 .usage(usage)
-                .shuffle(train)
-                .build()?;
+                .shuffle(train);
+            let ds = match shard {
+                Some((k, i)) => source.num_shards(k).shard_id(i),
+                None => source,
+            }
+            .build()?;
             let ds = ds
                 .map(["label"], vec![TypeCast::new(DType::I32).into()], 2)?
                 .map(
@@ -85,10 +102,12 @@ pub fn dataset(model: ZooModel, root: &Path, usage: Usage, batch_size: usize) ->
             ds.batch(batch_size, train)
         }
         ZooModel::ResNet18 => {
-            let ds = Cifar10Dataset::new(root)
-                .usage(usage)
-                .shuffle(train)
-                .build()?;
+            let source = Cifar10Dataset::new(root).usage(usage).shuffle(train);
+            let ds = match shard {
+                Some((k, i)) => source.num_shards(k).shard_id(i),
+                None => source,
+            }
+            .build()?;
             let mut ops: Vec<Transform> = vec![];
             if train {
                 ops.push(RandomCrop::new(32, 32).padding(4).into());

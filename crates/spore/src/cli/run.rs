@@ -10,7 +10,10 @@ use spore_nn::cell::{CellCall, CellExt};
 use spore_nn::checkpoint::{load_checkpoint, load_param_into_net};
 use spore_nn::loss::{Reduction, SoftmaxCrossEntropyWithLogits};
 use spore_nn::optim::Momentum;
-use spore_train::callback::{CheckpointConfig, LossMonitor, ModelCheckpoint, ProgressBar};
+use spore_parallel::context::{AutoParallelUpdate, ParallelMode, set_auto_parallel_context};
+use spore_train::callback::{
+    Callback, CheckpointConfig, LossMonitor, ModelCheckpoint, ProgressBar,
+};
 use spore_train::metrics::Accuracy;
 use spore_train::{Model, TrainConfig};
 
@@ -61,16 +64,37 @@ fn data_root(model: ZooModel, data: &Option<PathBuf>) -> Result<PathBuf> {
     }
 }
 
+/// Joins the job `mpirun` started, if any: with several ranks, training is data
+/// parallel (gradients averaged), each rank reading its shard. Returns `(rank, size)`.
+fn join_job() -> Result<(usize, usize)> {
+    spore_parallel::init()?;
+    let (rank, size) = (
+        spore_parallel::get_rank(None)?,
+        spore_parallel::get_group_size(None)?,
+    );
+    if size > 1 {
+        set_auto_parallel_context(
+            AutoParallelUpdate::new()
+                .parallel_mode(ParallelMode::DataParallel)
+                .gradients_mean(true),
+        )?;
+    }
+    Ok((rank, size))
+}
+
 /// Trains, writes checkpoints each epoch into `checkpoint_dir`, and reports the test
-/// accuracy when test data is present. Returns a summary.
+/// accuracy when test data is present. Returns a summary (under `mpirun`: data parallel
+/// over the ranks, rank 0 reporting for the job and the others returning nothing).
 pub fn train(args: &TrainArgs) -> Result<String> {
     if args.epochs == 0 {
         return Err(Error::invalid("--epochs must be at least 1"));
     }
+    let (rank, size) = join_job()?;
+    let shard = (size > 1).then_some((size, rank));
     set_context(ContextUpdate::new().mode(args.mode).seed(args.seed))?;
     spore_data::config::set_seed(args.seed);
     let root = data_root(args.model, &args.data)?;
-    let train_ds = dataset(args.model, &root, Usage::Train, args.batch_size)?;
+    let train_ds = dataset(args.model, &root, Usage::Train, args.batch_size, shard)?;
     let steps_per_epoch = match args.sink_size {
         Some(n) if n > 0 => n as usize,
         _ => train_ds.get_dataset_size()?,
@@ -87,20 +111,24 @@ pub fn train(args: &TrainArgs) -> Result<String> {
     let mut ckpt = ModelCheckpoint::new(args.model.name(), &args.checkpoint_dir, config)?;
     let mut monitor = LossMonitor::new();
     let mut progress = ProgressBar::new();
+    let mut callbacks: Vec<&mut dyn Callback> = vec![&mut monitor, &mut ckpt];
+    if rank == 0 {
+        callbacks.push(&mut progress);
+    }
     let train_config = match args.sink_size {
         Some(n) => TrainConfig::sink(n),
         None => TrainConfig::no_sink(),
     };
     let started = Instant::now();
-    model.train(
-        args.epochs,
-        &train_ds,
-        &mut [&mut monitor, &mut progress, &mut ckpt],
-        train_config,
-    )?;
+    model.train(args.epochs, &train_ds, &mut callbacks, train_config)?;
     let secs = started.elapsed().as_secs_f64();
+    let ranks = if size > 1 {
+        format!(" on {size} ranks (data parallel, steps per rank)")
+    } else {
+        String::new()
+    };
     let mut summary = format!(
-        "trained {} for {} epochs ({} steps) in {secs:.1} s, {:.1} steps/s, {:?} mode\n",
+        "trained {} for {} epochs ({} steps){ranks} in {secs:.1} s, {:.1} steps/s, {:?} mode\n",
         args.model.name(),
         args.epochs,
         model.stats.steps,
@@ -110,14 +138,14 @@ pub fn train(args: &TrainArgs) -> Result<String> {
     if let Some(last) = ckpt.latest() {
         summary.push_str(&format!("checkpoint: {}\n", last.display()));
     }
-    if let Ok(test_ds) = dataset(args.model, &root, Usage::Test, args.batch_size) {
+    if let Ok(test_ds) = dataset(args.model, &root, Usage::Test, args.batch_size, shard) {
         let metrics = model.eval(&test_ds)?;
         summary.push_str(&format!(
             "test accuracy: {:.2}%\n",
             100.0 * metrics.get("accuracy").copied().unwrap_or(0.0)
         ));
     }
-    Ok(summary)
+    Ok(if rank == 0 { summary } else { String::new() })
 }
 
 /// Options of `spore eval`.
@@ -168,7 +196,7 @@ pub fn eval(args: &EvalArgs) -> Result<String> {
     } else {
         root
     };
-    let ds = dataset(args.model, &root, Usage::Test, args.batch_size)?;
+    let ds = dataset(args.model, &root, Usage::Test, args.batch_size, None)?;
     let mut model = Model::new_dyn(net, None, None).metrics(vec![Box::new(Accuracy::new())]);
     let m = model.eval(&ds)?;
     Ok(format!(

@@ -4,3 +4,4 @@
 mod accuracy;
 mod bench_harness;
 mod cli;
+mod distributed;

@@ -1,6 +1,19 @@
 //! `ModelCheckpoint`: saves the training network (parameters and optimizer state) every
 //! `save_checkpoint_steps` training steps as `{prefix}-{epoch}_{step}.ckpt` (safetensors
 //! inside; writes are atomic), keeping the newest `keep_checkpoint_max` files.
+//!
+//! In a distributed job rank 0 writes (data parallelism keeps every rank's parameters
+//! equal, so one copy is the whole state) and the others skip; with
+//! [`ModelCheckpoint::per_rank`] every rank writes into `directory/rank_<id>/`, as
+//! MindSpore's per-rank checkpoint folders do. To resume, every rank loads the file.
+//!
+//! ```
+//! use spore_train::callback::{CheckpointConfig, ModelCheckpoint};
+//! let dir = std::env::temp_dir().join(format!("spore-ckpt-doc-{}", std::process::id()));
+//! let ckpt = ModelCheckpoint::new("lenet", &dir, CheckpointConfig::default()).unwrap().per_rank(true);
+//! assert!(ckpt.directory().ends_with("rank_0"));
+//! # std::fs::remove_dir_all(&dir).ok();
+//! ```
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -28,6 +41,8 @@ pub struct ModelCheckpoint {
     prefix: String,
     directory: PathBuf,
     config: CheckpointConfig,
+    /// Every rank writes (into its `rank_<id>` folder), not only rank 0.
+    per_rank: bool,
     last_saved_step: usize,
     /// Files written and still kept, oldest first.
     pub saved: VecDeque<PathBuf>,
@@ -60,9 +75,28 @@ impl ModelCheckpoint {
             prefix: prefix.to_string(),
             directory,
             config,
+            per_rank: false,
             last_saved_step: 0,
             saved: VecDeque::new(),
         })
+    }
+
+    /// Every rank writes its own checkpoints, into `directory/rank_<id>/`.
+    pub fn per_rank(mut self, on: bool) -> Self {
+        let rank_dir = format!("rank_{}", spore_nn::distributed::rank());
+        let is_rank_dir = self.directory.ends_with(&rank_dir);
+        if on && !is_rank_dir {
+            self.directory.push(rank_dir);
+        } else if !on && is_rank_dir {
+            self.directory.pop();
+        }
+        self.per_rank = on;
+        self
+    }
+
+    /// Where this rank's checkpoints go.
+    pub fn directory(&self) -> &std::path::Path {
+        &self.directory
     }
 
     /// The newest checkpoint written.
@@ -71,6 +105,16 @@ impl ModelCheckpoint {
     }
 
     fn save(&mut self, ctx: &RunContext) -> Result<()> {
+        self.last_saved_step = ctx.cur_step_num;
+        if !self.per_rank && spore_nn::distributed::rank() != 0 {
+            return Ok(());
+        }
+        std::fs::create_dir_all(&self.directory).map_err(|e| {
+            Error::io(
+                &self.directory,
+                format!("cannot create the checkpoint folder: {e}"),
+            )
+        })?;
         let Some(net) = &ctx.train_network else {
             return Err(Error::invalid(
                 "ModelCheckpoint: the run has no network to save",
@@ -81,7 +125,6 @@ impl ModelCheckpoint {
             self.prefix, ctx.cur_epoch_num, ctx.step_in_epoch
         ));
         spore_nn::checkpoint::save_checkpoint(&**net, &path)?;
-        self.last_saved_step = ctx.cur_step_num;
         self.saved.retain(|p| p != &path);
         self.saved.push_back(path);
         while self.saved.len() > self.config.keep_checkpoint_max {

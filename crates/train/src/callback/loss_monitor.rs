@@ -1,6 +1,7 @@
 //! `LossMonitor`: prints `epoch: E step: S, loss is L` every `per_print_times` callback
 //! steps, in MindSpore's format; an invalid (NaN or infinite) loss stops training with an
-//! error.
+//! error. In a distributed job only rank 0 prints, unless [`LossMonitor::all_ranks`] asks
+//! for every rank (each rank still checks its loss).
 //!
 //! ```
 //! use spore_train::callback::{Callback, LossMonitor, RunContext};
@@ -22,6 +23,7 @@ use spore_core::{Error, Result};
 pub struct LossMonitor {
     per_print_times: usize,
     sink: Option<Arc<Mutex<String>>>,
+    all_ranks: bool,
 }
 
 impl LossMonitor {
@@ -35,7 +37,14 @@ impl LossMonitor {
         LossMonitor {
             per_print_times: n.max(1),
             sink: None,
+            all_ranks: false,
         }
+    }
+
+    /// Prints on every rank of a distributed job, not only rank 0.
+    pub fn all_ranks(mut self, on: bool) -> Self {
+        self.all_ranks = on;
+        self
     }
 
     /// A monitor writing into a shared string instead of standard output (for tests and
@@ -46,6 +55,7 @@ impl LossMonitor {
             LossMonitor {
                 per_print_times: n.max(1),
                 sink: Some(out.clone()),
+                all_ranks: false,
             },
             out,
         )
@@ -68,6 +78,9 @@ impl Callback for LossMonitor {
             )));
         }
         if !ctx.step_in_epoch.is_multiple_of(self.per_print_times) && ctx.steps_in_last_call <= 1 {
+            return Ok(());
+        }
+        if !self.all_ranks && spore_nn::distributed::rank() != 0 {
             return Ok(());
         }
         let line = format!(

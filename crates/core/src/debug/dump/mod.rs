@@ -45,7 +45,6 @@ const ASYNC_QUEUE_BYTES: usize = 256 << 20;
 
 pub struct Dumper {
     pub config: DumpConfig,
-    rank: u32,
     writer: Writer,
     /// Next iteration number of each compiled graph.
     iterations: Mutex<HashMap<usize, u64>>,
@@ -96,17 +95,12 @@ fn timestamp() -> u128 {
 
 impl Dumper {
     pub fn new(config: DumpConfig) -> Result<Dumper> {
-        let rank = std::env::var("RANK_ID")
-            .ok()
-            .and_then(|r| r.parse().ok())
-            .unwrap_or(0);
         let writer = if config.synchronous {
             Writer::synchronous()
         } else {
             Writer::asynchronous(ASYNC_QUEUE_BYTES)
         };
         let d = Dumper {
-            rank,
             writer,
             iterations: Mutex::new(HashMap::new()),
             eager_iteration: AtomicU64::new(0),
@@ -123,7 +117,9 @@ impl Dumper {
     }
 
     pub fn rank_dir(&self) -> PathBuf {
-        self.config.path.join(format!("rank_{}", self.rank))
+        self.config
+            .path
+            .join(format!("rank_{}", super::process_rank()))
     }
 
     fn iteration_dir(&self, graph_id: usize, iteration: u64) -> PathBuf {

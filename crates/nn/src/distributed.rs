@@ -1,0 +1,68 @@
+//! Where a distributed job meets the training wrappers. The communication layer
+//! (`spore-parallel`, above this crate) registers a [`Distributed`] implementation when
+//! it initialises; `TrainOneStepCell`, `Model` and the callbacks ask it for what changes
+//! under data parallelism (reduced gradients, synchronised parameters, rank-aware
+//! printing, saving and metrics). Without one, training is a single process's.
+//!
+//! ```
+//! assert_eq!(spore_nn::distributed::rank(), 0);
+//! assert_eq!(spore_nn::distributed::group_size(), 1);
+//! ```
+
+use std::sync::{Arc, RwLock};
+
+use spore_core::{Parameter, Result, Tensor};
+
+/// What data parallelism changes in a training step.
+pub trait Distributed: Send + Sync {
+    /// This process's rank in the world.
+    fn rank(&self) -> usize;
+    /// How many ranks the world has.
+    fn group_size(&self) -> usize;
+    /// Whether the job trains data parallel (each rank on its shard of the data) across
+    /// more than one rank.
+    fn is_data_parallel(&self) -> bool;
+    /// A reduction of this step's weight gradients when the job is data parallel, `None`
+    /// otherwise. `weights` are the optimizer's parameters' values, in its order.
+    fn gradient_reduction(&self, weights: &[Tensor]) -> Result<Option<Box<dyn GradientReduction>>>;
+    /// Before a training cell's first step: checks that every rank built the same
+    /// parameters (names, shapes, dtypes) and, when the job asks, copies rank 0's values
+    /// to every rank.
+    fn prepare_parameters(&self, params: &[(String, Parameter)]) -> Result<()>;
+    /// Every rank's `values` summed, on every rank (metrics over a sharded dataset).
+    fn sum_across_ranks(&self, values: &[f64]) -> Result<Vec<f64>>;
+}
+
+/// One step's gradient reduction. The backward pass reports each weight's gradient as
+/// soon as it is complete (so communication can start while the pass goes on);
+/// `finish` returns the reduced gradients, in weight order.
+pub trait GradientReduction {
+    fn gradient_ready(&mut self, index: usize, grad: &Tensor) -> Result<()>;
+    fn finish(self: Box<Self>, grads: Vec<Tensor>) -> Result<Vec<Tensor>>;
+}
+
+static CURRENT: RwLock<Option<Arc<dyn Distributed>>> = RwLock::new(None);
+
+/// Registers (or with `None` removes) the job's distributed behaviour.
+pub fn register(d: Option<Arc<dyn Distributed>>) {
+    let mut c = CURRENT.write().unwrap_or_else(|p| p.into_inner());
+    *c = d;
+}
+
+/// The registered behaviour, if any.
+pub fn current() -> Option<Arc<dyn Distributed>> {
+    match CURRENT.read() {
+        Ok(c) => c.clone(),
+        Err(p) => p.into_inner().clone(),
+    }
+}
+
+/// This process's rank (0 without a distributed job).
+pub fn rank() -> usize {
+    current().map_or(0, |d| d.rank())
+}
+
+/// The world's size (1 without a distributed job).
+pub fn group_size() -> usize {
+    current().map_or(1, |d| d.group_size())
+}

@@ -1,0 +1,419 @@
+//! MindSpore's auto-parallel context: how a distributed job trains. Set it after
+//! `init()` and before building the network.
+//!
+//! ```
+//! use spore_parallel::context::*;
+//! set_auto_parallel_context(
+//!     AutoParallelUpdate::new()
+//!         .parallel_mode(ParallelMode::DataParallel)
+//!         .gradients_mean(true)
+//!         .set("comm_fusion", r#"{"allreduce": {"mode": "size", "config": 32}}"#).unwrap(),
+//! ).unwrap();
+//! assert!(get_auto_parallel_context().gradients_mean);
+//! let e = set_auto_parallel_context(AutoParallelUpdate::new().set("device_num", "0").unwrap());
+//! assert!(e.unwrap_err().to_string().contains("device_num must be in [1, 4096]"));
+//! reset_auto_parallel_context();
+//! assert_eq!(get_auto_parallel_context().parallel_mode, ParallelMode::StandAlone);
+//! ```
+//!
+//! The fields of operator-level, automatic and pipeline parallelism (`search_mode`,
+//! `pipeline_stages`, `enable_parallel_optimizer`, strategy files, `full_batch`,
+//! `dataset_strategy`, ...) are recognised and refused with an error until those modes
+//! exist; so are the `semi_auto_parallel` and `auto_parallel` modes.
+
+use std::sync::RwLock;
+
+use spore_core::{Error, Result};
+
+/// MindSpore's `parallel_mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ParallelMode {
+    /// One process's training; no communication is added.
+    #[default]
+    StandAlone,
+    /// The batch is split across ranks and gradients are reduced after the backward pass.
+    DataParallel,
+    /// The user splits the model by hand with the collective operators; Spore adds no
+    /// communication of its own.
+    HybridParallel,
+    SemiAutoParallel,
+    AutoParallel,
+}
+
+const MODES: &str =
+    "stand_alone, data_parallel, hybrid_parallel, semi_auto_parallel, auto_parallel";
+
+impl ParallelMode {
+    pub fn parse(s: &str) -> Result<ParallelMode> {
+        Ok(match s {
+            "stand_alone" => ParallelMode::StandAlone,
+            "data_parallel" => ParallelMode::DataParallel,
+            "hybrid_parallel" => ParallelMode::HybridParallel,
+            "semi_auto_parallel" => ParallelMode::SemiAutoParallel,
+            "auto_parallel" => ParallelMode::AutoParallel,
+            _ => {
+                return Err(Error::invalid(format!(
+                    "set_auto_parallel_context: parallel_mode must be one of {MODES}; got {s:?}"
+                )));
+            }
+        })
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            ParallelMode::StandAlone => "stand_alone",
+            ParallelMode::DataParallel => "data_parallel",
+            ParallelMode::HybridParallel => "hybrid_parallel",
+            ParallelMode::SemiAutoParallel => "semi_auto_parallel",
+            ParallelMode::AutoParallel => "auto_parallel",
+        }
+    }
+}
+
+/// How gradients are grouped into AllReduce buckets (`comm_fusion`'s `allreduce` entry,
+/// or `all_reduce_fusion_config`).
+#[derive(Clone, Debug, PartialEq, Default)]
+pub enum AllReduceFusion {
+    /// No fusion: one AllReduce per parameter (MindSpore's default).
+    #[default]
+    Off,
+    /// Buckets of up to 64 MB (`"mode": "auto"`).
+    Auto,
+    /// Buckets of up to this many MB, filled in the order gradients finish (last layer
+    /// first) (`"mode": "size"`).
+    SizeMb(f64),
+    /// Bucket boundaries at these parameter indices (`"mode": "index"`, or
+    /// `all_reduce_fusion_config`): `[20, 35]` makes buckets `0..20`, `20..35`, `35..`.
+    Index(Vec<usize>),
+}
+
+/// The context's current values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AutoParallelContext {
+    pub parallel_mode: ParallelMode,
+    /// `None`: the job's group size.
+    pub device_num: Option<usize>,
+    pub global_rank: usize,
+    /// Divide reduced gradients by the group size.
+    pub gradients_mean: bool,
+    pub gradient_fp32_sync: bool,
+    pub loss_repeated_mean: bool,
+    /// Copy rank 0's parameters to every rank before the first step.
+    pub parameter_broadcast: bool,
+    pub all_reduce_fusion_config: Vec<usize>,
+    /// `comm_fusion`'s `allreduce` entry, when set.
+    pub comm_fusion: Option<AllReduceFusion>,
+}
+
+impl Default for AutoParallelContext {
+    fn default() -> Self {
+        AutoParallelContext {
+            parallel_mode: ParallelMode::StandAlone,
+            device_num: None,
+            global_rank: 0,
+            gradients_mean: false,
+            gradient_fp32_sync: true,
+            loss_repeated_mean: true,
+            parameter_broadcast: false,
+            all_reduce_fusion_config: vec![],
+            comm_fusion: None,
+        }
+    }
+}
+
+impl AutoParallelContext {
+    /// The bucketing in effect: `comm_fusion` first, then `all_reduce_fusion_config`.
+    pub fn all_reduce_fusion(&self) -> AllReduceFusion {
+        match (&self.comm_fusion, self.all_reduce_fusion_config.is_empty()) {
+            (Some(f), _) => f.clone(),
+            (None, false) => AllReduceFusion::Index(self.all_reduce_fusion_config.clone()),
+            (None, true) => AllReduceFusion::Off,
+        }
+    }
+}
+
+static CONTEXT: RwLock<Option<AutoParallelContext>> = RwLock::new(None);
+
+/// The current context.
+pub fn get_auto_parallel_context() -> AutoParallelContext {
+    match CONTEXT.read() {
+        Ok(c) => c.clone().unwrap_or_default(),
+        Err(p) => p.into_inner().clone().unwrap_or_default(),
+    }
+}
+
+/// Back to the defaults.
+pub fn reset_auto_parallel_context() {
+    let mut c = CONTEXT.write().unwrap_or_else(|p| p.into_inner());
+    *c = None;
+}
+
+/// Applies `update`; on any error nothing changes.
+pub fn set_auto_parallel_context(update: AutoParallelUpdate) -> Result<()> {
+    if let Some(e) = update.error {
+        return Err(Error::invalid(e));
+    }
+    let mut c = CONTEXT.write().unwrap_or_else(|p| p.into_inner());
+    let mut next = c.clone().unwrap_or_default();
+    for change in update.changes {
+        change(&mut next)?;
+    }
+    *c = Some(next);
+    Ok(())
+}
+
+type Change = Box<dyn FnOnce(&mut AutoParallelContext) -> Result<()> + Send>;
+
+/// Changes for [`set_auto_parallel_context`]; fields not named keep their values.
+#[derive(Default)]
+pub struct AutoParallelUpdate {
+    changes: Vec<Change>,
+    error: Option<String>,
+}
+
+fn invalid(message: String) -> Error {
+    Error::invalid(format!("set_auto_parallel_context: {message}"))
+}
+
+/// Fields of the parallel modes that do not exist yet.
+const LATER: &[&str] = &[
+    "search_mode",
+    "auto_parallel_search_mode",
+    "strategy_ckpt_load_file",
+    "strategy_ckpt_save_file",
+    "strategy_ckpt_config",
+    "full_batch",
+    "dataset_strategy",
+    "enable_parallel_optimizer",
+    "parallel_optimizer_config",
+    "pipeline_stages",
+    "pipeline_config",
+    "enable_alltoall",
+    "group_ckpt_save_file",
+    "auto_pipeline",
+];
+
+impl AutoParallelUpdate {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn change(
+        mut self,
+        f: impl FnOnce(&mut AutoParallelContext) -> Result<()> + Send + 'static,
+    ) -> Self {
+        self.changes.push(Box::new(f));
+        self
+    }
+
+    pub fn parallel_mode(self, mode: ParallelMode) -> Self {
+        self.change(move |c| {
+            if matches!(mode, ParallelMode::SemiAutoParallel | ParallelMode::AutoParallel) {
+                return Err(invalid(format!(
+                    "parallel_mode {} (operator-level and automatic parallelism) is not available yet; \
+                     use data_parallel, or hybrid_parallel with the collective operators",
+                    mode.name()
+                )));
+            }
+            c.parallel_mode = mode;
+            Ok(())
+        })
+    }
+    /// In [1, 4096].
+    pub fn device_num(self, n: usize) -> Self {
+        self.change(move |c| {
+            if !(1..=4096).contains(&n) {
+                return Err(invalid(format!("device_num must be in [1, 4096], got {n}")));
+            }
+            c.device_num = Some(n);
+            Ok(())
+        })
+    }
+    /// In [0, 4095].
+    pub fn global_rank(self, r: usize) -> Self {
+        self.change(move |c| {
+            if r > 4095 {
+                return Err(invalid(format!(
+                    "global_rank must be in [0, 4095], got {r}"
+                )));
+            }
+            c.global_rank = r;
+            Ok(())
+        })
+    }
+    pub fn gradients_mean(self, on: bool) -> Self {
+        self.change(move |c| {
+            c.gradients_mean = on;
+            Ok(())
+        })
+    }
+    pub fn gradient_fp32_sync(self, on: bool) -> Self {
+        self.change(move |c| {
+            c.gradient_fp32_sync = on;
+            Ok(())
+        })
+    }
+    pub fn loss_repeated_mean(self, on: bool) -> Self {
+        self.change(move |c| {
+            c.loss_repeated_mean = on;
+            Ok(())
+        })
+    }
+    pub fn parameter_broadcast(self, on: bool) -> Self {
+        self.change(move |c| {
+            c.parameter_broadcast = on;
+            Ok(())
+        })
+    }
+    /// Strictly increasing parameter indices of at least 1.
+    pub fn all_reduce_fusion_config(self, indices: Vec<usize>) -> Self {
+        self.change(move |c| {
+            check_indices("all_reduce_fusion_config", &indices)?;
+            c.all_reduce_fusion_config = indices;
+            Ok(())
+        })
+    }
+    /// `comm_fusion`'s `allreduce` entry.
+    pub fn comm_fusion(self, fusion: AllReduceFusion) -> Self {
+        self.change(move |c| {
+            match &fusion {
+                AllReduceFusion::SizeMb(mb) if !(mb.is_finite() && *mb > 0.0) => {
+                    return Err(invalid(format!(
+                        "comm_fusion: the allreduce size must be a positive number of MB, got {mb}"
+                    )));
+                }
+                AllReduceFusion::Index(i) => {
+                    check_indices("comm_fusion's allreduce index config", i)?
+                }
+                _ => {}
+            }
+            c.comm_fusion = Some(fusion);
+            Ok(())
+        })
+    }
+
+    /// Sets a field from text, as a configuration file or command line gives it
+    /// (`comm_fusion` as MindSpore's JSON dictionary, lists as `[1, 2]` or `1,2`).
+    pub fn set(self, key: &str, value: &str) -> Result<Self> {
+        let flag = || -> Result<bool> {
+            match value.trim().to_ascii_lowercase().as_str() {
+                "true" | "1" => Ok(true),
+                "false" | "0" => Ok(false),
+                _ => Err(invalid(format!(
+                    "{key} must be true or false, got {value:?}"
+                ))),
+            }
+        };
+        let number = || -> Result<usize> {
+            value.trim().parse::<usize>().map_err(|_| {
+                invalid(format!(
+                    "{key} must be a non-negative integer, got {value:?}"
+                ))
+            })
+        };
+        Ok(match key {
+            "parallel_mode" => self.parallel_mode(ParallelMode::parse(value.trim())?),
+            "device_num" => self.device_num(number()?),
+            "global_rank" => self.global_rank(number()?),
+            "gradients_mean" => self.gradients_mean(flag()?),
+            "gradient_fp32_sync" => self.gradient_fp32_sync(flag()?),
+            "loss_repeated_mean" => self.loss_repeated_mean(flag()?),
+            "parameter_broadcast" => self.parameter_broadcast(flag()?),
+            "all_reduce_fusion_config" => self.all_reduce_fusion_config(parse_indices(key, value)?),
+            "comm_fusion" => self.comm_fusion(parse_comm_fusion(value)?),
+            k if LATER.contains(&k) => {
+                return Err(invalid(format!(
+                    "{k} belongs to operator-level, automatic or pipeline parallelism, which is not available yet"
+                )));
+            }
+            _ => {
+                return Err(invalid(format!(
+                    "unknown field {key:?}; expected one of parallel_mode, device_num, global_rank, gradients_mean, \
+                     gradient_fp32_sync, loss_repeated_mean, parameter_broadcast, all_reduce_fusion_config, comm_fusion"
+                )));
+            }
+        })
+    }
+}
+
+fn check_indices(what: &str, indices: &[usize]) -> Result<()> {
+    for w in indices.windows(2) {
+        if w[1] <= w[0] {
+            return Err(invalid(format!(
+                "{what} must be strictly increasing, got {indices:?}"
+            )));
+        }
+    }
+    if indices.first() == Some(&0) {
+        return Err(invalid(format!(
+            "{what}: indices split the parameter list and must be at least 1, got {indices:?}"
+        )));
+    }
+    Ok(())
+}
+
+fn parse_indices(key: &str, value: &str) -> Result<Vec<usize>> {
+    let inner = value.trim().trim_start_matches('[').trim_end_matches(']');
+    if inner.trim().is_empty() {
+        return Ok(vec![]);
+    }
+    inner
+        .split(',')
+        .map(|s| {
+            s.trim().parse::<usize>().map_err(|_| {
+                invalid(format!(
+                    "{key} must be a list of parameter indices, got {value:?}"
+                ))
+            })
+        })
+        .collect()
+}
+
+/// MindSpore's `{"allreduce": {"mode": "auto" | "size" | "index", "config": ...}}`.
+fn parse_comm_fusion(json: &str) -> Result<AllReduceFusion> {
+    let bad = |why: String| invalid(format!("comm_fusion {json:?}: {why}"));
+    let v: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| bad(format!("not a JSON dictionary ({e})")))?;
+    let obj = v
+        .as_object()
+        .ok_or_else(|| bad("expected a dictionary".into()))?;
+    for key in obj.keys() {
+        match key.as_str() {
+            "allreduce" => {}
+            "allgather" | "reducescatter" => {
+                return Err(bad(format!(
+                    "{key} fusion belongs to the parallel optimizer, which is not available yet"
+                )));
+            }
+            other => {
+                return Err(bad(format!(
+                    "unknown key {other:?}; expected \"allreduce\""
+                )));
+            }
+        }
+    }
+    let entry = obj
+        .get("allreduce")
+        .ok_or_else(|| bad("expected an \"allreduce\" entry".into()))?;
+    let mode = entry
+        .get("mode")
+        .and_then(|m| m.as_str())
+        .ok_or_else(|| bad("the allreduce entry needs a \"mode\" (auto, size or index)".into()))?;
+    let config = entry.get("config");
+    match mode {
+        "auto" => Ok(AllReduceFusion::Auto),
+        "size" => config
+            .and_then(|c| c.as_f64())
+            .map(AllReduceFusion::SizeMb)
+            .ok_or_else(|| bad("mode \"size\" needs \"config\": a size in MB".into())),
+        "index" => config
+            .and_then(|c| c.as_array())
+            .and_then(|a| a.iter().map(|i| i.as_u64().map(|i| i as usize)).collect())
+            .map(AllReduceFusion::Index)
+            .ok_or_else(|| {
+                bad("mode \"index\" needs \"config\": a list of parameter indices".into())
+            }),
+        other => Err(bad(format!(
+            "unknown mode {other:?}; expected auto, size or index"
+        ))),
+    }
+}

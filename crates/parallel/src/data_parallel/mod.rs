@@ -1,0 +1,215 @@
+//! Data parallelism: what `TrainOneStepCell` and `Model` do differently when
+//! `parallel_mode` is `data_parallel`. `init()` registers it with `spore-nn`; user code
+//! does not change.
+//!
+//! ```
+//! use spore_parallel::context::*;
+//! spore_parallel::init().unwrap();
+//! set_auto_parallel_context(AutoParallelUpdate::new().parallel_mode(ParallelMode::DataParallel)).unwrap();
+//! // From here a TrainOneStepCell's gradients are reduced over the ranks before its
+//! // optimizer runs, and its first step checks (and with `parameter_broadcast`,
+//! // synchronises) the ranks' parameters.
+//! # reset_auto_parallel_context();
+//! ```
+
+mod plan;
+mod reducer;
+
+use std::sync::Arc;
+
+use spore_core::{Error, Parameter, Result, Tensor};
+use spore_kernels::Buffer;
+use spore_nn::distributed::{Distributed, GradientReduction};
+
+use crate::backend::ReduceOp;
+use crate::collective;
+use crate::context::{ParallelMode, get_auto_parallel_context};
+use crate::management::{engine, group};
+use crate::ops::contiguous_buffer;
+
+/// Makes `spore-nn`'s training wrappers data parallel when the context says so.
+pub(crate) fn install() {
+    spore_nn::distributed::register(Some(Arc::new(DataParallel)));
+}
+
+struct DataParallel;
+
+/// The group size, checked against the context's `device_num` when the job is data
+/// parallel; `None` when it is not.
+fn data_parallel_size() -> Result<Option<usize>> {
+    let ctx = get_auto_parallel_context();
+    if ctx.parallel_mode != ParallelMode::DataParallel {
+        return Ok(None);
+    }
+    let size = group(None)?.size();
+    if let Some(n) = ctx.device_num
+        && n != size
+    {
+        return Err(Error::invalid(format!(
+            "data parallel: device_num is {n} in the auto-parallel context, but the job has {size} ranks"
+        )));
+    }
+    Ok(Some(size))
+}
+
+impl Distributed for DataParallel {
+    fn rank(&self) -> usize {
+        engine().map_or(0, |e| e.rank)
+    }
+    fn group_size(&self) -> usize {
+        engine().map_or(1, |e| e.size)
+    }
+    fn is_data_parallel(&self) -> bool {
+        matches!(data_parallel_size(), Ok(Some(n)) if n > 1)
+    }
+    fn gradient_reduction(&self, weights: &[Tensor]) -> Result<Option<Box<dyn GradientReduction>>> {
+        if data_parallel_size()?.is_none() || weights.is_empty() {
+            return Ok(None);
+        }
+        let ctx = get_auto_parallel_context();
+        let op = if ctx.gradients_mean {
+            ReduceOp::Mean
+        } else {
+            ReduceOp::Sum
+        };
+        let reducer = reducer::Reducer::new(weights, &ctx.all_reduce_fusion(), op)?;
+        Ok(Some(Box::new(reducer)))
+    }
+    fn prepare_parameters(&self, params: &[(String, Parameter)]) -> Result<()> {
+        let Some(size) = data_parallel_size()? else {
+            return Ok(());
+        };
+        if size > 1 {
+            check_same_parameters(params)?;
+        }
+        if get_auto_parallel_context().parameter_broadcast {
+            broadcast_parameters(params)?;
+        }
+        Ok(())
+    }
+    fn sum_across_ranks(&self, values: &[f64]) -> Result<Vec<f64>> {
+        if !self.is_data_parallel() {
+            return Ok(values.to_vec());
+        }
+        collective::collective_sum_f64(values)
+    }
+}
+
+/// One line per parameter: `name: dtype[shape]`.
+fn describe(params: &[(String, Parameter)]) -> Vec<String> {
+    params
+        .iter()
+        .map(|(name, p)| format!("{name}: {}", p.tensor_type()))
+        .collect()
+}
+
+/// Every rank's parameter list must be rank 0's; the error names the first difference.
+fn check_same_parameters(params: &[(String, Parameter)]) -> Result<()> {
+    let g = group(None)?;
+    let mine = describe(params).join("\n").into_bytes();
+    let longest = match collective::all_reduce(
+        &g,
+        Arc::new(Buffer::I64(vec![mine.len() as i64])),
+        &[1],
+        ReduceOp::Max,
+    )? {
+        Buffer::I64(v) => v.first().copied().unwrap_or(0).max(0) as usize,
+        other => {
+            return Err(Error::invalid(format!(
+                "internal: a length came back as {}",
+                other.dtype()
+            )));
+        }
+    };
+    let mut padded = mine;
+    padded.resize(longest, 0);
+    let Buffer::U8(all) = collective::all_gather(&g, Buffer::U8(padded), &[longest])? else {
+        return Err(Error::invalid(
+            "internal: the parameter lists came back in another dtype",
+        ));
+    };
+    let lists: Vec<Vec<String>> = all
+        .chunks(longest.max(1))
+        .map(|c| {
+            let end = c.iter().position(|&b| b == 0).unwrap_or(c.len());
+            String::from_utf8_lossy(&c[..end])
+                .lines()
+                .map(str::to_string)
+                .collect()
+        })
+        .collect();
+    first_difference(&lists).map_or(Ok(()), |m| {
+        Err(Error::invalid(format!(
+            "data parallel: every rank must build the same network, but {m} (this is rank {})",
+            g.rank
+        )))
+    })
+}
+
+/// The first way a rank's parameter list differs from rank 0's.
+fn first_difference(lists: &[Vec<String>]) -> Option<String> {
+    let first = lists.first()?;
+    for (r, list) in lists.iter().enumerate().skip(1) {
+        for i in 0..first.len().max(list.len()) {
+            match (first.get(i), list.get(i)) {
+                (Some(a), Some(b)) if a == b => continue,
+                (Some(a), Some(b)) => {
+                    return Some(format!(
+                        "parameter {i} is `{a}` on rank 0 and `{b}` on rank {r}"
+                    ));
+                }
+                (Some(a), None) => {
+                    return Some(format!(
+                        "rank 0 has {} parameters and rank {r} has {} (the first missing is `{a}`)",
+                        first.len(),
+                        list.len()
+                    ));
+                }
+                (None, Some(b)) => {
+                    return Some(format!(
+                        "rank 0 has {} parameters and rank {r} has {} (the first extra is `{b}`)",
+                        first.len(),
+                        list.len()
+                    ));
+                }
+                (None, None) => {}
+            }
+        }
+    }
+    None
+}
+
+/// MindSpore's `parameter_broadcast`: rank 0's values on every rank.
+fn broadcast_parameters(params: &[(String, Parameter)]) -> Result<()> {
+    let g = group(None)?;
+    for (_, p) in params {
+        let value = p.stored();
+        let data = contiguous_buffer(&value).map_err(Error::invalid)?;
+        let synced = collective::broadcast(&g, data, value.shape(), 0)?;
+        p.store(Tensor::from_buffer(synced, value.shape())?);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_difference;
+
+    fn list(lines: &[&str]) -> Vec<String> {
+        lines.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_first_difference_names_both_sides() {
+        let a = list(&["w: Float32[2, 3]", "b: Float32[3]"]);
+        let b = list(&["w: Float32[2, 4]", "b: Float32[3]"]);
+        let m = first_difference(&[a.clone(), a.clone(), b]).unwrap();
+        assert!(
+            m.contains("Float32[2, 3]` on rank 0") && m.contains("Float32[2, 4]` on rank 2"),
+            "{m}"
+        );
+        assert!(first_difference(&[a.clone(), a.clone()]).is_none());
+        let m = first_difference(&[a.clone(), a[..1].to_vec()]).unwrap();
+        assert!(m.contains("first missing is `b: Float32[3]`"), "{m}");
+    }
+}

@@ -1,0 +1,12 @@
+//! spore-parallel's multi-process tests. Each outer test launches this test binary under
+//! `mpirun` to run one `#[ignore]`d inner test (named `rank_*`) on every rank, and checks
+//! that the job succeeded (or, for the fault tests, failed the expected way in bounded
+//! time). Without the `mpi` feature there is no MPI to launch: the outer tests say so
+//! loudly and fail, because a multi-process claim that was never run proved nothing.
+//! `scripts/test.sh` builds them with `--features spore-parallel/mpi`.
+
+mod collectives;
+mod data_parallel;
+mod faults;
+mod launch;
+mod model;
