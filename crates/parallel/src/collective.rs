@@ -32,15 +32,66 @@ pub(crate) struct Signature {
 }
 
 const HEADER: usize = 12;
+
+/// The collectives a signature can name; its first slot is the index here, so that a
+/// mismatch can say which op each rank ran.
+const OPS: &[&str] = &[
+    "AllReduce",
+    "AllGather",
+    "ReduceScatter",
+    "Broadcast",
+    "AllToAll",
+    "Barrier",
+    "Send",
+];
+
+/// A gradient bucket's AllReduce carries its bucket number in the attribute slot, above
+/// the reduce op: buckets of equal size issued in another order on another rank would
+/// otherwise be summed into the wrong parameters without a word.
+pub(crate) fn bucket_attribute(op: ReduceOp, bucket: usize) -> i64 {
+    op.code() + 16 * (bucket as i64 + 1)
+}
+
+/// An op's attribute slot in words.
+fn describe_attribute(op: i64, code: i64) -> String {
+    match OPS.get((op - 1).max(0) as usize).copied().unwrap_or("") {
+        "AllReduce" | "ReduceScatter" => {
+            let reduce = ReduceOp::from_code(code % 16).map_or("?", |r| r.name());
+            match code / 16 {
+                0 => format!("reduce op {reduce}"),
+                b => format!("reduce op {reduce}, gradient bucket {}", b - 1),
+            }
+        }
+        "Broadcast" => format!("root {code}"),
+        "AllToAll" => format!("split axis {}, concat axis {}", code / 64, code % 64),
+        "Send" => format!("tag {code}"),
+        _ => code.to_string(),
+    }
+}
+
+fn op_name(slot: i64) -> &'static str {
+    OPS.get((slot - 1).max(0) as usize)
+        .copied()
+        .unwrap_or("an unknown op")
+}
 const MAX_DIMS: usize = 8;
 
 impl Signature {
+    pub(crate) fn of(op: &'static str, dtype: DType, shape: &[usize], extra: i64) -> Signature {
+        Signature {
+            op,
+            dtype,
+            shape: shape.to_vec(),
+            extra,
+        }
+    }
+
     fn encode(&self) -> [i64; HEADER] {
         let mut h = [0i64; HEADER];
-        h[0] = self
-            .op
-            .bytes()
-            .fold(0i64, |a, b| a.wrapping_mul(131).wrapping_add(b as i64));
+        h[0] = OPS
+            .iter()
+            .position(|o| *o == self.op)
+            .map_or(0, |i| i as i64 + 1);
         h[1] = DType::ALL
             .iter()
             .position(|d| *d == self.dtype)
@@ -89,8 +140,10 @@ fn agree(b: &mut dyn Backend, g: &GroupInfo, sig: &Signature) -> std::result::Re
         }
         if h[0] != first[0] {
             return Err(format!(
-                "the ranks are not running the same collective: rank {r} runs another op than rank 0 \
-                 (they issued different sequences of collectives)"
+                "the ranks are not running the same collective: rank 0 runs {}, rank {r} runs {} \
+                 (they issued different sequences of collectives)",
+                op_name(first[0]),
+                op_name(h[0])
             ));
         }
         if h[1..11] != first[1..11] {
@@ -101,8 +154,9 @@ fn agree(b: &mut dyn Backend, g: &GroupInfo, sig: &Signature) -> std::result::Re
             ));
         }
         return Err(format!(
-            "the ranks disagree on the op's attributes (reduce op, root or axes): rank 0 says {}, rank {r} says {}",
-            first[11], h[11]
+            "the ranks disagree on the op's attributes: rank 0 has {}, rank {r} has {}",
+            describe_attribute(first[0], first[11]),
+            describe_attribute(h[0], h[11])
         ));
     }
     Ok(())
@@ -184,13 +238,9 @@ pub(crate) fn all_reduce_start(
     send: Arc<Buffer>,
     shape: &[usize],
     op: ReduceOp,
+    attribute: i64,
 ) -> Result<InFlight> {
-    let sig = Signature {
-        op: "AllReduce",
-        dtype: send.dtype(),
-        shape: shape.to_vec(),
-        extra: op.code(),
-    };
+    let sig = Signature::of("AllReduce", send.dtype(), shape, attribute);
     let bytes = bytes_of(&send);
     submit(g.clone(), sig, bytes, move |b, g| {
         let mut recv = recycle::take(send.dtype(), send.len());
@@ -208,17 +258,12 @@ pub(crate) fn all_reduce(
     shape: &[usize],
     op: ReduceOp,
 ) -> Result<Buffer> {
-    all_reduce_start(g, send, shape, op)?.wait()
+    all_reduce_start(g, send, shape, op, op.code())?.wait()
 }
 
 /// Every rank's `data` concatenated in rank order.
 pub(crate) fn all_gather(g: &GroupInfo, data: Buffer, shape: &[usize]) -> Result<Buffer> {
-    let sig = Signature {
-        op: "AllGather",
-        dtype: data.dtype(),
-        shape: shape.to_vec(),
-        extra: 0,
-    };
+    let sig = Signature::of("AllGather", data.dtype(), shape, 0);
     let bytes = bytes_of(&data);
     submit(g.clone(), sig, bytes, move |b, g| {
         let mut out = Buffer::zeros(data.dtype(), data.len() * g.size());
@@ -235,12 +280,7 @@ pub(crate) fn reduce_scatter(
     shape: &[usize],
     op: ReduceOp,
 ) -> Result<Buffer> {
-    let sig = Signature {
-        op: "ReduceScatter",
-        dtype: data.dtype(),
-        shape: shape.to_vec(),
-        extra: op.code(),
-    };
+    let sig = Signature::of("ReduceScatter", data.dtype(), shape, op.code());
     let bytes = bytes_of(&data);
     submit(g.clone(), sig, bytes, move |b, g| {
         let mut out = Buffer::zeros(data.dtype(), data.len() / g.size());
@@ -260,12 +300,7 @@ pub(crate) fn broadcast(
     shape: &[usize],
     root: usize,
 ) -> Result<Buffer> {
-    let sig = Signature {
-        op: "Broadcast",
-        dtype: data.dtype(),
-        shape: shape.to_vec(),
-        extra: root as i64,
-    };
+    let sig = Signature::of("Broadcast", data.dtype(), shape, root as i64);
     let bytes = bytes_of(&data);
     submit(g.clone(), sig, bytes, move |b, g| {
         b.broadcast(g.comm, &mut data, root)?;
@@ -281,12 +316,7 @@ pub(crate) fn all_to_all(
     shape: &[usize],
     axes: i64,
 ) -> Result<Buffer> {
-    let sig = Signature {
-        op: "AllToAll",
-        dtype: data.dtype(),
-        shape: shape.to_vec(),
-        extra: axes,
-    };
+    let sig = Signature::of("AllToAll", data.dtype(), shape, axes);
     let bytes = bytes_of(&data);
     submit(g.clone(), sig, bytes, move |b, g| {
         let mut out = Buffer::zeros(data.dtype(), data.len());
@@ -299,12 +329,7 @@ pub(crate) fn all_to_all(
 /// Waits until every rank of the group (`None`: the world) has arrived.
 pub fn barrier(group_name: Option<&str>) -> Result<()> {
     let g = group(group_name)?;
-    let sig = Signature {
-        op: "Barrier",
-        dtype: DType::U8,
-        shape: vec![],
-        extra: 0,
-    };
+    let sig = Signature::of("Barrier", DType::U8, &[], 0);
     submit(g, sig, 0, |b, g| {
         b.barrier(g.comm)?;
         Ok(Buffer::U8(vec![]))
@@ -353,20 +378,19 @@ pub(crate) fn send(
     tag: i32,
 ) -> Result<()> {
     let what = format!("{} to rank {dest}", g.describe("Send"));
-    let header = Signature {
-        op: "Send",
-        dtype: data.dtype(),
-        shape: shape.to_vec(),
-        extra: tag as i64,
-    }
-    .encode();
+    // The signature, then the element count (a shape past eight dimensions is folded in
+    // the signature, and the receiver must know how much to take off the wire).
+    let mut header = Signature::of("Send", data.dtype(), shape, tag as i64)
+        .encode()
+        .to_vec();
+    header.push(data.len() as i64);
     let comm = g.comm;
     let label = what.clone();
     engine()?
         .run(
             move || label,
             move |b| {
-                b.send(comm, &Buffer::I64(header.to_vec()), dest, tag)?;
+                b.send(comm, &Buffer::I64(header), dest, tag)?;
                 b.send(comm, &data, dest, tag)
             },
         )?
@@ -383,12 +407,7 @@ pub(crate) fn recv(
     tag: i32,
 ) -> Result<Buffer> {
     let what = format!("{} from rank {src}", g.describe("Receive"));
-    let expected = Signature {
-        op: "Send",
-        dtype,
-        shape: shape.to_vec(),
-        extra: tag as i64,
-    };
+    let expected = Signature::of("Send", dtype, shape, tag as i64);
     let numel = shape.iter().product::<usize>();
     let comm = g.comm;
     let label = what.clone();
@@ -396,32 +415,30 @@ pub(crate) fn recv(
         .run(
             move || label,
             move |b| {
-                let mut header = Buffer::I64(vec![0; HEADER]);
+                let mut header = Buffer::I64(vec![0; HEADER + 1]);
                 b.recv(comm, &mut header, src, tag)?;
                 let Buffer::I64(h) = header else {
                     return Err("internal: header of another dtype".to_string());
                 };
                 let want = expected.encode();
                 if h[1..11] != want[1..11] {
-                    // The data message is still on its way: take it off the wire before
-                    // reporting, so that later messages stay in step.
-                    let n = h[3..3 + (h[2].clamp(0, 8) as usize)]
-                        .iter()
-                        .product::<i64>()
-                        .max(0);
-                    let mut sink = Buffer::zeros(
-                        usize::try_from(h[1])
-                            .ok()
-                            .and_then(|i| DType::ALL.get(i).copied())
-                            .unwrap_or(dtype),
-                        n as usize,
-                    );
-                    b.recv(comm, &mut sink, src, tag)?;
-                    return Err(format!(
+                    let mismatch = format!(
                         "expected {}, but rank {src} sent {}",
                         Signature::describe(&want),
-                        Signature::describe(&h)
-                    ));
+                        Signature::describe(&h[..HEADER])
+                    );
+                    // The data message is still on its way: take it off the wire before
+                    // reporting, so that later messages stay in step (when the header
+                    // makes sense; a nonsensical one is reported as it is).
+                    let sent_dtype = usize::try_from(h[1])
+                        .ok()
+                        .and_then(|i| DType::ALL.get(i).copied());
+                    let sent_len = usize::try_from(h[HEADER]).ok().filter(|&n| n <= 1 << 31);
+                    if let (Some(d), Some(n)) = (sent_dtype, sent_len) {
+                        let mut sink = Buffer::zeros(d, n);
+                        b.recv(comm, &mut sink, src, tag)?;
+                    }
+                    return Err(mismatch);
                 }
                 let mut data = Buffer::zeros(dtype, numel);
                 b.recv(comm, &mut data, src, tag)?;

@@ -92,10 +92,16 @@ pub struct AutoParallelContext {
     pub parallel_mode: ParallelMode,
     /// `None`: the job's group size.
     pub device_num: Option<usize>,
+    /// Accepted and stored, with no effect: the rank comes from the launcher (MindSpore
+    /// deprecated it for the same reason).
     pub global_rank: usize,
     /// Divide reduced gradients by the group size.
     pub gradients_mean: bool,
+    /// Accepted and stored, with no effect yet: it matters for float16 gradients, which
+    /// data parallelism does not produce until mixed precision lands.
     pub gradient_fp32_sync: bool,
+    /// Accepted and stored, with no effect yet: MindSpore uses it in semi-automatic
+    /// parallelism only.
     pub loss_repeated_mean: bool,
     /// Copy rank 0's parameters to every rank before the first step.
     pub parameter_broadcast: bool,

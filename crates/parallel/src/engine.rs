@@ -19,9 +19,11 @@
 //! assert_eq!(t.as_millis(), 2500);
 //! ```
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use spore_core::{Error, Result};
@@ -45,17 +47,27 @@ pub enum BackendKind {
     Mpi,
 }
 
+/// What the end of the process needs to know about the communication thread.
+#[derive(Default)]
+struct Health {
+    /// Jobs submitted and not yet finished.
+    outstanding: AtomicUsize,
+    /// The latest collective a caller gave up waiting for.
+    timed_out: Mutex<Option<String>>,
+    /// A job panicked: the transport's state is unknown.
+    panicked: Mutex<Option<String>>,
+}
+
 pub(crate) struct Engine {
     jobs: Sender<Message>,
     pub(crate) rank: usize,
     pub(crate) size: usize,
     pub(crate) kind: BackendKind,
     pub(crate) timeout: Duration,
-    /// Set when a caller gave up waiting: the thread is stuck inside the transport.
-    wedged: AtomicBool,
+    health: Arc<Health>,
     finished: AtomicBool,
     abort: Option<AbortJob>,
-    thread: std::sync::Mutex<Option<JoinHandle<()>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 /// Parses `SPORE_COMM_TIMEOUT` (seconds, fractions allowed; default 300).
@@ -85,10 +97,14 @@ impl Engine {
         timeout: Duration,
     ) -> Result<Engine> {
         let (jobs, inbox) = unbounded::<Message>();
+        let health = Arc::new(Health::default());
         let (ready_tx, ready_rx) = bounded::<std::result::Result<(usize, usize), String>>(1);
         let thread = std::thread::Builder::new()
             .name("spore-communication".into())
-            .spawn(move || serve(make, inbox, ready_tx, timeout))
+            .spawn({
+                let health = health.clone();
+                move || serve(make, inbox, ready_tx, timeout, &health)
+            })
             .map_err(|e| {
                 Error::invalid(format!("init: cannot start the communication thread: {e}"))
             })?;
@@ -102,10 +118,10 @@ impl Engine {
             size,
             kind,
             timeout,
-            wedged: AtomicBool::new(false),
+            health,
             finished: AtomicBool::new(false),
             abort,
-            thread: std::sync::Mutex::new(Some(thread)),
+            thread: Mutex::new(Some(thread)),
         })
     }
 
@@ -123,9 +139,13 @@ impl Engine {
         let run: Job = Box::new(move |b| {
             let _ = tx.send(job(b));
         });
-        self.jobs
-            .send(Message::Run(run))
-            .map_err(|_| Error::invalid("communication: the communication thread has ended"))?;
+        self.health.outstanding.fetch_add(1, Ordering::AcqRel);
+        if self.jobs.send(Message::Run(run)).is_err() {
+            self.health.outstanding.fetch_sub(1, Ordering::AcqRel);
+            return Err(Error::invalid(
+                "communication: the communication thread has ended",
+            ));
+        }
         Ok(Pending { reply })
     }
 
@@ -143,14 +163,18 @@ impl Engine {
         if self.finished.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        if self.wedged.load(Ordering::Acquire) {
-            return Err(Error::invalid(
-                "communication: a collective never completed, so MPI cannot be shut down cleanly",
-            ));
+        if let Some(why) = self.why_stuck() {
+            return Err(Error::invalid(format!(
+                "communication on rank {} of {}: {why}, so MPI cannot be shut down cleanly",
+                self.rank, self.size
+            )));
         }
         let (tx, rx) = bounded(1);
         if self.jobs.send(Message::Finish(tx)).is_err() {
-            return Ok(());
+            return Err(Error::invalid(format!(
+                "communication on rank {} of {}: the communication thread has ended",
+                self.rank, self.size
+            )));
         }
         // The handshake itself is bounded by twice the timeout; the margin covers jobs
         // queued before it.
@@ -172,8 +196,34 @@ impl Engine {
         Ok(())
     }
 
-    /// Ends every process of the job with `message` (printed first).
+    /// Why the transport cannot be shut down cleanly, if it cannot: a job panicked, or a
+    /// collective a caller gave up on is still running after a short grace (one that
+    /// completed late does not count).
+    pub(crate) fn why_stuck(&self) -> Option<String> {
+        let lock = |m: &Mutex<Option<String>>| {
+            m.lock()
+                .map(|g| g.clone())
+                .unwrap_or_else(|p| p.into_inner().clone())
+        };
+        if let Some(p) = lock(&self.health.panicked) {
+            return Some(format!("the communication thread panicked in {p}"));
+        }
+        let timed_out = lock(&self.health.timed_out)?;
+        let grace = Instant::now() + self.timeout.min(Duration::from_secs(5));
+        while self.health.outstanding.load(Ordering::Acquire) > 0 {
+            if Instant::now() >= grace {
+                return Some(format!("{timed_out} never completed"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+
+    /// Ends every process of the job with `message` (printed first). Called at the end
+    /// of the process (inside `atexit`), hence `_exit` rather than `exit`.
     pub(crate) fn abort_job(&self, message: &str) -> ! {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
         eprintln!(
             "[spore rank {} of {}] {message}; ending the whole job",
             self.rank, self.size
@@ -181,7 +231,8 @@ impl Engine {
         if let Some(abort) = self.abort {
             abort(1);
         }
-        std::process::exit(1)
+        // SAFETY: `_exit` ends the process at once; nothing runs after it.
+        unsafe { libc::_exit(1) }
     }
 }
 
@@ -191,19 +242,19 @@ impl<R> Pending<R> {
         match self.reply.recv_timeout(engine.timeout) {
             Ok(r) => Ok(r),
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                engine.wedged.store(true, Ordering::Release);
+                let what = what();
+                if let Ok(mut t) = engine.health.timed_out.lock() {
+                    *t = Some(what.clone());
+                }
                 Err(Error::invalid(format!(
-                    "{} did not complete within {} s on rank {} of {}: another rank has not joined it \
+                    "{what} did not complete within {} s: another rank has not joined it \
                      (it failed, ended, is stuck, or issued different collectives); \
-                     SPORE_COMM_TIMEOUT sets the bound",
-                    what(),
+                     SPORE_COMM_TIMEOUT sets the bound, and this process's end ends the whole job",
                     engine.timeout.as_secs_f64(),
-                    engine.rank,
-                    engine.size
                 )))
             }
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Err(Error::invalid(format!(
-                "{}: the communication thread ended before the collective ran (rank {} of {})",
+                "{}: the communication thread failed before the collective completed (rank {} of {})",
                 what(),
                 engine.rank,
                 engine.size
@@ -218,6 +269,7 @@ fn serve(
     inbox: Receiver<Message>,
     ready: Sender<std::result::Result<(usize, usize), String>>,
     timeout: Duration,
+    health: &Health,
 ) {
     let mut backend = match make() {
         Ok(b) => b,
@@ -229,7 +281,22 @@ fn serve(
     let _ = ready.send(Ok((backend.world_rank(), backend.world_size())));
     for message in inbox {
         match message {
-            Message::Run(job) => job(backend.as_mut()),
+            Message::Run(job) => {
+                // A panic must not take the thread down silently: the waiting caller
+                // gets an error (its reply channel closes) and the end of the process
+                // aborts the job, since the transport's state is unknown.
+                if let Err(p) = catch_unwind(AssertUnwindSafe(|| job(backend.as_mut()))) {
+                    let why = p
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_else(|| "a collective".into());
+                    if let Ok(mut slot) = health.panicked.lock() {
+                        *slot = Some(why);
+                    }
+                }
+                health.outstanding.fetch_sub(1, Ordering::AcqRel);
+            }
             Message::Finish(reply) => {
                 // Twice a collective's bound: a rank still waiting in a collective for
                 // this one gives up first, so the job's end is reported by the rank
@@ -238,12 +305,5 @@ fn serve(
                 return;
             }
         }
-    }
-}
-
-/// Whether the engine's thread is stuck (a caller timed out).
-impl Engine {
-    pub(crate) fn is_wedged(&self) -> bool {
-        self.wedged.load(Ordering::Acquire)
     }
 }

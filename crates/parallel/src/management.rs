@@ -61,6 +61,9 @@ fn launched_size() -> Option<usize> {
 /// Starts this rank's communication (MindSpore's `init()`); call it once, before
 /// building the network. A second call does nothing.
 pub fn init() -> Result<()> {
+    // One initialisation at a time: a second thread waits and then finds it done.
+    static STARTING: Mutex<()> = Mutex::new(());
+    let _one = STARTING.lock().unwrap_or_else(|p| p.into_inner());
     if ENGINE.get().is_some() {
         return Ok(());
     }
@@ -82,9 +85,7 @@ pub fn init() -> Result<()> {
     };
     spore_core::debug::set_process_rank(engine.rank as u32);
     if ENGINE.set(engine).is_err() {
-        // Another thread initialised first; its engine stands (this one's thread ends
-        // when its queue is dropped).
-        return Ok(());
+        return Err(Error::invalid("init: internal: initialised twice"));
     }
     groups(|g| {
         g.insert(WORLD_COMM_GROUP.to_string(), world);
@@ -124,8 +125,8 @@ fn start_mpi(launched: usize, _timeout: std::time::Duration) -> Result<Engine> {
 /// cannot end cleanly (see `engine`).
 extern "C" fn end_of_process() {
     let Some(engine) = ENGINE.get() else { return };
-    if engine.is_wedged() {
-        engine.abort_job("a collective of this rank never completed");
+    if let Some(why) = engine.why_stuck() {
+        engine.abort_job(&why);
     }
     if let Err(e) = engine.finish() {
         engine.abort_job(&format!(
@@ -247,7 +248,12 @@ pub fn create_group(name: &str, world_ranks: &[usize]) -> Result<()> {
         ));
     };
     let ranks = world_ranks.to_vec();
-    let what = || format!("create_group('{name}')");
+    let what = || {
+        format!(
+            "create_group('{name}') on rank {} of {}",
+            engine.rank, engine.size
+        )
+    };
     let comm = engine
         .run(what, move |b| b.create_group(&ranks))?
         .map_err(|e| Error::invalid(format!("create_group('{name}'): {e}")))?;

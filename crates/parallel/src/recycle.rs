@@ -1,8 +1,9 @@
 //! Buffers for collectives' results, recycled. A fresh buffer of tens of megabytes costs
 //! more in page faults than its AllReduce costs on the wire, so results come from here:
-//! every result buffer is handed out behind an `Arc` of which this pool keeps a clone,
-//! and once every tensor over it is gone (only the pool's clone is left) the next
-//! collective of that size reuses it. The pool keeps a few buffers; the oldest go first.
+//! AllReduce results (and flattened gradient buckets) are handed out behind an `Arc` of
+//! which this pool keeps a clone, and once every tensor over it is gone (only the pool's
+//! clone is left) the next collective of that size reuses it. The pool keeps at most 256
+//! handles and 512 MB of buffers nobody holds; the oldest free ones go first.
 //!
 //! ```ignore
 //! let b = take(DType::F32, 1 << 20);       // a recycled buffer, or a new one
@@ -17,8 +18,10 @@ use std::sync::{Arc, Mutex};
 use spore_core::DType;
 use spore_kernels::Buffer;
 
-/// Why 8: a training step's buckets plus a result or two the caller still holds.
-const KEPT: usize = 8;
+/// Why these bounds: a step of a network with one bucket per parameter (ResNet-18 has 62)
+/// must find last step's buffers again, while memory nobody uses stays bounded.
+const KEPT: usize = 256;
+const FREE_BYTES: usize = 512 << 20;
 
 static POOL: Mutex<VecDeque<Arc<Buffer>>> = Mutex::new(VecDeque::new());
 
@@ -46,8 +49,24 @@ pub(crate) fn track(buffer: Buffer) -> Arc<Buffer> {
     let shared = Arc::new(buffer);
     let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
     pool.push_back(shared.clone());
-    while pool.len() > KEPT {
-        pool.pop_front();
+    let bytes = |b: &Buffer| b.len() * b.dtype().size_in_bytes();
+    let mut free: usize = pool
+        .iter()
+        .filter(|b| Arc::strong_count(b) == 1)
+        .map(|b| bytes(b))
+        .sum();
+    while pool.len() > KEPT || free > FREE_BYTES {
+        // The oldest free buffer goes; if none is free, the oldest handle (its holder
+        // keeps the memory; it is just not recycled).
+        let i = pool
+            .iter()
+            .position(|b| Arc::strong_count(b) == 1)
+            .unwrap_or(0);
+        match pool.remove(i) {
+            Some(b) if Arc::strong_count(&b) == 1 => free -= bytes(&b).min(free),
+            Some(_) => {}
+            None => break,
+        }
     }
     shared
 }

@@ -389,7 +389,9 @@ impl Model {
     }
 
     /// Runs the network in evaluation mode over one epoch of `dataset` and returns every
-    /// metric by name.
+    /// metric by name. In a data-parallel job each rank evaluates its shard and the
+    /// metrics' sums are added up over the ranks, so every rank must call `eval` (it is a
+    /// collective) and every rank gets the whole dataset's metrics.
     pub fn eval(&mut self, dataset: &Dataset) -> Result<BTreeMap<String, f64>> {
         if self.metrics.is_empty() {
             return Err(Error::invalid(

@@ -1,10 +1,11 @@
 //! Sharding for distributed training: MindSpore's `num_shards`/`shard_id` options and
 //! `DistributedSampler`. Every rank orders the whole dataset the same way (the same
 //! seeded permutation when shuffling), then rank `i` of `k` takes rows `i, i + k,
-//! i + 2k, ...`; the shards are disjoint and together are the dataset. When `k` does not
-//! divide the dataset, every shard still gets `ceil(n / k)` rows (the last ones wrap
-//! around to the start, as MindSpore and PyTorch do), so that the ranks run the same
-//! number of steps and their collectives stay in step.
+//! i + 2k, ...`; when `k` divides the dataset the shards are disjoint and together are
+//! the dataset. When it does not, every shard still gets `ceil(n / k)` rows (the last
+//! ones wrap around to the start, as MindSpore and PyTorch do), so that the ranks run
+//! the same number of steps and their collectives stay in step; up to `k - 1` rows are
+//! then read twice per epoch (and counted twice by a sharded evaluation).
 //!
 //! ```
 //! use spore_core::Tensor;

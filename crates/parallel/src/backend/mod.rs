@@ -61,6 +61,18 @@ impl ReduceOp {
     pub(crate) fn code(self) -> i64 {
         self as i64
     }
+
+    pub(crate) fn from_code(code: i64) -> Option<ReduceOp> {
+        [
+            ReduceOp::Sum,
+            ReduceOp::Mean,
+            ReduceOp::Max,
+            ReduceOp::Min,
+            ReduceOp::Prod,
+        ]
+        .into_iter()
+        .find(|op| op.code() == code)
+    }
 }
 
 /// A communicator's index in its backend: 0 is the world, groups follow.

@@ -95,11 +95,15 @@ impl Distributed for DataParallel {
     }
 }
 
-/// One line per parameter: `name: dtype[shape]`.
+/// One line per parameter: `name: shape dtype` and whether it trains (a parameter frozen
+/// on one rank only would change which gradients the ranks reduce).
 fn describe(params: &[(String, Parameter)]) -> Vec<String> {
     params
         .iter()
-        .map(|(name, p)| format!("{name}: {}", p.tensor_type()))
+        .map(|(name, p)| {
+            let frozen = if p.requires_grad() { "" } else { " (frozen)" };
+            format!("{name}: {}{frozen}", p.tensor_type())
+        })
         .collect()
 }
 

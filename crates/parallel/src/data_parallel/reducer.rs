@@ -80,7 +80,7 @@ impl Reducer {
                 })
             })
             .collect::<Result<_>>()?;
-        let ticket = bucket::start(&grads, self.op, None)?;
+        let ticket = bucket::start(&grads, b, self.op, None)?;
         self.buckets[b].ticket = Some(ticket);
         Ok(())
     }
@@ -115,7 +115,9 @@ impl GradientReduction for Reducer {
             )));
         }
         // Weights the loss does not reach get their (zero) gradients here; their buckets
-        // start now, in bucket order, which is the same on every rank.
+        // start now, in bucket order. (A rank whose loss reached other weights would start
+        // its buckets in another order: the bucket number each AllReduce carries makes
+        // that an error instead of a sum of the wrong gradients.)
         for (i, g) in grads.into_iter().enumerate() {
             if self.grads[i].is_none() {
                 self.grads[i] = Some(g);

@@ -13,7 +13,7 @@
 //! use spore_parallel::ops::bucket::{start, wait};
 //! init().unwrap();
 //! let g = [Tensor::ones(&[2], spore_core::DType::F32).unwrap(), Tensor::ones(&[1, 1], spore_core::DType::F32).unwrap()];
-//! let ticket = start(&g.iter().collect::<Vec<_>>(), ReduceOp::Mean, None).unwrap();
+//! let ticket = start(&g.iter().collect::<Vec<_>>(), 0, ReduceOp::Mean, None).unwrap();
 //! assert_eq!(wait(&ticket, 3, spore_core::DType::F32).unwrap().to_vec::<f32>().unwrap(), [1.0, 1.0, 1.0]);
 //! ```
 
@@ -39,12 +39,20 @@ fn in_flight<R>(f: impl FnOnce(&mut HashMap<i64, InFlight>) -> R) -> R {
     f(g.get_or_insert_with(HashMap::new))
 }
 
-/// Starts the reduction of `grads` (one dtype) as one flat buffer; returns the ticket.
+/// Starts the reduction of bucket number `bucket`, `grads` (one dtype) as one flat
+/// buffer; returns the ticket. Every rank must start the same buckets in the same order
+/// (a bucket started out of order is an error naming both bucket numbers).
 #[track_caller]
-pub fn start(grads: &[&Tensor], op: ReduceOp, group_name: Option<&str>) -> Result<Tensor> {
+pub fn start(
+    grads: &[&Tensor],
+    bucket: usize,
+    op: ReduceOp,
+    group_name: Option<&str>,
+) -> Result<Tensor> {
     apply_primitive(
         AllReduceStart {
             op,
+            bucket,
             group: group(group_name)?,
         },
         grads,
@@ -60,6 +68,7 @@ pub fn wait(ticket: &Tensor, numel: usize, dtype: DType) -> Result<Tensor> {
 #[derive(Debug, Clone)]
 pub(crate) struct AllReduceStart {
     pub(crate) op: ReduceOp,
+    pub(crate) bucket: usize,
     pub(crate) group: GroupInfo,
 }
 
@@ -90,7 +99,12 @@ impl CustomPrimitive for AllReduceStart {
         "AllReduceStart"
     }
     fn attributes(&self) -> String {
-        format!("op={}, group={}", self.op.name(), self.group.name)
+        format!(
+            "op={}, bucket={}, group={}",
+            self.op.name(),
+            self.bucket,
+            self.group.name
+        )
     }
     fn infer(&self, inputs: &[&TensorType]) -> std::result::Result<TensorType, String> {
         let first = inputs.first().ok_or("expected at least one gradient")?;
@@ -113,7 +127,8 @@ impl CustomPrimitive for AllReduceStart {
             _ => crate::recycle::track(flatten(inputs)?),
         };
         let len = send.len();
-        let flight = collective::all_reduce_start(&self.group, send, &[len], self.op)
+        let attribute = collective::bucket_attribute(self.op, self.bucket);
+        let flight = collective::all_reduce_start(&self.group, send, &[len], self.op, attribute)
             .map_err(|e| e.to_string())?;
         let ticket = NEXT_TICKET.fetch_add(1, Ordering::Relaxed);
         in_flight(|m| m.insert(ticket, flight));

@@ -135,6 +135,7 @@ fn rank_collectives() {
     check_dump(r, &x);
     check_groups(r, n, &all);
     check_mismatch_is_an_error(r, n);
+    check_other_mismatches(r, n, &x);
     spore_parallel::barrier(None).unwrap();
     crate::launch::passed(r);
 }
@@ -285,6 +286,57 @@ fn check_dump(r: usize, x: &Tensor) {
             .any(|n| n.starts_with("AllReduce.") && n.contains("sync") && n.ends_with(".npy")),
         "rank {r}: no AllReduce dump among {names:?}"
     );
+}
+
+/// Ranks running different ops, buckets out of order, and a receive of the wrong
+/// shape: errors naming both sides, after which the ranks are still in step.
+fn check_other_mismatches(r: usize, n: usize, x: &Tensor) {
+    let e = if r == 0 {
+        ops::all_gather(x, None).unwrap_err()
+    } else {
+        ops::all_reduce(x, ReduceOp::Sum, None).unwrap_err()
+    };
+    let e = e.to_string();
+    assert!(
+        e.contains("rank 0 runs AllGather") && e.contains("runs AllReduce"),
+        "rank {r}: {e}"
+    );
+
+    // Gradient buckets of equal size started in another order on rank 1.
+    use spore_parallel::ops::bucket::start;
+    let (first, second) = if r == 1 { (1, 0) } else { (0, 1) };
+    let e = start(&[x], first, ReduceOp::Sum, None)
+        .and_then(|t| spore_parallel::ops::bucket::wait(&t, x.numel(), DType::F32));
+    let e = e.unwrap_err().to_string();
+    assert!(
+        e.contains("gradient bucket 0") && e.contains("gradient bucket 1"),
+        "rank {r}: {e}"
+    );
+    let e = start(&[x], second, ReduceOp::Sum, None)
+        .and_then(|t| spore_parallel::ops::bucket::wait(&t, x.numel(), DType::F32));
+    assert!(
+        e.is_err(),
+        "rank {r}: the second bucket is out of order too"
+    );
+
+    // Rank 0 sends a shape rank 1 does not expect; the next message still arrives.
+    if r < 2 {
+        if r == 0 {
+            ops::send(x, 1, 9, None).unwrap();
+            ops::send(x, 1, 9, None).unwrap();
+        } else {
+            let e = ops::recv(x, &[1, 1], DType::F32, 0, 9, None)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("expected [1, 1] Float32") || e.contains("Float32[1, 1]"),
+                "{e}"
+            );
+            let got = ops::recv(x, x.shape(), DType::F32, 0, 9, None).unwrap();
+            close(&got, &input(0, n), "Receive after a mismatch");
+        }
+    }
+    spore_parallel::barrier(None).unwrap();
 }
 
 /// A group of the first two ranks (in reverse order) reduces only their inputs.

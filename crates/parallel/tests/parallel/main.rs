@@ -6,6 +6,7 @@
 //! `scripts/test.sh` builds them with `--features spore-parallel/mpi`.
 
 mod collectives;
+mod context;
 mod data_parallel;
 mod faults;
 mod launch;

@@ -29,7 +29,7 @@ fn model_training_evaluation_checkpoints_and_resume_on_2_ranks() {
     );
     assert!(job.status.success(), "{}", job.text);
     assert_eq!(
-        job.text.matches("test result: ok. 1 passed").count(),
+        job.text.matches("spore-inner-test-passed").count(),
         2,
         "{}",
         job.text
