@@ -56,6 +56,12 @@ impl Dataset {
         self.node.columns().to_vec()
     }
 
+    /// Whether this pipeline reads one shard of its data (a source below it has
+    /// `num_shards`/`shard_id` or a `DistributedSampler`).
+    pub fn is_sharded(&self) -> bool {
+        self.node.is_sharded()
+    }
+
     /// Rows (or batches) per epoch. Computed from the sizes of the sources when they are
     /// known; otherwise (a generator without a length) by running one epoch, as MindSpore
     /// does. An endless `repeat` has no size and gives an error.

@@ -58,6 +58,10 @@ pub(crate) trait Node: Send + Sync {
     fn as_map(&self) -> Option<&dyn std::any::Any> {
         None
     }
+    /// Whether a source below reads one shard of its data (`num_shards`/`shard_id`).
+    fn is_sharded(&self) -> bool {
+        false
+    }
 }
 
 /// The key of epoch `epoch` at the root of a tree.

@@ -389,9 +389,10 @@ impl Model {
     }
 
     /// Runs the network in evaluation mode over one epoch of `dataset` and returns every
-    /// metric by name. In a data-parallel job each rank evaluates its shard and the
-    /// metrics' sums are added up over the ranks, so every rank must call `eval` (it is a
-    /// collective) and every rank gets the whole dataset's metrics.
+    /// metric by name. In a data-parallel job, on a sharded dataset, each rank evaluates
+    /// its shard and the metrics' sums are added up over the ranks: every rank must call
+    /// `eval` (it is a collective) and every rank gets the whole dataset's metrics. On an
+    /// unsharded dataset each rank evaluates everything by itself.
     pub fn eval(&mut self, dataset: &Dataset) -> Result<BTreeMap<String, f64>> {
         if self.metrics.is_empty() {
             return Err(Error::invalid(
@@ -436,14 +437,19 @@ impl Model {
                 m.update(&logits, &row[1], loss)?;
             }
         }
-        if let Some(d) = spore_nn::distributed::current() {
+        // A sharded evaluation is only part of the answer on each rank; an unsharded one
+        // is all of it (and may run on one rank alone).
+        if let Some(d) = spore_nn::distributed::current()
+            && dataset.is_sharded()
+        {
             self.combine_across_ranks(&*d)?;
         }
         Ok(self.metrics.iter().map(|m| (m.name(), m.eval())).collect())
     }
 
-    /// A data-parallel job evaluates a shard per rank: the metrics' sums (and the sample
-    /// count) are added up over the ranks, so every rank reports the whole dataset's.
+    /// A data-parallel job evaluating a sharded dataset: the metrics' sums (and the
+    /// sample count) are added up over the ranks, so every rank reports the whole
+    /// dataset's.
     fn combine_across_ranks(&mut self, d: &dyn spore_nn::distributed::Distributed) -> Result<()> {
         if !d.is_data_parallel() {
             return Ok(());

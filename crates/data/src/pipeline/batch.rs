@@ -65,6 +65,9 @@ impl Node for BatchNode {
     fn depth(&self) -> usize {
         self.child.depth() + 1
     }
+    fn is_sharded(&self) -> bool {
+        self.child.is_sharded()
+    }
     fn open(self: Arc<Self>, key: u64) -> Result<Rows> {
         let mut upstream = self.child.clone().open(key)?;
         let node = self;

@@ -58,6 +58,9 @@ impl Node for ProjectNode {
     fn depth(&self) -> usize {
         self.child.depth() + 1
     }
+    fn is_sharded(&self) -> bool {
+        self.child.is_sharded()
+    }
     fn open(self: Arc<Self>, key: u64) -> Result<Rows> {
         let rows = self.child.clone().open(key)?;
         let node = self;
@@ -108,6 +111,9 @@ impl Node for RenameNode {
     }
     fn depth(&self) -> usize {
         self.child.depth() + 1
+    }
+    fn is_sharded(&self) -> bool {
+        self.child.is_sharded()
     }
     fn open(self: Arc<Self>, key: u64) -> Result<Rows> {
         self.child.clone().open(key)
@@ -162,6 +168,9 @@ impl Node for ZipNode {
     }
     fn depth(&self) -> usize {
         depth_of(&self.children)
+    }
+    fn is_sharded(&self) -> bool {
+        self.children.iter().any(|c| c.is_sharded())
     }
     fn open(self: Arc<Self>, key: u64) -> Result<Rows> {
         let mut iters: Vec<Rows> = self
@@ -220,6 +229,9 @@ impl Node for ConcatNode {
     }
     fn depth(&self) -> usize {
         depth_of(&self.children)
+    }
+    fn is_sharded(&self) -> bool {
+        self.children.iter().any(|c| c.is_sharded())
     }
     fn open(self: Arc<Self>, key: u64) -> Result<Rows> {
         let children = self.children.clone();

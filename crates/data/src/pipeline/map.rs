@@ -263,6 +263,9 @@ impl Node for MapNode {
         // The depth of the unfused chain, so that fusing does not change any seed.
         self.child.depth() + self.stages.len()
     }
+    fn is_sharded(&self) -> bool {
+        self.child.is_sharded()
+    }
     fn as_map(&self) -> Option<&dyn std::any::Any> {
         Some(self)
     }

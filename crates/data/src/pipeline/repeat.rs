@@ -61,6 +61,9 @@ impl Node for RepeatNode {
     fn depth(&self) -> usize {
         self.child.depth() + 1
     }
+    fn is_sharded(&self) -> bool {
+        self.child.is_sharded()
+    }
     fn open(self: Arc<Self>, key: u64) -> Result<Rows> {
         let node = self;
         let mut rep = 0usize;
@@ -128,6 +131,9 @@ impl Node for TakeNode {
     fn depth(&self) -> usize {
         self.child.depth() + 1
     }
+    fn is_sharded(&self) -> bool {
+        self.child.is_sharded()
+    }
     fn open(self: Arc<Self>, key: u64) -> Result<Rows> {
         Ok(Box::new(self.child.clone().open(key)?.take(self.count)))
     }
@@ -156,6 +162,9 @@ impl Node for SkipNode {
     }
     fn depth(&self) -> usize {
         self.child.depth() + 1
+    }
+    fn is_sharded(&self) -> bool {
+        self.child.is_sharded()
     }
     fn open(self: Arc<Self>, key: u64) -> Result<Rows> {
         let mut rows = self.child.clone().open(key)?;

@@ -58,6 +58,9 @@ impl Node for ShuffleNode {
     fn depth(&self) -> usize {
         self.child.depth() + 1
     }
+    fn is_sharded(&self) -> bool {
+        self.child.is_sharded()
+    }
     fn open(self: Arc<Self>, key: u64) -> Result<Rows> {
         Ok(Box::new(Shuffler {
             upstream: self.child.clone().open(key)?,

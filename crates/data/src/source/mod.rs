@@ -173,6 +173,9 @@ impl<S: RandomAccess> Node for SourceNode<S> {
     fn depth(&self) -> usize {
         1
     }
+    fn is_sharded(&self) -> bool {
+        self.sampling.shard().is_some()
+    }
     fn open(self: Arc<Self>, key: u64) -> Result<Rows> {
         let count = self.count();
         let mut indices: Vec<usize> = (0..self.source.len()).collect();

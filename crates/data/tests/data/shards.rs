@@ -121,6 +121,21 @@ fn mnist_shards_cover_the_digits_once() {
 }
 
 #[test]
+fn a_pipeline_knows_whether_it_reads_a_shard() {
+    let plain = numbered(8).build().unwrap().batch(2, false).unwrap();
+    assert!(!plain.is_sharded());
+    let shard = numbered(8).num_shards(2).shard_id(1).build().unwrap();
+    let piped = shard
+        .shuffle(4)
+        .unwrap()
+        .batch(2, false)
+        .unwrap()
+        .repeat(2)
+        .unwrap();
+    assert!(piped.is_sharded());
+}
+
+#[test]
 fn bad_shard_options_name_the_dataset() {
     let e = numbered(4).num_shards(2).build().unwrap_err().to_string();
     assert!(

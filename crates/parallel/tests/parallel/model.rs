@@ -147,8 +147,14 @@ fn rank_model() {
         assert!(printed.is_empty(), "rank {r} printed: {printed}");
     }
 
-    // Evaluation over the shards equals one process evaluating everything.
+    // Evaluation over the shards equals one process evaluating everything; an unsharded
+    // evaluation is not a collective, so rank 0 may run it alone.
     let together = a.eval(&data(false, shard)).unwrap();
+    if r == 0 {
+        let alone = a.eval(&data(false, None)).unwrap();
+        assert_eq!(together["accuracy"], alone["accuracy"]);
+    }
+    spore_parallel::barrier(None).unwrap();
     reset_auto_parallel_context();
     let alone = a.eval(&data(false, None)).unwrap();
     data_parallel();
