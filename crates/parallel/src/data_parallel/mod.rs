@@ -23,7 +23,7 @@ use spore_nn::distributed::{Distributed, GradientReduction};
 
 use crate::backend::ReduceOp;
 use crate::collective;
-use crate::context::{ParallelMode, get_auto_parallel_context};
+use crate::context::{AutoParallelContext, ParallelMode, get_auto_parallel_context};
 use crate::management::{engine, group};
 use crate::ops::contiguous_buffer;
 
@@ -34,9 +34,9 @@ pub(crate) fn install() {
 
 struct DataParallel;
 
-/// The group size, checked against the context's `device_num` when the job is data
-/// parallel; `None` when it is not.
-fn data_parallel_size() -> Result<Option<usize>> {
+/// The context and the group size (checked against the context's `device_num`) when
+/// the job is data parallel; `None` when it is not.
+fn data_parallel() -> Result<Option<(AutoParallelContext, usize)>> {
     let ctx = get_auto_parallel_context();
     if ctx.parallel_mode != ParallelMode::DataParallel {
         return Ok(None);
@@ -49,7 +49,7 @@ fn data_parallel_size() -> Result<Option<usize>> {
             "data parallel: device_num is {n} in the auto-parallel context, but the job has {size} ranks"
         )));
     }
-    Ok(Some(size))
+    Ok(Some((ctx, size)))
 }
 
 impl Distributed for DataParallel {
@@ -60,13 +60,15 @@ impl Distributed for DataParallel {
         engine().map_or(1, |e| e.size)
     }
     fn is_data_parallel(&self) -> bool {
-        matches!(data_parallel_size(), Ok(Some(n)) if n > 1)
+        matches!(data_parallel(), Ok(Some((_, n))) if n > 1)
     }
     fn gradient_reduction(&self, weights: &[Tensor]) -> Result<Option<Box<dyn GradientReduction>>> {
-        if data_parallel_size()?.is_none() || weights.is_empty() {
+        let Some((ctx, _)) = data_parallel()? else {
+            return Ok(None);
+        };
+        if weights.is_empty() {
             return Ok(None);
         }
-        let ctx = get_auto_parallel_context();
         let op = if ctx.gradients_mean {
             ReduceOp::Mean
         } else {
@@ -76,13 +78,13 @@ impl Distributed for DataParallel {
         Ok(Some(Box::new(reducer)))
     }
     fn prepare_parameters(&self, params: &[(String, Parameter)]) -> Result<()> {
-        let Some(size) = data_parallel_size()? else {
+        let Some((ctx, size)) = data_parallel()? else {
             return Ok(());
         };
         if size > 1 {
             check_same_parameters(params)?;
         }
-        if get_auto_parallel_context().parameter_broadcast {
+        if ctx.parameter_broadcast {
             broadcast_parameters(params)?;
         }
         Ok(())

@@ -25,7 +25,7 @@ use spore_core::prims::custom::CustomPrimitive;
 use spore_core::{DType, Error, Result, Tensor, TensorType};
 use spore_kernels::Buffer;
 
-use super::{apply_primitive, check_reducible, contiguous_buffer, result_tensor, shared_buffer};
+use super::{apply_primitive, check_reducible, result_tensor, shared_buffer};
 use crate::backend::ReduceOp;
 use crate::collective::{self, InFlight};
 use crate::management::{GroupInfo, group};
@@ -72,16 +72,21 @@ pub(crate) struct AllReduceStart {
     pub(crate) group: GroupInfo,
 }
 
-/// The bucket's elements, in input order, as one buffer.
+/// The bucket's elements, in input order, as one buffer: a recycled one (a bucket of the
+/// same size comes back every step), filled straight from the gradients' memory.
 fn flatten(grads: &[&Tensor]) -> std::result::Result<Buffer, String> {
-    let mut parts = grads.iter().map(|g| contiguous_buffer(g));
-    let mut flat = parts
-        .next()
-        .ok_or("a bucket needs at least one gradient")??;
-    for part in parts {
-        match (&mut flat, part?) {
-            (Buffer::F32(a), Buffer::F32(b)) => a.extend_from_slice(&b),
-            (Buffer::F64(a), Buffer::F64(b)) => a.extend_from_slice(&b),
+    let first = grads
+        .first()
+        .ok_or("a bucket needs at least one gradient")?;
+    let total = grads.iter().map(|g| g.numel()).sum();
+    let mut flat = crate::recycle::take(first.dtype(), total);
+    let mut at = 0;
+    for g in grads {
+        let part = shared_buffer(g)?;
+        let n = part.len();
+        match (&mut flat, &*part) {
+            (Buffer::F32(a), Buffer::F32(b)) => a[at..at + n].copy_from_slice(b),
+            (Buffer::F64(a), Buffer::F64(b)) => a[at..at + n].copy_from_slice(b),
             (a, b) => {
                 return Err(format!(
                     "a bucket's gradients must share one floating-point dtype, got {} and {}",
@@ -90,6 +95,7 @@ fn flatten(grads: &[&Tensor]) -> std::result::Result<Buffer, String> {
                 ));
             }
         }
+        at += n;
     }
     Ok(flat)
 }

@@ -39,10 +39,8 @@ pub use reduce::{AllReduce, Broadcast};
 
 /// A tensor's elements as one owned contiguous buffer (what the transport sends).
 pub(crate) fn contiguous_buffer(x: &Tensor) -> std::result::Result<Buffer, String> {
-    let s = x
-        .storage()
-        .ok_or("a collective needs a concrete tensor (internal: eval got a traced one)")?;
-    Ok(spore_kernels::elementwise::copy(&s.buffer, &s.layout))
+    // Its own copy: the tensor's buffer when nobody else holds it, else a clone.
+    Ok(Arc::try_unwrap(shared_buffer(x)?).unwrap_or_else(|shared| (*shared).clone()))
 }
 
 /// A tensor's elements for a collective to read: the tensor's own buffer when it is
