@@ -84,39 +84,48 @@ pub fn place(intervals: &[Interval]) -> ArenaPlan {
     }
 }
 
-/// The arena of a program: the offset of each workspace buffer (`None` for the caller's
-/// inputs and outputs), its size and its lower bound. `elem_bytes` is the size of one
-/// element of each value (4 for float32, 1 for int8).
-pub fn plan_program(
-    p: &Program,
-    elem_bytes: &dyn Fn(usize) -> usize,
+/// The arena of a float32 program: the offset of each workspace buffer (`None` for the
+/// caller's inputs and outputs) and the plan.
+pub fn plan_program(p: &Program) -> (Vec<Option<usize>>, ArenaPlan) {
+    let buffers: Vec<Option<usize>> = p
+        .values
+        .iter()
+        .map(|v| (v.storage == Storage::Arena).then_some(v.numel * 4))
+        .collect();
+    let steps: Vec<(Vec<usize>, usize)> = p.steps.iter().map(|s| (s.reads(), s.writes())).collect();
+    plan_buffers(&buffers, &steps)
+}
+
+/// Plans buffers given as their size in bytes (`None`: not in the workspace) for steps
+/// given as (buffers read, buffer written), in execution order.
+pub fn plan_buffers(
+    buffers: &[Option<usize>],
+    steps: &[(Vec<usize>, usize)],
 ) -> (Vec<Option<usize>>, ArenaPlan) {
-    let mut start = vec![None; p.values.len()];
-    let mut end = vec![0usize; p.values.len()];
-    for (s, step) in p.steps.iter().enumerate() {
-        let y = step.writes();
-        start[y].get_or_insert(s);
-        end[y] = end[y].max(s);
-        for x in step.reads() {
+    let mut start = vec![None; buffers.len()];
+    let mut end = vec![0usize; buffers.len()];
+    for (s, (reads, y)) in steps.iter().enumerate() {
+        start[*y].get_or_insert(s);
+        end[*y] = end[*y].max(s);
+        for &x in reads {
             end[x] = end[x].max(s);
         }
     }
     let mut ids = vec![];
     let mut intervals = vec![];
-    for (v, value) in p.values.iter().enumerate() {
-        if value.storage != Storage::Arena {
+    for (v, bytes) in buffers.iter().enumerate() {
+        let (Some(bytes), Some(s)) = (bytes, start[v]) else {
             continue;
-        }
-        let Some(s) = start[v] else { continue };
+        };
         ids.push(v);
         intervals.push(Interval {
             start: s,
             end: end[v].max(s),
-            bytes: value.numel * elem_bytes(v),
+            bytes: *bytes,
         });
     }
     let plan = place(&intervals);
-    let mut offsets = vec![None; p.values.len()];
+    let mut offsets = vec![None; buffers.len()];
     for (k, &v) in ids.iter().enumerate() {
         offsets[v] = Some(plan.offsets[k]);
     }

@@ -219,7 +219,7 @@ fn finish(frozen: freeze::Frozen, options: &Options) -> Result<CProject> {
     };
     let (model, weights, weights_h, workspace) = match &options.int8_calibration {
         None => {
-            let (offsets, plan) = arena::plan_program(&program, &|_| 4);
+            let (offsets, plan) = arena::plan_program(&program);
             report.workspace_bytes = plan.size;
             report.arena_lower_bound = plan.lower_bound;
             report.weight_bytes = program.weight_bytes();
@@ -229,12 +229,12 @@ fn finish(frozen: freeze::Frozen, options: &Options) -> Result<CProject> {
         }
         Some(samples) => {
             let q = quant::quantize(&program, &frozen, samples)?;
-            let (offsets, plan) = arena::plan_program(&q.program, &|v| q.elem_bytes(v));
+            let (offsets, plan) = q.plan();
             report.workspace_bytes = plan.size;
             report.arena_lower_bound = plan.lower_bound;
             report.weight_bytes = q.weight_bytes();
             report.quantization = q.describe();
-            let api = api_of(&q.program, options, plan.size);
+            let api = api_of(&program, options, plan.size);
             let [m, w, h] = quant::emit::int8_sources(&q, &api, &offsets);
             (m, w, h, plan.size)
         }

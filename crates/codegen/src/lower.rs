@@ -152,6 +152,7 @@ impl<'a> Lowering<'a> {
             numel: self.g.nodes[i].ty().numel(),
             storage,
             scope: self.g.nodes[i].name.clone(),
+            node: i,
         });
         self.p.values.len() - 1
     }

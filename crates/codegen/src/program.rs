@@ -34,6 +34,8 @@ pub struct Value {
     pub storage: Storage,
     /// The scope name of the node that made it (comments, reports, errors).
     pub scope: String,
+    /// The node of the frozen graph whose value it holds (calibration reads it there).
+    pub node: usize,
 }
 
 /// A weight array, emitted as a `const` array (flash on a microcontroller).

@@ -14,6 +14,7 @@
 pub mod cli;
 pub mod datasets;
 
+pub use spore_codegen as codegen;
 pub use spore_compile as compile;
 pub use spore_core as core;
 pub use spore_core::{Error, Result, autodiff, ops, rng};

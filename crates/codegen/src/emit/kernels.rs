@@ -25,7 +25,7 @@ impl Names<'_> {
     }
 }
 
-fn act_c(act: Act, v: &str) -> String {
+pub fn act_c(act: Act, v: &str) -> String {
     match act {
         Act::None => v.to_string(),
         Act::Relu => format!("({v} > 0.0f ? {v} : 0.0f)"),
@@ -90,7 +90,7 @@ pub fn kernel(p: &Program, s: usize, names: &Names) -> String {
             input,
             output,
             ..
-        } => pool(*kind, attrs, input, output),
+        } => pool(*kind, attrs, input, output, "float"),
         Step::Unary { f, numel, .. } => format!(
             "    for (size_t i = 0; i < {numel}u; ++i) {{\n        const float v = x0[i];\n        y[i] = {};\n    }}\n",
             unary_c(*f, "v")
@@ -194,7 +194,42 @@ fn column_range(c: &Conv, kw: usize) -> (usize, usize) {
     (lo.clamp(0, ow) as usize, hi.max(lo).clamp(0, ow) as usize)
 }
 
+/// How a convolution's arithmetic is spelled: float32, or int8 with int32 sums.
+pub struct ConvFlavor {
+    /// Element types of the input, the sums and the output.
+    pub in_t: &'static str,
+    pub acc_t: &'static str,
+    pub out_t: &'static str,
+    /// The loaded input element as a sum term (`RAW` stands for the element).
+    pub load: String,
+    /// The weight array and the bias array (read at `o0 + o`), if any.
+    pub weight: String,
+    pub bias: Option<String>,
+    /// From a sum (`v`, of output channel `o0 + o`) to the stored value, activation included.
+    pub finish: Box<dyn Fn(&str) -> String>,
+    /// The stored value of an average pool from the sum `m` of `count` stored values.
+    pub average: Box<dyn Fn(&str, usize) -> String>,
+}
+
 fn conv(p: &Program, c: &Conv, names: &Names) -> String {
+    let act = c.act;
+    conv_body(
+        c,
+        &ConvFlavor {
+            in_t: "float",
+            acc_t: "float",
+            out_t: "float",
+            load: "RAW".into(),
+            weight: names.weight(p, c.w),
+            bias: c.bias.map(|b| names.weight(p, b)),
+            finish: Box::new(move |v| act_c(act, v)),
+            average: Box::new(|m, count| format!("{m} / {count}.0f")),
+        },
+    )
+}
+
+/// A convolution's loops in any flavour.
+pub fn conv_body(c: &Conv, f: &ConvFlavor) -> String {
     let [n, ch, h, w] = c.input;
     let [_, oc, oh, ow] = c.conv;
     let [kh, kw] = c.kernel;
@@ -211,7 +246,7 @@ fn conv(p: &Program, c: &Conv, names: &Names) -> String {
     };
     // Output channels computed together: each input row loaded feeds `block` rows of sums.
     let block = [4, 2, 1].into_iter().find(|b| ocg % b == 0).unwrap_or(1);
-    let wname = names.weight(p, c.w);
+    let wname = &f.weight;
     let ranges: Vec<(usize, usize)> = (0..kw).map(|k| column_range(c, k)).collect();
     let full = ranges.iter().all(|&r| r == (0, ow));
     let mut s = String::new();
@@ -225,7 +260,7 @@ fn conv(p: &Program, c: &Conv, names: &Names) -> String {
             hi.join(", ")
         );
     }
-    let _ = writeln!(s, "    float acc[{block}][{prow}][{ow}];");
+    let _ = writeln!(s, "    {} acc[{block}][{prow}][{ow}];", f.acc_t);
     let _ = writeln!(s, "    for (size_t b = 0; b < {n}u; ++b)");
     let _ = writeln!(s, "    for (size_t g = 0; g < {g}u; ++g)");
     let _ = writeln!(
@@ -234,7 +269,8 @@ fn conv(p: &Program, c: &Conv, names: &Names) -> String {
     );
     let _ = writeln!(
         s,
-        "        const float *restrict xg = x0 + (b * {ch}u + g * {icg}u) * {}u;",
+        "        const {} *restrict xg = x0 + (b * {ch}u + g * {icg}u) * {}u;",
+        f.in_t,
         h * w
     );
     let _ = writeln!(s, "        for (size_t r0 = 0; r0 < {rows_out}u; ++r0) {{");
@@ -242,9 +278,9 @@ fn conv(p: &Program, c: &Conv, names: &Names) -> String {
     let _ = writeln!(s, "            for (size_t o = 0; o < {block}u; ++o)");
     let _ = writeln!(s, "                for (size_t r = 0; r < {prow}u; ++r)");
     let _ = writeln!(s, "                    for (size_t j = 0; j < {ow}u; ++j)");
-    let init = match c.bias {
-        Some(bi) => format!("{}[o0 + o]", names.weight(p, bi)),
-        None => "0.0f".into(),
+    let init = match &f.bias {
+        Some(bi) => format!("{bi}[o0 + o]"),
+        None => "0".into(),
     };
     let _ = writeln!(s, "                        acc[o][r][j] = {init};");
     let _ = writeln!(s, "            for (size_t r = 0; r < {prow}u; ++r) {{");
@@ -264,7 +300,8 @@ fn conv(p: &Program, c: &Conv, names: &Names) -> String {
     );
     let _ = writeln!(
         s,
-        "                    const float *restrict xr = xg + ic * {}u + (size_t)iy * {w}u;",
+        "                    const {} *restrict xr = xg + ic * {}u + (size_t)iy * {w}u;",
+        f.in_t,
         h * w
     );
     let _ = writeln!(
@@ -278,7 +315,8 @@ fn conv(p: &Program, c: &Conv, names: &Names) -> String {
     for o in 0..block {
         let _ = writeln!(
             s,
-            "                        const float w{o} = {wname}[(o0 + {o}u) * {}u + wi];",
+            "                        const {} w{o} = {wname}[(o0 + {o}u) * {}u + wi];",
+            f.acc_t,
             icg * kh * kw
         );
     }
@@ -294,7 +332,10 @@ fn conv(p: &Program, c: &Conv, names: &Names) -> String {
     );
     let _ = writeln!(
         s,
-        "                            const float v = xr[j * {sw}u + kx * {dw}u - {pl}u];"
+        "                            const {} v = {};",
+        f.acc_t,
+        f.load
+            .replace("RAW", &format!("xr[j * {sw}u + kx * {dw}u - {pl}u]"))
     );
     for o in 0..block {
         let _ = writeln!(s, "                            acc[{o}][r][j] += w{o} * v;");
@@ -306,27 +347,27 @@ fn conv(p: &Program, c: &Conv, names: &Names) -> String {
     let _ = writeln!(s, "            for (size_t o = 0; o < {block}u; ++o) {{");
     let _ = writeln!(
         s,
-        "                float *restrict yr = y + ((b * {oc}u + o0 + o) * {ph}u + r0) * {pw}u;"
+        "                {} *restrict yr = y + ((b * {oc}u + o0 + o) * {ph}u + r0) * {pw}u;",
+        f.out_t
     );
     match c.pool {
         None => {
             let _ = writeln!(s, "                for (size_t j = 0; j < {ow}u; ++j) {{");
-            let _ = writeln!(s, "                    const float v = acc[o][0][j];");
-            let _ = writeln!(s, "                    yr[j] = {};", act_c(c.act, "v"));
+            let _ = writeln!(s, "                    const {} v = acc[o][0][j];", f.acc_t);
+            let _ = writeln!(s, "                    yr[j] = {};", (f.finish)("v"));
             s.push_str("                }\n");
         }
         Some(pool) => {
             let k = pool.size;
+            let (m_t, m0) = match pool.kind {
+                PoolKind::Max => (
+                    f.out_t,
+                    (f.finish)("acc[o][0][j * KK]").replace("KK", &format!("{k}u")),
+                ),
+                PoolKind::Avg => (f.acc_t, "0".to_string()),
+            };
             let _ = writeln!(s, "                for (size_t j = 0; j < {pw}u; ++j) {{");
-            let first = "acc[o][0][j * KK]".replace("KK", &format!("{k}u"));
-            let _ = writeln!(
-                s,
-                "                    float m = {};",
-                match pool.kind {
-                    PoolKind::Max => act_c(c.act, &first),
-                    PoolKind::Avg => "0.0f".into(),
-                }
-            );
+            let _ = writeln!(s, "                    {m_t} m = {m0};");
             let _ = writeln!(s, "                    for (size_t r = 0; r < {k}u; ++r)");
             let _ = writeln!(
                 s,
@@ -334,12 +375,14 @@ fn conv(p: &Program, c: &Conv, names: &Names) -> String {
             );
             let _ = writeln!(
                 s,
-                "                            const float v = acc[o][r][j * {k}u + q];"
+                "                            const {} v = acc[o][r][j * {k}u + q];",
+                f.acc_t
             );
             let _ = writeln!(
                 s,
-                "                            const float a = {};",
-                act_c(c.act, "v")
+                "                            const {} a = {};",
+                f.out_t,
+                (f.finish)("v")
             );
             match pool.kind {
                 PoolKind::Max => s.push_str("                            m = a > m ? a : m;\n"),
@@ -349,7 +392,11 @@ fn conv(p: &Program, c: &Conv, names: &Names) -> String {
             match pool.kind {
                 PoolKind::Max => s.push_str("                    yr[j] = m;\n"),
                 PoolKind::Avg => {
-                    let _ = writeln!(s, "                    yr[j] = m / {}.0f;", k * k);
+                    let _ = writeln!(
+                        s,
+                        "                    yr[j] = {};",
+                        (f.average)("m", k * k)
+                    );
                 }
             }
             s.push_str("                }\n");
@@ -392,19 +439,27 @@ fn dense(p: &Program, d: &Dense, names: &Names) -> String {
     s
 }
 
-fn pool(
+/// A pooling kernel over `elem` values (`float`, or `int8_t`: the window's values share
+/// one quantization, so max and mean apply to the levels directly).
+pub fn pool(
     kind: PoolKind,
     a: &spore_core::op::PoolAttrs,
     input: &[usize; 4],
     output: &[usize; 4],
+    elem: &str,
 ) -> String {
+    let int8 = elem == "int8_t";
     let [n, c, h, w] = *input;
     let [_, _, oh, ow] = *output;
     let ([kh, kw], [sh, sw]) = (a.kernel, a.stride);
     let (pt, pl) = (a.pads[0], a.pads[2]);
     let mut s = String::new();
     let _ = writeln!(s, "    for (size_t p = 0; p < {}u; ++p) {{", n * c);
-    let _ = writeln!(s, "        const float *restrict xp = x0 + p * {}u;", h * w);
+    let _ = writeln!(
+        s,
+        "        const {elem} *restrict xp = x0 + p * {}u;",
+        h * w
+    );
     let _ = writeln!(s, "        for (size_t oy = 0; oy < {oh}u; ++oy)");
     let _ = writeln!(s, "        for (size_t ox = 0; ox < {ow}u; ++ox) {{");
     let _ = writeln!(
@@ -429,7 +484,10 @@ fn pool(
     }
     s.push_str("            for (long yy = ya; yy < y1; ++yy)\n");
     s.push_str("                for (long xx = xa; xx < x1; ++xx) {\n");
-    let _ = writeln!(s, "                    const float v = xp[yy * {w}L + xx];");
+    let _ = writeln!(
+        s,
+        "                    const float v = (float)xp[yy * {w}L + xx];"
+    );
     match kind {
         PoolKind::Max => s.push_str("                    m = v > m ? v : m;\n"),
         PoolKind::Avg => s.push_str("                    m += v;\n"),
@@ -441,6 +499,11 @@ fn pool(
         PoolKind::Avg => {
             "m / (float)((y1 - ya) * (x1 - xa) > 0 ? (y1 - ya) * (x1 - xa) : 1)".to_string()
         }
+    };
+    let store = if int8 {
+        format!("(int8_t)lroundf({store})")
+    } else {
+        store
     };
     let _ = writeln!(s, "            y[(p * {oh}u + oy) * {ow}u + ox] = {store};");
     s.push_str("        }\n    }\n");

@@ -17,7 +17,7 @@ use clap::error::ErrorKind;
 use clap::{Arg, ArgMatches, Command};
 use spore_core::context::Mode;
 
-use super::{EvalArgs, PredictArgs, TrainArgs, ZooModel};
+use super::{CodegenArgs, EvalArgs, PredictArgs, TrainArgs, ZooModel};
 
 /// What the command line asks for.
 #[derive(Clone, Debug)]
@@ -25,6 +25,7 @@ pub enum Invocation {
     Train(TrainArgs),
     Eval(EvalArgs),
     Predict(PredictArgs),
+    Codegen(CodegenArgs),
     DumpList {
         dir: PathBuf,
     },
@@ -85,6 +86,17 @@ pub fn command() -> Command {
                 .arg(model_arg())
                 .arg(Arg::new("checkpoint").long("checkpoint").required(true))
                 .arg(Arg::new("images").required(true).num_args(1..).help("image files")),
+        )
+        .subcommand(
+            Command::new("codegen")
+                .about("Generate self-contained C99 for inference (no runtime, memory planned offline)")
+                .arg(model_arg())
+                .arg(Arg::new("checkpoint").long("checkpoint").required(true).help("a .ckpt file written by spore train"))
+                .arg(Arg::new("target").long("target").default_value("x86").help("x86 (the host's cc) or cortex-m (arm-none-eabi-gcc -mcpu=cortex-m4)"))
+                .arg(Arg::new("int8").long("int8").action(clap::ArgAction::SetTrue).help("int8 kernels, quantized from --calibration data"))
+                .arg(Arg::new("calibration").long("calibration").help("with --int8: the training data folder to calibrate on (as spore train's --data)"))
+                .arg(Arg::new("calibration-samples").long("calibration-samples").default_value("200").help("how many training samples to calibrate on"))
+                .arg(Arg::new("out").long("out").required(true).help("folder for the generated project")),
         )
         .subcommand(
             Command::new("dump")
@@ -199,6 +211,34 @@ fn invocation(m: &ArgMatches) -> Result<Invocation, String> {
                 .map(|v| v.map(PathBuf::from).collect())
                 .unwrap_or_default(),
         }),
+        Some(("codegen", a)) => {
+            let int8 = a.get_flag("int8");
+            let calibration = optional(a, "calibration").map(PathBuf::from);
+            if int8 && calibration.is_none() {
+                return Err("--int8 needs --calibration DIR (training data to measure activation ranges on)".into());
+            }
+            if !int8 && calibration.is_some() {
+                return Err("--calibration is only used with --int8".into());
+            }
+            let target = text(a, "target");
+            if !["x86", "cortex-m"].contains(&target) {
+                return Err(format!("--target expects x86 or cortex-m, got {target:?}"));
+            }
+            Invocation::Codegen(CodegenArgs {
+                model: model(a)?,
+                checkpoint: path(a, "checkpoint"),
+                target: target.to_string(),
+                int8,
+                calibration,
+                calibration_samples: number(
+                    a,
+                    "calibration-samples",
+                    "a positive integer",
+                    positive,
+                )?,
+                out: path(a, "out"),
+            })
+        }
         Some(("dump", d)) => match d.subcommand() {
             Some(("list", a)) => Invocation::DumpList {
                 dir: path(a, "dir"),

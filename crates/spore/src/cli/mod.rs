@@ -8,10 +8,12 @@
 //! ```
 
 pub mod args;
+mod codegen;
 mod data;
 mod run;
 
 pub use args::Invocation;
+pub use codegen::{CodegenArgs, codegen};
 pub use run::{EvalArgs, PredictArgs, TrainArgs, eval, predict, train};
 
 use std::sync::Arc;
@@ -70,6 +72,7 @@ pub fn execute(invocation: &Invocation) -> Result<String> {
         Invocation::Train(a) => train(a),
         Invocation::Eval(a) => eval(a),
         Invocation::Predict(a) => predict(a),
+        Invocation::Codegen(a) => codegen(a),
         Invocation::DumpList { dir } => inspect::list(dir),
         Invocation::DumpStats {
             dir,

@@ -159,7 +159,7 @@ pub struct EvalArgs {
 
 /// A zoo network with the weights of `checkpoint` (optimizer state in the file is
 /// ignored; a checkpoint of another network is an error naming what does not fit).
-fn load_network(
+pub(super) fn load_network(
     model: ZooModel,
     checkpoint: &std::path::Path,
 ) -> Result<std::sync::Arc<dyn spore_nn::cell::Cell>> {

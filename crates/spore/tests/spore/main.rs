@@ -4,4 +4,5 @@
 mod accuracy;
 mod bench_harness;
 mod cli;
+mod codegen;
 mod distributed;
