@@ -9,9 +9,15 @@ command -v dot >/dev/null 2>&1 || need_apt+=(graphviz)
 # Distributed training runs on Open MPI: mpirun for the multi-process tests, the headers
 # and libclang for the `mpi` crate's build (bindgen).
 command -v mpirun >/dev/null 2>&1 || need_apt+=(openmpi-bin)
+# Code generation: the generated C is built with the host's cc and make, and for a
+# Cortex-M4 with arm-none-eabi-gcc and newlib.
+command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
+command -v make >/dev/null 2>&1 || need_apt+=(make)
+command -v arm-none-eabi-gcc >/dev/null 2>&1 || need_apt+=(gcc-arm-none-eabi)
 if command -v dpkg >/dev/null 2>&1; then
     dpkg -s libopenmpi-dev >/dev/null 2>&1 || need_apt+=(libopenmpi-dev)
     dpkg -s libclang-dev >/dev/null 2>&1 || need_apt+=(libclang-dev)
+    dpkg -s libnewlib-arm-none-eabi >/dev/null 2>&1 || need_apt+=(libnewlib-arm-none-eabi)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

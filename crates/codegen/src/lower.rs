@@ -23,6 +23,7 @@ use spore_core::op::Op;
 use spore_core::{DType, Error, Result, Tensor};
 use spore_kernels::{BinaryFn, UnaryFn};
 
+use crate::emit::conv::{channel_block, pack_weights};
 use crate::freeze::Frozen;
 use crate::program::{
     Act, Const, ConstId, Conv, Dense, FusedPool, Operand, PoolKind, Program, Step, Storage, Value,
@@ -76,8 +77,8 @@ pub fn lower(frozen: &Frozen) -> Result<Program> {
         p: Program::default(),
     };
     let needed = needed(g);
-    for i in 0..g.nodes.len() {
-        if needed[i] && l.done[i].is_none() {
+    for (i, &need) in needed.iter().enumerate() {
+        if need && l.done[i].is_none() {
             l.node(i)?;
         }
     }
@@ -152,6 +153,17 @@ impl<'a> Lowering<'a> {
             numel: self.g.nodes[i].ty().numel(),
             storage,
             scope: self.g.nodes[i].name.clone(),
+            node: i,
+        });
+        self.p.values.len() - 1
+    }
+
+    /// A workspace buffer of `numel` elements holding a form of node `i`'s value.
+    fn new_buffer(&mut self, i: usize, numel: usize, what: &str) -> ValueId {
+        self.p.values.push(Value {
+            numel,
+            storage: Storage::Arena,
+            scope: format!("{} ({what})", self.g.nodes[i].name),
             node: i,
         });
         self.p.values.len() - 1
@@ -338,6 +350,19 @@ impl<'a> Lowering<'a> {
                 self.push(i, Step::Concat { xs, y, axis: *axis });
                 self.done[i] = Some(Lowered::Buffer(y));
             }
+            Op::Pad { pads, value_bits } => {
+                let x = self.buffer(i, args[0])?;
+                let y = self.new_value(i, Storage::Arena);
+                let step = Step::Pad {
+                    x,
+                    y,
+                    input: self.g.nodes[args[0]].ty().shape.to_vec(),
+                    pads: pads.clone(),
+                    value: f64::from_bits(*value_bits) as f32,
+                };
+                self.push(i, step);
+                self.done[i] = Some(Lowered::Buffer(y));
+            }
             Op::Transpose(perm) => {
                 let x = self.buffer(i, args[0])?;
                 let y = self.new_value(i, Storage::Arena);
@@ -416,8 +441,25 @@ impl<'a> Lowering<'a> {
         let Some(w) = self.constant(args[1]) else {
             return Err(self.unsupported(i, "its weight is computed from the inputs"));
         };
-        let x = self.buffer(i, args[0])?;
-        let input = shape4(&self.g.nodes[args[0]].ty().shape)?;
+        let mut x = self.buffer(i, args[0])?;
+        let mut input = shape4(&self.g.nodes[args[0]].ty().shape)?;
+        let mut attrs = attrs;
+        if attrs.pads != [0; 4] {
+            // A zero-padded copy: the kernel's loops then need no bounds checks.
+            let [t, b, l, r] = attrs.pads;
+            let padded = [input[0], input[1], input[2] + t + b, input[3] + l + r];
+            let y = self.new_buffer(args[0], padded.iter().product(), "padded");
+            let step = Step::Pad {
+                x,
+                y,
+                input: input.to_vec(),
+                pads: vec![(0, 0), (0, 0), (t, b), (l, r)],
+                value: 0.0,
+            };
+            self.push(i, step);
+            (x, input) = (y, padded);
+            attrs.pads = [0; 4];
+        }
         let conv = shape4(&self.g.nodes[i].ty().shape)?;
         let ws = w.shape();
         let oc = conv[1];
@@ -478,7 +520,9 @@ impl<'a> Lowering<'a> {
         }
         let w_name = self.const_name(args[1], "");
         let w_origin = self.origins[args[1]].join(", ");
-        let w = self.add_const(w_name.clone(), weight, w_origin);
+        // Packed as the kernel reads it (`emit::conv`): blocks of output channels.
+        let block = channel_block(oc / attrs.groups.max(1));
+        let w = self.add_const(w_name.clone(), pack_weights(&weight, oc, block), w_origin);
         let bias = match bias {
             Some(b) => {
                 bias_origin.dedup();

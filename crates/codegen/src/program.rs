@@ -91,7 +91,8 @@ pub struct FusedPool {
 }
 
 /// A 2-D convolution (NCHW) with its bias, activation and pooling fused in. The weight
-/// is `[OC][IC/groups][KH][KW]`, with BatchNorm's scale folded in.
+/// has BatchNorm's scale folded in and is packed `[OC/B][IC/groups][KH][KW][B]` for
+/// blocks of `B` output channels ([`crate::emit::conv`]).
 #[derive(Clone, Debug)]
 pub struct Conv {
     pub x: ValueId,
@@ -182,6 +183,15 @@ pub enum Step {
         input: Vec<usize>,
         perm: Vec<usize>,
     },
+    /// Constant padding: `(before, after)` per axis of `input`, filled with `value`.
+    /// Convolutions with padding read a padded copy, so their loops need no bounds.
+    Pad {
+        x: ValueId,
+        y: ValueId,
+        input: Vec<usize>,
+        pads: Vec<(usize, usize)>,
+        value: f32,
+    },
     /// Copies an input or a constant into an output array.
     Copy {
         x: Operand,
@@ -203,6 +213,7 @@ impl Step {
             Step::Pool { x, .. }
             | Step::Unary { x, .. }
             | Step::Reduce { x, .. }
+            | Step::Pad { x, .. }
             | Step::Transpose { x, .. } => vec![*x],
             Step::Binary { a, b, .. } => [a, b].into_iter().filter_map(val).collect(),
             Step::Concat { xs, .. } => xs.iter().filter_map(|(o, _)| val(o)).collect(),
@@ -221,6 +232,7 @@ impl Step {
             | Step::Reduce { y, .. }
             | Step::Concat { y, .. }
             | Step::Transpose { y, .. }
+            | Step::Pad { y, .. }
             | Step::Copy { y, .. } => *y,
         }
     }
@@ -271,6 +283,7 @@ impl Step {
             Step::Reduce { kind, .. } => format!("Reduce{kind:?}"),
             Step::Concat { .. } => "Concat".into(),
             Step::Transpose { .. } => "Transpose".into(),
+            Step::Pad { .. } => "Pad".into(),
             Step::Copy { .. } => "Copy".into(),
         }
     }

@@ -1,5 +1,5 @@
-//! Operations built from primitives rather than being primitives: softmax, log-softmax
-//! and dropout. Their gradients come from the primitives' rules.
+//! Operations built from primitives rather than being primitives: softmax, log-softmax,
+//! ReLU6 and dropout. Their gradients come from the primitives' rules.
 //!
 //! ```
 //! use spore_core::Tensor;
@@ -12,6 +12,24 @@ use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
 impl Tensor {
+    /// `min(max(x, 0), 6)` (MindSpore's `ReLU6`): `Maximum` then `Minimum`, so the
+    /// gradient is 1 strictly inside (0, 6) and the graph compiler and the C code
+    /// generator see it as one clamp.
+    ///
+    /// ```
+    /// use spore_core::{autodiff::grad, Tensor};
+    /// let x = Tensor::from_vec(vec![-1.0f32, 3.0, 7.0], &[3]).unwrap();
+    /// assert_eq!(x.relu6().unwrap().to_vec::<f32>().unwrap(), vec![0.0, 3.0, 6.0]);
+    /// let g = grad(|x: &[Tensor]| x[0].relu6()?.sum(&[0], false), &[0])(&[x]).unwrap();
+    /// assert_eq!(g[0].to_vec::<f32>().unwrap(), vec![0.0, 1.0, 0.0]);
+    /// ```
+    #[track_caller]
+    pub fn relu6(&self) -> Result<Tensor> {
+        let zero = Tensor::scalar_of(0.0, self.dtype());
+        let six = Tensor::scalar_of(6.0, self.dtype());
+        self.maximum(&zero)?.minimum(&six)
+    }
+
     /// `exp(x) / sum(exp(x))` along `axis`, computed stably (the max is subtracted first).
     #[track_caller]
     pub fn softmax(&self, axis: isize) -> Result<Tensor> {

@@ -11,6 +11,7 @@ use std::fmt::Write;
 use spore_kernels::{BinaryFn, ReduceFn, UnaryFn};
 
 use super::c::{broadcast_strides, float_literal, loop_nest, strides};
+use super::conv::{ConvFlavor, Spell2, conv_body};
 use crate::program::{Act, Conv, Dense, Operand, PoolKind, Program, Step};
 
 /// How kernels name things outside themselves.
@@ -156,6 +157,9 @@ pub fn kernel(p: &Program, s: usize, names: &Names) -> String {
                 format!("y[{}] = x0[{}];\n", ix[0], ix[1])
             })
         }
+        Step::Pad {
+            input, pads, value, ..
+        } => pad(input, pads, &float_literal(*value), "float"),
         Step::Copy { x, numel, .. } => {
             let src = match x {
                 Operand::Value(_) => "x0".to_string(),
@@ -175,42 +179,6 @@ pub fn kernel(p: &Program, s: usize, names: &Names) -> String {
     out
 }
 
-/// For kernel column `kw`: the output columns whose input column lies inside the image.
-fn column_range(c: &Conv, kw: usize) -> (usize, usize) {
-    let (w, ow) = (c.input[3] as isize, c.conv[3] as isize);
-    let (s, d, pl) = (
-        c.attrs.stride[1] as isize,
-        c.attrs.dilation[1] as isize,
-        c.attrs.pads[2] as isize,
-    );
-    let off = kw as isize * d - pl;
-    // iw = ow * s + off must satisfy 0 <= iw < w.
-    let lo = if off >= 0 { 0 } else { (-off + s - 1) / s };
-    let hi = if w - 1 - off < 0 {
-        0
-    } else {
-        ((w - 1 - off) / s + 1).min(ow)
-    };
-    (lo.clamp(0, ow) as usize, hi.max(lo).clamp(0, ow) as usize)
-}
-
-/// How a convolution's arithmetic is spelled: float32, or int8 with int32 sums.
-pub struct ConvFlavor {
-    /// Element types of the input, the sums and the output.
-    pub in_t: &'static str,
-    pub acc_t: &'static str,
-    pub out_t: &'static str,
-    /// The loaded input element as a sum term (`RAW` stands for the element).
-    pub load: String,
-    /// The weight array and the bias array (read at `o0 + o`), if any.
-    pub weight: String,
-    pub bias: Option<String>,
-    /// From a sum (`v`, of output channel `o0 + o`) to the stored value, activation included.
-    pub finish: Box<dyn Fn(&str) -> String>,
-    /// The stored value of an average pool from the sum `m` of `count` stored values.
-    pub average: Box<dyn Fn(&str, usize) -> String>,
-}
-
 fn conv(p: &Program, c: &Conv, names: &Names) -> String {
     let act = c.act;
     conv_body(
@@ -228,214 +196,126 @@ fn conv(p: &Program, c: &Conv, names: &Names) -> String {
     )
 }
 
-/// A convolution's loops in any flavour.
-pub fn conv_body(c: &Conv, f: &ConvFlavor) -> String {
-    let [n, ch, h, w] = c.input;
-    let [_, oc, oh, ow] = c.conv;
-    let [kh, kw] = c.kernel;
-    let g = c.attrs.groups.max(1);
-    let (icg, ocg) = (ch / g, oc / g);
-    let (sh, sw) = (c.attrs.stride[0], c.attrs.stride[1]);
-    let (dh, dw) = (c.attrs.dilation[0], c.attrs.dilation[1]);
-    let pt = c.attrs.pads[0];
-    let out = c.output();
-    let (ph, pw) = (out[2], out[3]);
-    let (prow, rows_out) = match c.pool {
-        Some(pl) => (pl.size, ph),
-        None => (1, oh),
-    };
-    // Output channels computed together: each input row loaded feeds `block` rows of sums.
-    let block = [4, 2, 1].into_iter().find(|b| ocg % b == 0).unwrap_or(1);
-    let wname = &f.weight;
-    let ranges: Vec<(usize, usize)> = (0..kw).map(|k| column_range(c, k)).collect();
-    let full = ranges.iter().all(|&r| r == (0, ow));
+fn dense(p: &Program, d: &Dense, names: &Names) -> String {
+    let bias = d.bias.map(|b| names.weight(p, b));
+    let act = d.act;
+    dense_body(
+        d,
+        &DenseFlavor {
+            in_t: "float",
+            acc_t: "float",
+            w_t: "float",
+            load: "RAW".into(),
+            weight: names.weight(p, d.w),
+            bias,
+            finish: Box::new(move |v, _| act_c(act, v)),
+        },
+    )
+}
+
+/// How a product's arithmetic is spelled (float32, or int8 with int32 sums).
+pub struct DenseFlavor {
+    pub in_t: &'static str,
+    pub acc_t: &'static str,
+    pub w_t: &'static str,
+    /// The loaded input element as a sum term (`RAW` stands for the element).
+    pub load: String,
+    pub weight: String,
+    pub bias: Option<String>,
+    /// From a sum (`v`) of output column `j` (an expression) to the stored value.
+    pub finish: Spell2,
+}
+
+/// `y = x · W (+ bias)` in tiles of up to 32 output columns whose sums stay in registers
+/// for the whole reduction; `W` is `[K][N]`.
+pub fn dense_body(d: &Dense, f: &DenseFlavor) -> String {
+    let (m, k, n) = (d.m, d.k, d.n);
+    let tile = n.min(32);
+    let (full, rest) = (n / tile.max(1), n % tile.max(1));
     let mut s = String::new();
-    if !full {
-        let lo: Vec<String> = ranges.iter().map(|r| r.0.to_string()).collect();
-        let hi: Vec<String> = ranges.iter().map(|r| r.1.to_string()).collect();
-        let _ = writeln!(
-            s,
-            "    static const unsigned short lo[{kw}] = {{{}}};\n    static const unsigned short hi[{kw}] = {{{}}};",
-            lo.join(", "),
-            hi.join(", ")
+    let _ = writeln!(s, "    for (size_t i = 0; i < {m}u; ++i) {{");
+    let _ = writeln!(s, "        const {} *restrict xr = x0 + i * {k}u;", f.in_t);
+    let piece = |t: usize, j0: &str| {
+        let mut s = format!(
+            "        {{
+            const size_t j0 = {j0};
+            {} t[{t}];
+",
+            f.acc_t
         );
-    }
-    let _ = writeln!(s, "    {} acc[{block}][{prow}][{ow}];", f.acc_t);
-    let _ = writeln!(s, "    for (size_t b = 0; b < {n}u; ++b)");
-    let _ = writeln!(s, "    for (size_t g = 0; g < {g}u; ++g)");
-    let _ = writeln!(
-        s,
-        "    for (size_t o0 = g * {ocg}u; o0 < (g + 1u) * {ocg}u; o0 += {block}u) {{"
-    );
-    let _ = writeln!(
-        s,
-        "        const {} *restrict xg = x0 + (b * {ch}u + g * {icg}u) * {}u;",
-        f.in_t,
-        h * w
-    );
-    let _ = writeln!(s, "        for (size_t r0 = 0; r0 < {rows_out}u; ++r0) {{");
-    // Initialise with the bias.
-    let _ = writeln!(s, "            for (size_t o = 0; o < {block}u; ++o)");
-    let _ = writeln!(s, "                for (size_t r = 0; r < {prow}u; ++r)");
-    let _ = writeln!(s, "                    for (size_t j = 0; j < {ow}u; ++j)");
-    let init = match &f.bias {
-        Some(bi) => format!("{bi}[o0 + o]"),
-        None => "0".into(),
-    };
-    let _ = writeln!(s, "                        acc[o][r][j] = {init};");
-    let _ = writeln!(s, "            for (size_t r = 0; r < {prow}u; ++r) {{");
-    let _ = writeln!(s, "                const size_t oy = r0 * {prow}u + r;");
-    let _ = writeln!(s, "                for (size_t ic = 0; ic < {icg}u; ++ic)");
-    let _ = writeln!(
-        s,
-        "                for (size_t ky = 0; ky < {kh}u; ++ky) {{"
-    );
-    let _ = writeln!(
-        s,
-        "                    const long iy = (long)(oy * {sh}u + ky * {dh}u) - {pt}L;"
-    );
-    let _ = writeln!(
-        s,
-        "                    if (iy < 0 || iy >= {h}L)\n                        continue;"
-    );
-    let _ = writeln!(
-        s,
-        "                    const {} *restrict xr = xg + ic * {}u + (size_t)iy * {w}u;",
-        f.in_t,
-        h * w
-    );
-    let _ = writeln!(
-        s,
-        "                    for (size_t kx = 0; kx < {kw}u; ++kx) {{"
-    );
-    let _ = writeln!(
-        s,
-        "                        const size_t wi = (ic * {kh}u + ky) * {kw}u + kx;"
-    );
-    for o in 0..block {
+        let init = match &f.bias {
+            Some(b) => format!("{b}[j0 + l]"),
+            None => "0".into(),
+        };
         let _ = writeln!(
             s,
-            "                        const {} w{o} = {wname}[(o0 + {o}u) * {}u + wi];",
+            "            for (size_t l = 0; l < {t}u; ++l)
+                t[l] = {init};"
+        );
+        let _ = writeln!(s, "            for (size_t q = 0; q < {k}u; ++q) {{");
+        let _ = writeln!(
+            s,
+            "                const {} v = {};",
             f.acc_t,
-            icg * kh * kw
+            f.load.replace("RAW", "xr[q]")
         );
-    }
-    let (from, to) = if full {
-        ("0".to_string(), format!("{ow}u"))
-    } else {
-        ("lo[kx]".to_string(), "hi[kx]".to_string())
+        let _ = writeln!(
+            s,
+            "                const {} *restrict wr = {} + q * {n}u + j0;",
+            f.w_t, f.weight
+        );
+        let _ = writeln!(
+            s,
+            "                for (size_t l = 0; l < {t}u; ++l)
+                    t[l] += v * ({})wr[l];",
+            f.acc_t
+        );
+        s.push_str(
+            "            }
+",
+        );
+        let _ = writeln!(
+            s,
+            "            for (size_t l = 0; l < {t}u; ++l) {{
+                const {} v = t[l];
+                y[i * {n}u + j0 + l] = {};
+            }}
+        }}",
+            f.acc_t,
+            (f.finish)("v", "j0 + l")
+        );
+        s
     };
-    let pl = c.attrs.pads[2];
-    let _ = writeln!(
-        s,
-        "                        for (size_t j = {from}; j < {to}; ++j) {{"
-    );
-    let _ = writeln!(
-        s,
-        "                            const {} v = {};",
-        f.acc_t,
-        f.load
-            .replace("RAW", &format!("xr[j * {sw}u + kx * {dw}u - {pl}u]"))
-    );
-    for o in 0..block {
-        let _ = writeln!(s, "                            acc[{o}][r][j] += w{o} * v;");
+    if full > 0 {
+        let _ = writeln!(s, "        for (size_t jt = 0; jt < {full}u; ++jt)");
+        s.push_str(&piece(tile, &format!("jt * {tile}u")));
+    }
+    if rest > 0 {
+        s.push_str(&piece(rest, &format!("{}u", full * tile)));
     }
     s.push_str(
-        "                        }\n                    }\n                }\n            }\n",
+        "    }
+",
     );
-    // Activation, pooling, store.
-    let _ = writeln!(s, "            for (size_t o = 0; o < {block}u; ++o) {{");
-    let _ = writeln!(
-        s,
-        "                {} *restrict yr = y + ((b * {oc}u + o0 + o) * {ph}u + r0) * {pw}u;",
-        f.out_t
-    );
-    match c.pool {
-        None => {
-            let _ = writeln!(s, "                for (size_t j = 0; j < {ow}u; ++j) {{");
-            let _ = writeln!(s, "                    const {} v = acc[o][0][j];", f.acc_t);
-            let _ = writeln!(s, "                    yr[j] = {};", (f.finish)("v"));
-            s.push_str("                }\n");
-        }
-        Some(pool) => {
-            let k = pool.size;
-            let (m_t, m0) = match pool.kind {
-                PoolKind::Max => (
-                    f.out_t,
-                    (f.finish)("acc[o][0][j * KK]").replace("KK", &format!("{k}u")),
-                ),
-                PoolKind::Avg => (f.acc_t, "0".to_string()),
-            };
-            let _ = writeln!(s, "                for (size_t j = 0; j < {pw}u; ++j) {{");
-            let _ = writeln!(s, "                    {m_t} m = {m0};");
-            let _ = writeln!(s, "                    for (size_t r = 0; r < {k}u; ++r)");
-            let _ = writeln!(
-                s,
-                "                        for (size_t q = 0; q < {k}u; ++q) {{"
-            );
-            let _ = writeln!(
-                s,
-                "                            const {} v = acc[o][r][j * {k}u + q];",
-                f.acc_t
-            );
-            let _ = writeln!(
-                s,
-                "                            const {} a = {};",
-                f.out_t,
-                (f.finish)("v")
-            );
-            match pool.kind {
-                PoolKind::Max => s.push_str("                            m = a > m ? a : m;\n"),
-                PoolKind::Avg => s.push_str("                            m += a;\n"),
-            }
-            s.push_str("                        }\n");
-            match pool.kind {
-                PoolKind::Max => s.push_str("                    yr[j] = m;\n"),
-                PoolKind::Avg => {
-                    let _ = writeln!(
-                        s,
-                        "                    yr[j] = {};",
-                        (f.average)("m", k * k)
-                    );
-                }
-            }
-            s.push_str("                }\n");
-        }
-    }
-    s.push_str("            }\n        }\n    }\n");
     s
 }
 
-fn dense(p: &Program, d: &Dense, names: &Names) -> String {
-    let (m, k, n) = (d.m, d.k, d.n);
-    let w = names.weight(p, d.w);
-    let mut s = String::new();
-    let _ = writeln!(s, "    for (size_t i = 0; i < {m}u; ++i) {{");
-    let _ = writeln!(s, "        const float *restrict xr = x0 + i * {k}u;");
-    let _ = writeln!(s, "        float *restrict yr = y + i * {n}u;");
-    let init = match d.bias {
-        Some(b) => format!("{}[j]", names.weight(p, b)),
-        None => "0.0f".into(),
-    };
-    let _ = writeln!(
-        s,
-        "        for (size_t j = 0; j < {n}u; ++j)\n            yr[j] = {init};"
-    );
-    let _ = writeln!(s, "        for (size_t t = 0; t < {k}u; ++t) {{");
-    let _ = writeln!(s, "            const float v = xr[t];");
-    let _ = writeln!(s, "            const float *restrict wr = {w} + t * {n}u;");
-    let _ = writeln!(
-        s,
-        "            for (size_t j = 0; j < {n}u; ++j)\n                yr[j] += v * wr[j];"
-    );
-    s.push_str("        }\n");
-    if d.act != Act::None {
-        let _ = writeln!(s, "        for (size_t j = 0; j < {n}u; ++j) {{");
-        let _ = writeln!(s, "            const float v = yr[j];");
-        let _ = writeln!(s, "            yr[j] = {};", act_c(d.act, "v"));
-        s.push_str("        }\n");
-    }
-    s.push_str("    }\n");
+/// Constant padding of `elem` values: fill, then copy the input inside.
+pub fn pad(input: &[usize], pads: &[(usize, usize)], value: &str, elem: &str) -> String {
+    let out: Vec<usize> = input
+        .iter()
+        .zip(pads)
+        .map(|(d, (a, b))| d + a + b)
+        .collect();
+    let numel: usize = out.iter().product();
+    let ost = strides(&out);
+    let offset: usize = pads.iter().zip(&ost).map(|((a, _), s)| a * s).sum();
+    let mut s =
+        format!("    for (size_t i = 0; i < {numel}u; ++i)\n        y[i] = ({elem}){value};\n");
+    s.push_str(&format!("    y += {offset}u;\n"));
+    s.push_str(&loop_nest(input, &[ost, strides(input)], "    ", &|ix| {
+        format!("y[{}] = x0[{}];\n", ix[0], ix[1])
+    }));
     s
 }
 

@@ -4,6 +4,7 @@
 //! `firmware.c` that links the model into a bare-metal image whose size is reported.
 
 pub mod c;
+pub mod conv;
 pub mod files;
 pub mod kernels;
 
@@ -200,7 +201,10 @@ pub fn float_sources(p: &Program, api: &Api, offsets: &[Option<usize>]) -> [Stri
 pub fn target_flags(target: Target) -> (&'static str, &'static str) {
     match target {
         // The host builds for itself: every vector instruction it has.
-        Target::X86 => ("cc", "-std=c99 -O3 -march=native -Wall -Wextra -pedantic"),
+        Target::X86 => (
+            "cc",
+            "-std=c99 -O2 -march=native -ffp-contract=fast -Wall -Wextra -pedantic",
+        ),
         Target::CortexM => (
             "arm-none-eabi-gcc",
             "-std=c99 -mcpu=cortex-m4 -mthumb -Os -Wall -Wextra -pedantic -ffunction-sections -fdata-sections",

@@ -4,7 +4,8 @@
 use std::fmt::Write;
 
 use super::{QOut, QStep, Quantized};
-use crate::emit::kernels::{ConvFlavor, act_c, conv_body, pool};
+use crate::emit::conv::{ConvFlavor, Spell2, conv_body};
+use crate::emit::kernels::{DenseFlavor, act_c, dense_body, pad, pool};
 use crate::emit::{Api, c::float_literal, weights_c, weights_h};
 use crate::program::Storage;
 
@@ -27,7 +28,7 @@ fn step_arrays(
     bias: &[i32],
     out: &QOut,
     arrays: &mut Vec<Array>,
-) -> (Box<dyn Fn(&str, &str) -> String>, &'static str) {
+) -> (Spell2, &'static str) {
     let base = format!("k{s}");
     arrays.push((
         format!("{base}_weight"),
@@ -119,6 +120,13 @@ pub fn int8_sources(q: &Quantized, api: &Api, offsets: &[Option<usize>]) -> [Str
                 "float",
                 "int8_t",
             ),
+            QStep::Pad {
+                input, pads, value, ..
+            } => (
+                pad(input, pads, &value.to_string(), "int8_t"),
+                "int8_t",
+                "int8_t",
+            ),
             QStep::Pool {
                 kind,
                 attrs,
@@ -166,36 +174,16 @@ pub fn int8_sources(q: &Quantized, api: &Api, offsets: &[Option<usize>]) -> [Str
                 out,
             } => {
                 let (finish, out_t) = step_arrays(prefix, s, scope, w, bias, out, &mut arrays);
-                let (mm, k, n) = (dense.m, dense.k, dense.n);
-                let mut b = String::new();
-                let _ = writeln!(b, "    int32_t acc[{n}];");
-                let _ = writeln!(b, "    for (size_t i = 0; i < {mm}u; ++i) {{");
-                let _ = writeln!(b, "        const int8_t *restrict xr = x0 + i * {k}u;");
-                let _ = writeln!(
-                    b,
-                    "        for (size_t j = 0; j < {n}u; ++j)\n            acc[j] = {prefix}_k{s}_bias[j];"
-                );
-                let _ = writeln!(b, "        for (size_t t = 0; t < {k}u; ++t) {{");
-                let _ = writeln!(
-                    b,
-                    "            const int32_t v = (int32_t)xr[t] - ({});",
-                    input.zero
-                );
-                let _ = writeln!(
-                    b,
-                    "            const int8_t *restrict wr = {prefix}_k{s}_weight + t * {n}u;"
-                );
-                let _ = writeln!(
-                    b,
-                    "            for (size_t j = 0; j < {n}u; ++j)\n                acc[j] += v * (int32_t)wr[j];"
-                );
-                b.push_str("        }\n");
-                let _ = writeln!(
-                    b,
-                    "        for (size_t j = 0; j < {n}u; ++j)\n            y[i * {n}u + j] = {};",
-                    finish("acc[j]", "j")
-                );
-                b.push_str("    }\n");
+                let flavor = DenseFlavor {
+                    in_t: "int8_t",
+                    acc_t: "int32_t",
+                    w_t: "int8_t",
+                    load: format!("(int32_t)RAW - ({})", input.zero),
+                    weight: format!("{prefix}_k{s}_weight"),
+                    bias: Some(format!("{prefix}_k{s}_bias")),
+                    finish: Box::new(move |v, j| finish(v, j)),
+                };
+                let b = dense_body(dense, &flavor);
                 (b, "int8_t", out_t)
             }
         };

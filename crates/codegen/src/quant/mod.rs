@@ -21,6 +21,7 @@ use spore_core::op::PoolAttrs;
 use spore_core::{Error, Result, Tensor};
 
 use crate::arena::{ArenaPlan, plan_buffers};
+use crate::emit::conv::{channel_block, packed_channel};
 use crate::freeze::Frozen;
 use crate::program::{Act, Conv, Dense, PoolKind, Program, Step, Storage, Value, ValueId};
 
@@ -131,6 +132,14 @@ pub enum QStep {
         input: QParams,
         out: QOut,
     },
+    /// Padding keeps its input's parameters (the fill is quantized with them).
+    Pad {
+        x: ValueId,
+        y: ValueId,
+        input: Vec<usize>,
+        pads: Vec<(usize, usize)>,
+        value: i8,
+    },
     /// Pooling keeps its input's parameters.
     Pool {
         x: ValueId,
@@ -145,7 +154,9 @@ pub enum QStep {
 impl QStep {
     pub fn reads(&self) -> Vec<ValueId> {
         match self {
-            QStep::Quantize { x, .. } | QStep::Pool { x, .. } => vec![*x],
+            QStep::Quantize { x, .. } | QStep::Pool { x, .. } | QStep::Pad { x, .. } => {
+                vec![*x]
+            }
             QStep::Conv { conv, .. } => vec![conv.x],
             QStep::Dense { dense, .. } => vec![dense.x],
         }
@@ -153,7 +164,7 @@ impl QStep {
 
     pub fn writes(&self) -> ValueId {
         match self {
-            QStep::Quantize { y, .. } | QStep::Pool { y, .. } => *y,
+            QStep::Quantize { y, .. } | QStep::Pool { y, .. } | QStep::Pad { y, .. } => *y,
             QStep::Conv { conv, .. } => conv.y,
             QStep::Dense { dense, .. } => dense.y,
         }
@@ -244,8 +255,8 @@ fn calibrate(p: &Program, frozen: &Frozen, samples: &[Vec<Tensor>]) -> Result<Ve
     Ok(ranges)
 }
 
-/// Per-output-channel symmetric quantization of a weight whose channels are `groups` of
-/// `stride` (conv: contiguous per channel) or interleaved (dense: `[K][N]`).
+/// Per-output-channel symmetric quantization of a weight; `channel_of` gives the output
+/// channel of each element (packed convolution weights, `[K][N]` dense ones).
 fn quantize_weights(
     w: &[f32],
     channels: usize,
@@ -346,7 +357,10 @@ pub fn quantize(p: &Program, frozen: &Frozen, samples: &[Vec<Tensor>]) -> Result
             Step::Conv(c) => {
                 let (x, input) = read(c.x, &mut values, &mut params, &mut steps, &mut scopes)?;
                 let per = c.kernel[0] * c.kernel[1] * c.input[1] / c.attrs.groups.max(1);
-                let (w, ws) = quantize_weights(&p.consts[c.w].data, c.conv[1], |i| i / per);
+                let block = channel_block(c.conv[1] / c.attrs.groups.max(1));
+                let (w, ws) = quantize_weights(&p.consts[c.w].data, c.conv[1], |i| {
+                    packed_channel(i, per, block)
+                });
                 let bias = quantized_bias(p, c.bias, &ws, input, c.conv[1]);
                 let out = output_of(p, c.y, c.act, input, &ws, &params)?;
                 let mut conv = c.clone();
@@ -373,6 +387,23 @@ pub fn quantize(p: &Program, frozen: &Frozen, samples: &[Vec<Tensor>]) -> Result
                     bias,
                     input,
                     out,
+                });
+            }
+            Step::Pad {
+                x,
+                y,
+                input,
+                pads,
+                value,
+            } => {
+                let (x, q) = read(*x, &mut values, &mut params, &mut steps, &mut scopes)?;
+                params[*y] = Some(q);
+                steps.push(QStep::Pad {
+                    x,
+                    y: *y,
+                    input: input.clone(),
+                    pads: pads.clone(),
+                    value: q.quantize(*value),
                 });
             }
             Step::Pool {

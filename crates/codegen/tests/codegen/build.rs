@@ -101,12 +101,13 @@ pub fn symbols(object: &Path) -> Vec<(char, String)> {
         .collect()
 }
 
-/// Asserts the library needs nothing but libm: no allocation, no stdio, no mutable
-/// global (no `.data` or `.bss` symbol).
+/// Asserts the library needs nothing but libm and the block copies every C compiler may
+/// emit for a loop (GCC requires memcpy, memmove and memset even freestanding): no
+/// allocation, no stdio, no mutable global (no `.data` or `.bss` symbol).
 pub fn assert_freestanding(dir: &Path) {
     const ALLOWED_UNDEFINED: &[&str] = &[
         "expf", "logf", "log1pf", "sqrtf", "fabsf", "tanhf", "sinf", "cosf", "erff", "powf",
-        "roundf", "lroundf",
+        "roundf", "lroundf", "memcpy", "memmove", "memset",
     ];
     let weights: Vec<String> = symbols(&dir.join("weights.o"))
         .into_iter()
@@ -127,4 +128,22 @@ pub fn assert_freestanding(dir: &Path) {
             }
         }
     }
+}
+
+/// `size` of `source` compiled with `flags`: (text, data, bss).
+pub fn object_size(dir: &Path, source: &str, flags: &[&str]) -> (usize, usize, usize) {
+    run(Command::new("cc")
+        .args(flags)
+        .args(["-c", source, "-o", "sized.o"])
+        .current_dir(dir));
+    let text = run(Command::new("size").arg("sized.o").current_dir(dir));
+    let n: Vec<usize> = text
+        .lines()
+        .nth(1)
+        .expect("size prints a row")
+        .split_whitespace()
+        .take(3)
+        .map(|v| v.parse().expect("a number"))
+        .collect();
+    (n[0], n[1], n[2])
 }

@@ -5,31 +5,31 @@ use spore_core::{DType, Result, Tensor, TensorType};
 use spore_nn::cell::{Cell, CellBase};
 use spore_nn::prelude::*;
 
-/// Pads its input: an operator the generator does not emit.
-struct Padder(CellBase);
+/// Broadcasts its input: an operator the generator does not emit.
+struct Broadcaster(CellBase);
 
-impl Cell for Padder {
+impl Cell for Broadcaster {
     fn construct(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        Ok(vec![inputs[0].pad(&[(0, 0), (1, 1)], 0.0)?])
+        Ok(vec![inputs[0].broadcast_to(&[2, 3])?])
     }
     fn base(&self) -> &CellBase {
         &self.0
     }
     fn class_name(&self) -> &'static str {
-        "Padder"
+        "Broadcaster"
     }
 }
 
 #[test]
 fn an_unsupported_operator_is_named_with_its_scope_and_line() {
     let err = generate(
-        &Padder(CellBase::new()),
+        &Broadcaster(CellBase::new()),
         &[TensorType::new(&[1, 3], DType::F32)],
-        &Options::new("pad", Target::X86),
+        &Options::new("broadcast", Target::X86),
     )
     .unwrap_err()
     .to_string();
-    assert!(err.starts_with("codegen: Pad at scope "), "{err}");
+    assert!(err.starts_with("codegen: BroadcastTo at scope "), "{err}");
     assert!(err.contains("errors.rs"), "{err}");
     assert!(err.contains("Conv2D, MatMul/Dense"), "{err}");
 }

@@ -88,6 +88,24 @@ fn lenet_matches_eager_on_100_digits_within_budgets() {
 }
 
 #[test]
+fn lenet_code_fits_in_4_kb() {
+    let net = LeNet5::new(10).unwrap();
+    let project = generate(
+        &*net,
+        &[TensorType::new(&[1, 1, 32, 32], DType::F32)],
+        &Options::new("lenet", Target::X86),
+    )
+    .unwrap();
+    let dir = temp_dir("lenet_size");
+    project.write_to(&dir).unwrap();
+    let (text, data, bss) = crate::build::object_size(&dir, "model.c", &["-std=c99", "-Os"]);
+    eprintln!("LeNet model.o at -Os: text {text} B, data {data} B, bss {bss} B");
+    assert!(text <= 4096, "code {text} bytes");
+    assert_eq!(data + bss, 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn mlp_matches_eager() {
     spore_core::rng::set_seed(4);
     let net = Mlp::new().unwrap();
@@ -98,7 +116,7 @@ fn mlp_matches_eager() {
 
 /// Gives every BatchNorm random statistics and affine parameters, so that folding them
 /// into the convolutions is exercised (fresh ones are the identity).
-fn randomise_batchnorm<C: Cell>(net: &Arc<C>) {
+pub fn randomise_batchnorm<C: Cell>(net: &Arc<C>) {
     for (name, p) in net.parameters_and_names() {
         let shape = p.tensor_type().shape.to_vec();
         let u = Tensor::rand(&shape, DType::F32, None).unwrap();

@@ -1,4 +1,4 @@
-//! Activation cells: `ReLU`, `Sigmoid`, `Tanh`, `GELU` (tanh approximation by default, as
+//! Activation cells: `ReLU`, `ReLU6`, `Sigmoid`, `Tanh`, `GELU` (tanh approximation by default, as
 //! MindSpore) and `Softmax` (last axis by default).
 //!
 //! ```
@@ -47,6 +47,12 @@ unary_activation!(
     ReLU,
     "ReLU",
     relu
+);
+unary_activation!(
+    /// `min(max(x, 0), 6)`.
+    ReLU6,
+    "ReLU6",
+    relu6
 );
 unary_activation!(
     /// `1 / (1 + e^-x)`.

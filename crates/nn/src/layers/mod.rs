@@ -23,7 +23,7 @@ pub mod flatten;
 pub mod norm;
 pub mod pool;
 
-pub use activation::{GELU, ReLU, Sigmoid, Softmax, Tanh};
+pub use activation::{GELU, ReLU, ReLU6, Sigmoid, Softmax, Tanh};
 pub use container::{CellList, SequentialCell};
 pub use conv::{Conv2d, Conv2dConfig};
 pub use dense::{Dense, DenseConfig};
