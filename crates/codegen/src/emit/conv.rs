@@ -374,12 +374,21 @@ pub fn conv_body(c: &Conv, f: &ConvFlavor) -> String {
         }
         Some(pool) => {
             let k = pool.size;
-            let (m_t, m0) = match pool.kind {
-                PoolKind::Max => (f.out_t, (f.finish)(&format!("acc[o][0][j * {k}u]"))),
-                PoolKind::Avg => (f.acc_t, "0".to_string()),
-            };
             let _ = writeln!(s, "                for (size_t j = 0; j < {pw}u; ++j) {{");
-            let _ = writeln!(s, "                    {m_t} m = {m0};");
+            match pool.kind {
+                // The activation and the requantization never decrease, so the maximum
+                // of the sums goes through them once: the same value as pooling after.
+                PoolKind::Max => {
+                    let _ = writeln!(
+                        s,
+                        "                    {} m = acc[o][0][j * {k}u];",
+                        f.acc_t
+                    );
+                }
+                PoolKind::Avg => {
+                    let _ = writeln!(s, "                    {} m = 0;", f.acc_t);
+                }
+            }
             let _ = writeln!(s, "                    for (size_t r = 0; r < {k}u; ++r)");
             let _ = writeln!(
                 s,
@@ -390,27 +399,18 @@ pub fn conv_body(c: &Conv, f: &ConvFlavor) -> String {
                 "                            const {} v = acc[o][r][j * {k}u + q];",
                 f.acc_t
             );
-            let _ = writeln!(
-                s,
-                "                            const {} a = {};",
-                f.out_t,
-                (f.finish)("v")
-            );
             match pool.kind {
-                PoolKind::Max => s.push_str("                            m = a > m ? a : m;\n"),
-                PoolKind::Avg => s.push_str("                            m += a;\n"),
-            }
-            s.push_str("                        }\n");
-            match pool.kind {
-                PoolKind::Max => s.push_str("                    yr[j] = m;\n"),
+                PoolKind::Max => s.push_str("                            m = v > m ? v : m;\n"),
                 PoolKind::Avg => {
-                    let _ = writeln!(
-                        s,
-                        "                    yr[j] = {};",
-                        (f.average)("m", k * k)
-                    );
+                    let _ = writeln!(s, "                            m += {};", (f.finish)("v"));
                 }
             }
+            s.push_str("                        }\n");
+            let store = match pool.kind {
+                PoolKind::Max => (f.finish)("m"),
+                PoolKind::Avg => (f.average)("m", k * k),
+            };
+            let _ = writeln!(s, "                    yr[j] = {store};");
             s.push_str("                }\n");
         }
     }

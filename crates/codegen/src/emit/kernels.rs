@@ -380,12 +380,15 @@ pub fn pool(
             "m / (float)((y1 - ya) * (x1 - xa) > 0 ? (y1 - ya) * (x1 - xa) : 1)".to_string()
         }
     };
-    let store = if int8 {
-        format!("(int8_t)lroundf({store})")
+    if int8 {
+        // Round half away from zero without libm (microcontrollers).
+        let _ = writeln!(
+            s,
+            "            {{\n                const float a = {store};\n                y[(p * {oh}u + oy) * {ow}u + ox] = (int8_t)(long)(a + (a >= 0.0f ? 0.5f : -0.5f));\n            }}"
+        );
     } else {
-        store
-    };
-    let _ = writeln!(s, "            y[(p * {oh}u + oy) * {ow}u + ox] = {store};");
+        let _ = writeln!(s, "            y[(p * {oh}u + oy) * {ow}u + ox] = {store};");
+    }
     s.push_str("        }\n    }\n");
     s
 }

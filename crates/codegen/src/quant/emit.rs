@@ -113,7 +113,7 @@ pub fn int8_sources(q: &Quantized, api: &Api, offsets: &[Option<usize>]) -> [Str
         let (body, in_t, out_t) = match step {
             QStep::Quantize { numel, q: qp, .. } => (
                 format!(
-                    "    for (size_t i = 0; i < {numel}u; ++i) {{\n        const long v = lroundf(x0[i] * {}) + {}L;\n        y[i] = (int8_t)(v < -128L ? -128L : (v > 127L ? 127L : v));\n    }}\n",
+                    "    for (size_t i = 0; i < {numel}u; ++i) {{\n        const float s = x0[i] * {};\n        const long v = (long)(s + (s >= 0.0f ? 0.5f : -0.5f)) + {}L;\n        y[i] = (int8_t)(v < -128L ? -128L : (v > 127L ? 127L : v));\n    }}\n",
                     float_literal(1.0 / qp.scale),
                     qp.zero
                 ),
@@ -139,26 +139,23 @@ pub fn int8_sources(q: &Quantized, api: &Api, offsets: &[Option<usize>]) -> [Str
                 "int8_t",
             ),
             QStep::Conv {
-                conv,
-                w,
-                bias,
-                input,
-                out,
+                conv, w, bias, out, ..
             } => {
                 let (finish, out_t) = step_arrays(prefix, s, scope, w, bias, out, &mut arrays);
-                let zin = input.zero;
                 let int_out = out_t == "int8_t";
                 let flavor = ConvFlavor {
                     in_t: "int8_t",
                     acc_t: "int32_t",
                     out_t,
-                    load: format!("(int32_t)RAW - ({zin})"),
+                    load: "(int32_t)RAW".into(),
                     weight: format!("{prefix}_k{s}_weight"),
                     bias: Some(format!("{prefix}_k{s}_bias")),
                     finish: Box::new(move |v| finish(v, "o0 + o")),
                     average: Box::new(move |sum, count| {
                         if int_out {
-                            format!("(int8_t)lroundf((float){sum} / {count}.0f)")
+                            format!(
+                                "(int8_t)(long)((float){sum} / {count}.0f + ({sum} >= 0 ? 0.5f : -0.5f))"
+                            )
                         } else {
                             format!("{sum} / {count}.0f")
                         }
@@ -170,15 +167,15 @@ pub fn int8_sources(q: &Quantized, api: &Api, offsets: &[Option<usize>]) -> [Str
                 dense,
                 w,
                 bias,
-                input,
                 out,
+                ..
             } => {
                 let (finish, out_t) = step_arrays(prefix, s, scope, w, bias, out, &mut arrays);
                 let flavor = DenseFlavor {
                     in_t: "int8_t",
                     acc_t: "int32_t",
                     w_t: "int8_t",
-                    load: format!("(int32_t)RAW - ({})", input.zero),
+                    load: "(int32_t)RAW".into(),
                     weight: format!("{prefix}_k{s}_weight"),
                     bias: Some(format!("{prefix}_k{s}_bias")),
                     finish: Box::new(move |v, j| finish(v, j)),

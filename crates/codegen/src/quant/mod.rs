@@ -3,7 +3,8 @@
 //! activations per tensor, asymmetric (`x ≈ scale · (q - zero)`, q in [-128, 127]) with
 //! ranges measured on calibration inputs; sums in int32 (the bias quantized to the sum's
 //! scale); each output requantized by a fixed-point multiplier (`mult · 2^-(31 + shift)`,
-//! a 64-bit product and a rounding shift). The network's inputs are quantized by the
+//! a 64-bit product and a rounding shift). The input's zero point is folded into the
+//! bias, so the inner loops multiply raw int8 values. The network's inputs are quantized by the
 //! first kernel and its outputs leave the last one in float32, so the C API is the float
 //! one.
 //!
@@ -361,7 +362,8 @@ pub fn quantize(p: &Program, frozen: &Frozen, samples: &[Vec<Tensor>]) -> Result
                 let (w, ws) = quantize_weights(&p.consts[c.w].data, c.conv[1], |i| {
                     packed_channel(i, per, block)
                 });
-                let bias = quantized_bias(p, c.bias, &ws, input, c.conv[1]);
+                let mut bias = quantized_bias(p, c.bias, &ws, input, c.conv[1]);
+                fold_zero_point(&mut bias, &w, input.zero, |i| packed_channel(i, per, block));
                 let out = output_of(p, c.y, c.act, input, &ws, &params)?;
                 let mut conv = c.clone();
                 conv.x = x;
@@ -377,7 +379,8 @@ pub fn quantize(p: &Program, frozen: &Frozen, samples: &[Vec<Tensor>]) -> Result
                 let (x, input) = read(d.x, &mut values, &mut params, &mut steps, &mut scopes)?;
                 let n = d.n;
                 let (w, ws) = quantize_weights(&p.consts[d.w].data, n, |i| i % n);
-                let bias = quantized_bias(p, d.bias, &ws, input, n);
+                let mut bias = quantized_bias(p, d.bias, &ws, input, n);
+                fold_zero_point(&mut bias, &w, input.zero, |i| i % n);
                 let out = output_of(p, d.y, d.act, input, &ws, &params)?;
                 let mut dense = d.clone();
                 dense.x = x;
@@ -444,6 +447,15 @@ pub fn quantize(p: &Program, frozen: &Frozen, samples: &[Vec<Tensor>]) -> Result
         scopes,
         params,
     })
+}
+
+/// `Σ w·(x - zero) = Σ w·x - zero·Σ w`: the input's zero point moves into the bias, so
+/// the kernels multiply raw int8 values. Exact because every tap reads a real element
+/// (padding is a copy filled with the zero point, never a skipped tap).
+fn fold_zero_point(bias: &mut [i32], w: &[i8], zero: i32, channel_of: impl Fn(usize) -> usize) {
+    for (i, &v) in w.iter().enumerate() {
+        bias[channel_of(i)] -= zero * v as i32;
+    }
 }
 
 fn quantized_bias(

@@ -5,6 +5,7 @@
 mod build;
 mod errors;
 mod fp32;
+mod graph;
 mod operators;
 
 use std::path::PathBuf;
