@@ -300,7 +300,7 @@ pub fn conv_body(c: &Conv, f: &ConvFlavor) -> String {
         block,
     };
     let out = c.output();
-    let (ph, pw) = (out[2], out[3]);
+    let ph = out[2];
     let (prow, rows_out) = match c.pool {
         Some(pl) => (pl.size, ph),
         None => (1, oh),
@@ -358,7 +358,16 @@ pub fn conv_body(c: &Conv, f: &ConvFlavor) -> String {
         s.push_str("                }\n");
     }
     s.push_str("            }\n");
-    // Activation, pooling, store.
+    s.push_str(&store_rows(c, f, block));
+    s.push_str("            }\n        }\n    }\n");
+    s
+}
+
+/// The end of one output row (or pooled row): the activation, the pool, the store.
+fn store_rows(c: &Conv, f: &ConvFlavor, block: usize) -> String {
+    let [_, oc, _, ow] = c.conv;
+    let [_, _, ph, pw] = c.output();
+    let mut s = String::new();
     let _ = writeln!(s, "            for (size_t o = 0; o < {block}u; ++o) {{");
     let _ = writeln!(
         s,
@@ -414,6 +423,5 @@ pub fn conv_body(c: &Conv, f: &ConvFlavor) -> String {
             s.push_str("                }\n");
         }
     }
-    s.push_str("            }\n        }\n    }\n");
     s
 }

@@ -110,80 +110,7 @@ pub fn int8_sources(q: &Quantized, api: &Api, offsets: &[Option<usize>]) -> [Str
     let mut out_types = vec![];
     for (s, step) in q.steps.iter().enumerate() {
         let scope = &q.scopes[s];
-        let (body, in_t, out_t) = match step {
-            QStep::Quantize { numel, q: qp, .. } => (
-                format!(
-                    "    for (size_t i = 0; i < {numel}u; ++i) {{\n        const float s = x0[i] * {};\n        const long v = (long)(s + (s >= 0.0f ? 0.5f : -0.5f)) + {}L;\n        y[i] = (int8_t)(v < -128L ? -128L : (v > 127L ? 127L : v));\n    }}\n",
-                    float_literal(1.0 / qp.scale),
-                    qp.zero
-                ),
-                "float",
-                "int8_t",
-            ),
-            QStep::Pad {
-                input, pads, value, ..
-            } => (
-                pad(input, pads, &value.to_string(), "int8_t"),
-                "int8_t",
-                "int8_t",
-            ),
-            QStep::Pool {
-                kind,
-                attrs,
-                input,
-                output,
-                ..
-            } => (
-                pool(*kind, attrs, input, output, "int8_t"),
-                "int8_t",
-                "int8_t",
-            ),
-            QStep::Conv {
-                conv, w, bias, out, ..
-            } => {
-                let (finish, out_t) = step_arrays(prefix, s, scope, w, bias, out, &mut arrays);
-                let int_out = out_t == "int8_t";
-                let flavor = ConvFlavor {
-                    in_t: "int8_t",
-                    acc_t: "int32_t",
-                    out_t,
-                    load: "(int32_t)RAW".into(),
-                    weight: format!("{prefix}_k{s}_weight"),
-                    bias: Some(format!("{prefix}_k{s}_bias")),
-                    finish: Box::new(move |v| finish(v, "o0 + o")),
-                    average: Box::new(move |sum, count| {
-                        if int_out {
-                            format!(
-                                "(int8_t)(long)((float){sum} / {count}.0f + ({sum} >= 0 ? 0.5f : -0.5f))"
-                            )
-                        } else {
-                            format!("{sum} / {count}.0f")
-                        }
-                    }),
-                };
-                (conv_body(conv, &flavor), "int8_t", out_t)
-            }
-            QStep::Dense {
-                dense,
-                w,
-                bias,
-                out,
-                ..
-            } => {
-                let (finish, out_t) = step_arrays(prefix, s, scope, w, bias, out, &mut arrays);
-                let flavor = DenseFlavor {
-                    in_t: "int8_t",
-                    acc_t: "int32_t",
-                    w_t: "int8_t",
-                    load: "(int32_t)RAW".into(),
-                    weight: format!("{prefix}_k{s}_weight"),
-                    bias: Some(format!("{prefix}_k{s}_bias")),
-                    finish: Box::new(move |v, j| finish(v, j)),
-                };
-                let b = dense_body(dense, &flavor);
-                (b, "int8_t", out_t)
-            }
-        };
+        let (body, in_t, out_t) = step_kernel(step, s, scope, prefix, &mut arrays);
         out_types.push(out_t);
         let _ = write!(
             m,
@@ -216,4 +143,89 @@ pub fn int8_sources(q: &Quantized, api: &Api, offsets: &[Option<usize>]) -> [Str
     }
     let _ = writeln!(m, "    return {}_OK;\n}}", api.upper());
     [m, weights_c(prefix, &arrays), weights_h(prefix, &arrays)]
+}
+
+/// Step `s`'s kernel body, its input and output element types; its arrays are appended
+/// to `arrays`.
+fn step_kernel(
+    step: &QStep,
+    s: usize,
+    scope: &str,
+    prefix: &str,
+    arrays: &mut Vec<Array>,
+) -> (String, &'static str, &'static str) {
+    match step {
+        QStep::Quantize { numel, q: qp, .. } => (
+            format!(
+                "    for (size_t i = 0; i < {numel}u; ++i) {{\n        const float s = x0[i] * {};\n        const long v = (long)(s + (s >= 0.0f ? 0.5f : -0.5f)) + {}L;\n        y[i] = (int8_t)(v < -128L ? -128L : (v > 127L ? 127L : v));\n    }}\n",
+                float_literal(1.0 / qp.scale),
+                qp.zero
+            ),
+            "float",
+            "int8_t",
+        ),
+        QStep::Pad {
+            input, pads, value, ..
+        } => (
+            pad(input, pads, &value.to_string(), "int8_t"),
+            "int8_t",
+            "int8_t",
+        ),
+        QStep::Pool {
+            kind,
+            attrs,
+            input,
+            output,
+            ..
+        } => (
+            pool(*kind, attrs, input, output, "int8_t"),
+            "int8_t",
+            "int8_t",
+        ),
+        QStep::Conv {
+            conv, w, bias, out, ..
+        } => {
+            let (finish, out_t) = step_arrays(prefix, s, scope, w, bias, out, arrays);
+            let int_out = out_t == "int8_t";
+            let flavor = ConvFlavor {
+                in_t: "int8_t",
+                acc_t: "int32_t",
+                out_t,
+                load: "(int32_t)RAW".into(),
+                weight: format!("{prefix}_k{s}_weight"),
+                bias: Some(format!("{prefix}_k{s}_bias")),
+                finish: Box::new(move |v| finish(v, "o0 + o")),
+                average: Box::new(move |sum, count| {
+                    if int_out {
+                        format!(
+                            "(int8_t)(long)((float){sum} / {count}.0f + ({sum} >= 0 ? 0.5f : -0.5f))"
+                        )
+                    } else {
+                        format!("{sum} / {count}.0f")
+                    }
+                }),
+            };
+            (conv_body(conv, &flavor), "int8_t", out_t)
+        }
+        QStep::Dense {
+            dense,
+            w,
+            bias,
+            out,
+            ..
+        } => {
+            let (finish, out_t) = step_arrays(prefix, s, scope, w, bias, out, arrays);
+            let flavor = DenseFlavor {
+                in_t: "int8_t",
+                acc_t: "int32_t",
+                w_t: "int8_t",
+                load: "(int32_t)RAW".into(),
+                weight: format!("{prefix}_k{s}_weight"),
+                bias: Some(format!("{prefix}_k{s}_bias")),
+                finish: Box::new(move |v, j| finish(v, j)),
+            };
+            let b = dense_body(dense, &flavor);
+            (b, "int8_t", out_t)
+        }
+    }
 }

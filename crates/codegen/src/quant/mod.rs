@@ -311,87 +311,88 @@ fn output_of(
     Ok(QOut::Int8 { q, mults, lo, hi })
 }
 
-/// Quantizes a float program from calibration samples (each one list of input tensors
-/// of the generated input types).
-pub fn quantize(p: &Program, frozen: &Frozen, samples: &[Vec<Tensor>]) -> Result<Quantized> {
-    let ranges = calibrate(p, frozen, samples)?;
-    let mut values = p.values.clone();
-    let mut params: Vec<Option<QParams>> = ranges
-        .iter()
-        .map(|&(lo, hi)| (lo <= hi).then(|| QParams::from_range(lo, hi)))
-        .collect();
-    let mut steps = vec![];
-    let mut scopes = vec![];
-    // Each float input read by a kernel gets an int8 copy, made once.
-    let mut copies: Vec<Option<ValueId>> = vec![None; p.values.len()];
-    let mut read = |x: ValueId,
-                    values: &mut Vec<Value>,
-                    params: &mut Vec<Option<QParams>>,
-                    steps: &mut Vec<QStep>,
-                    scopes: &mut Vec<String>|
-     -> Result<(ValueId, QParams)> {
-        let q = params[x].unwrap_or(QParams::from_range(0.0, 0.0));
-        if !matches!(values[x].storage, Storage::Input(_)) {
-            return Ok((x, q));
+/// The int8 program while it is built.
+struct Builder<'p> {
+    p: &'p Program,
+    values: Vec<Value>,
+    params: Vec<Option<QParams>>,
+    steps: Vec<QStep>,
+    scopes: Vec<String>,
+    /// The int8 copy of each float input a kernel reads, made once.
+    copies: Vec<Option<ValueId>>,
+}
+
+impl Builder<'_> {
+    /// Buffer `x` as an int8 kernel reads it: itself, or for a float input its int8 copy
+    /// (made by a Quantize step the first time).
+    fn read(&mut self, x: ValueId) -> (ValueId, QParams) {
+        let q = self.params[x].unwrap_or(QParams::from_range(0.0, 0.0));
+        if !matches!(self.values[x].storage, Storage::Input(_)) {
+            return (x, q);
         }
-        if let Some(c) = copies[x] {
-            return Ok((c, q));
+        if let Some(c) = self.copies[x] {
+            return (c, q);
         }
-        let mut copy = values[x].clone();
+        let mut copy = self.values[x].clone();
         copy.storage = Storage::Arena;
-        copy.scope = format!("{} (int8)", values[x].scope);
-        values.push(copy);
-        params.push(Some(q));
-        let y = values.len() - 1;
-        copies[x] = Some(y);
-        steps.push(QStep::Quantize {
-            x,
-            y,
-            numel: values[x].numel,
-            q,
-        });
-        scopes.push(format!("quantize {}", values[x].scope));
-        Ok((y, q))
-    };
-    for (s, step) in p.steps.iter().enumerate() {
-        match step {
-            Step::Conv(c) => {
-                let (x, input) = read(c.x, &mut values, &mut params, &mut steps, &mut scopes)?;
-                let per = c.kernel[0] * c.kernel[1] * c.input[1] / c.attrs.groups.max(1);
-                let block = channel_block(c.conv[1] / c.attrs.groups.max(1));
-                let (w, ws) = quantize_weights(&p.consts[c.w].data, c.conv[1], |i| {
-                    packed_channel(i, per, block)
-                });
-                let mut bias = quantized_bias(p, c.bias, &ws, input, c.conv[1]);
-                fold_zero_point(&mut bias, &w, input.zero, |i| packed_channel(i, per, block));
-                let out = output_of(p, c.y, c.act, input, &ws, &params)?;
-                let mut conv = c.clone();
-                conv.x = x;
-                steps.push(QStep::Conv {
-                    conv,
-                    w,
-                    bias,
-                    input,
-                    out,
-                });
-            }
-            Step::Dense(d) => {
-                let (x, input) = read(d.x, &mut values, &mut params, &mut steps, &mut scopes)?;
-                let n = d.n;
-                let (w, ws) = quantize_weights(&p.consts[d.w].data, n, |i| i % n);
-                let mut bias = quantized_bias(p, d.bias, &ws, input, n);
-                fold_zero_point(&mut bias, &w, input.zero, |i| i % n);
-                let out = output_of(p, d.y, d.act, input, &ws, &params)?;
-                let mut dense = d.clone();
-                dense.x = x;
-                steps.push(QStep::Dense {
-                    dense,
-                    w,
-                    bias,
-                    input,
-                    out,
-                });
-            }
+        copy.scope = format!("{} (int8)", self.values[x].scope);
+        let numel = copy.numel;
+        self.values.push(copy);
+        self.params.push(Some(q));
+        let y = self.values.len() - 1;
+        self.copies[x] = Some(y);
+        self.steps.push(QStep::Quantize { x, y, numel, q });
+        self.scopes
+            .push(format!("quantize {}", self.values[x].scope));
+        (y, q)
+    }
+
+    fn conv(&mut self, c: &Conv) -> Result<QStep> {
+        let p = self.p;
+        let (x, input) = self.read(c.x);
+        let per = c.kernel[0] * c.kernel[1] * c.input[1] / c.attrs.groups.max(1);
+        let block = channel_block(c.conv[1] / c.attrs.groups.max(1));
+        let channel = |i| packed_channel(i, per, block);
+        let (w, ws) = quantize_weights(&p.consts[c.w].data, c.conv[1], channel);
+        let mut bias = quantized_bias(p, c.bias, &ws, input, c.conv[1]);
+        fold_zero_point(&mut bias, &w, input.zero, channel);
+        let out = output_of(p, c.y, c.act, input, &ws, &self.params)?;
+        let mut conv = c.clone();
+        conv.x = x;
+        Ok(QStep::Conv {
+            conv,
+            w,
+            bias,
+            input,
+            out,
+        })
+    }
+
+    fn dense(&mut self, d: &Dense) -> Result<QStep> {
+        let p = self.p;
+        let (x, input) = self.read(d.x);
+        let n = d.n;
+        let (w, ws) = quantize_weights(&p.consts[d.w].data, n, |i| i % n);
+        let mut bias = quantized_bias(p, d.bias, &ws, input, n);
+        fold_zero_point(&mut bias, &w, input.zero, |i| i % n);
+        let out = output_of(p, d.y, d.act, input, &ws, &self.params)?;
+        let mut dense = d.clone();
+        dense.x = x;
+        Ok(QStep::Dense {
+            dense,
+            w,
+            bias,
+            input,
+            out,
+        })
+    }
+
+    /// The int8 form of float step `s`.
+    fn step(&mut self, s: usize) -> Result<QStep> {
+        let p = self.p;
+        Ok(match &p.steps[s] {
+            Step::Conv(c) => self.conv(c)?,
+            Step::Dense(d) => self.dense(d)?,
             Step::Pad {
                 x,
                 y,
@@ -399,15 +400,15 @@ pub fn quantize(p: &Program, frozen: &Frozen, samples: &[Vec<Tensor>]) -> Result
                 pads,
                 value,
             } => {
-                let (x, q) = read(*x, &mut values, &mut params, &mut steps, &mut scopes)?;
-                params[*y] = Some(q);
-                steps.push(QStep::Pad {
+                let (x, q) = self.read(*x);
+                self.params[*y] = Some(q);
+                QStep::Pad {
                     x,
                     y: *y,
                     input: input.clone(),
                     pads: pads.clone(),
                     value: q.quantize(*value),
-                });
+                }
             }
             Step::Pool {
                 x,
@@ -417,16 +418,16 @@ pub fn quantize(p: &Program, frozen: &Frozen, samples: &[Vec<Tensor>]) -> Result
                 input,
                 output,
             } if p.values[*y].storage == Storage::Arena => {
-                let (x, q) = read(*x, &mut values, &mut params, &mut steps, &mut scopes)?;
-                params[*y] = Some(q);
-                steps.push(QStep::Pool {
+                let (x, q) = self.read(*x);
+                self.params[*y] = Some(q);
+                QStep::Pool {
                     x,
                     y: *y,
                     kind: *kind,
                     attrs: *attrs,
                     input: *input,
                     output: *output,
-                });
+                }
             }
             other => {
                 return Err(Error::invalid(format!(
@@ -435,17 +436,38 @@ pub fn quantize(p: &Program, frozen: &Frozen, samples: &[Vec<Tensor>]) -> Result
                     p.scopes[s]
                 )));
             }
-        }
-        scopes.push(p.scopes[s].clone());
+        })
+    }
+}
+
+/// Quantizes a float program from calibration samples (each one list of input tensors
+/// of the generated input types).
+pub fn quantize(p: &Program, frozen: &Frozen, samples: &[Vec<Tensor>]) -> Result<Quantized> {
+    let ranges = calibrate(p, frozen, samples)?;
+    let mut b = Builder {
+        p,
+        values: p.values.clone(),
+        params: ranges
+            .iter()
+            .map(|&(lo, hi)| (lo <= hi).then(|| QParams::from_range(lo, hi)))
+            .collect(),
+        steps: vec![],
+        scopes: vec![],
+        copies: vec![None; p.values.len()],
+    };
+    for s in 0..p.steps.len() {
+        let step = b.step(s)?;
+        b.steps.push(step);
+        b.scopes.push(p.scopes[s].clone());
     }
     for &o in &p.outputs {
-        params[o] = None;
+        b.params[o] = None;
     }
     Ok(Quantized {
-        values,
-        steps,
-        scopes,
-        params,
+        values: b.values,
+        steps: b.steps,
+        scopes: b.scopes,
+        params: b.params,
     })
 }
 
