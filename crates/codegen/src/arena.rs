@@ -17,7 +17,8 @@
 
 use crate::program::{Program, Storage};
 
-/// Offsets are multiples of this many bytes (any float or SIMD load is aligned).
+/// Offsets are multiples of this many bytes: a buffer starts on a 16-byte boundary of the
+/// workspace (the API requires the workspace itself to be 4-byte aligned, as floats are).
 pub const ALIGN: usize = 16;
 
 /// A buffer's lifetime in steps (both ends included) and its size.

@@ -104,6 +104,9 @@ pub struct Report {
     pub parameter_bytes: usize,
     /// Int8 only: the scales chosen per tensor.
     pub quantization: Vec<String>,
+    /// The most stack one kernel uses (its row of sums and register tile), outside the
+    /// workspace.
+    pub stack_bytes: usize,
 }
 
 impl Report {
@@ -115,8 +118,12 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "\nworkspace: {} bytes (lower bound {} bytes, the most alive at once)\nweights: {} bytes (parameters: {} bytes)",
-            self.workspace_bytes, self.arena_lower_bound, self.weight_bytes, self.parameter_bytes
+            "\nworkspace: {} bytes (lower bound {} bytes, the most alive at once)\nweights: {} bytes (parameters: {} bytes)\nstack: at most {} bytes in one kernel",
+            self.workspace_bytes,
+            self.arena_lower_bound,
+            self.weight_bytes,
+            self.parameter_bytes,
+            self.stack_bytes
         );
         if !self.quantization.is_empty() {
             s.push_str(
@@ -215,6 +222,16 @@ fn finish(frozen: freeze::Frozen, options: &Options) -> Result<CProject> {
             .map(|(s, k)| (s.clone(), k.kind()))
             .collect(),
         parameter_bytes,
+        stack_bytes: program
+            .steps
+            .iter()
+            .map(|s| match s {
+                program::Step::Conv(c) => emit::conv::stack_bytes(c),
+                program::Step::Dense(d) => 4 * d.n.min(32),
+                _ => 0,
+            })
+            .max()
+            .unwrap_or(0),
         ..Report::default()
     };
     let (model, weights, weights_h, workspace) = match &options.int8_calibration {

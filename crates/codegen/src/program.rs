@@ -82,11 +82,13 @@ pub enum Operand {
     Scalar(f32),
 }
 
-/// A pooling window folded into the convolution before it: windows that tile the
+/// A max pool folded into the convolution before it: windows that tile the
 /// convolution's output (kernel = stride, no padding), so each output is computed once.
+/// Only the maximum fuses: it commutes with the activation and with int8
+/// requantization, where an average of requantized values would be clamped to the
+/// average's range first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FusedPool {
-    pub kind: PoolKind,
     pub size: usize,
 }
 
@@ -250,11 +252,8 @@ impl Step {
                     Act::Relu6 => s.push_str("+ReLU6"),
                     Act::None => {}
                 }
-                if let Some(p) = c.pool {
-                    s.push_str(match p.kind {
-                        PoolKind::Max => "+MaxPool",
-                        PoolKind::Avg => "+AvgPool",
-                    });
+                if c.pool.is_some() {
+                    s.push_str("+MaxPool");
                 }
                 s
             }

@@ -5,6 +5,7 @@
 //! use spore_codegen::emit::c::{float_literal, loop_nest};
 //! assert_eq!(float_literal(0.1), "0.1f");
 //! assert_eq!(float_literal(3.0), "3.0f");
+//! assert_eq!(float_literal(f32::NEG_INFINITY), "-INFINITY");
 //! // [2, 3] + [3]: the second operand repeats along axis 0; the two axes stay separate.
 //! let code = loop_nest(&[2, 3], &[vec![3, 1], vec![0, 1]], "    ", &|ix| format!("y[{}] = b[{}];\n", ix[0], ix[1]));
 //! assert!(code.contains("for (size_t i0 = 0; i0 < 2u; ++i0)"));
@@ -14,8 +15,15 @@
 use std::fmt::Write;
 
 /// A float32 literal C reads back to the same bits (Rust prints the shortest decimal
-/// that round-trips). Weights are checked finite before they get here.
+/// that round-trips); infinities and NaN as `<math.h>`'s constants (weights are checked
+/// finite before they get here, a padding value or a scalar may not be).
 pub fn float_literal(v: f32) -> String {
+    if v.is_nan() {
+        return "NAN".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "INFINITY" } else { "-INFINITY" }.into();
+    }
     let s = format!("{v:?}");
     if s.contains(['.', 'e', 'E']) {
         format!("{s}f")

@@ -1,14 +1,16 @@
 //! Convolution loops, for float32 and int8 alike ([`ConvFlavor`] spells the arithmetic).
 //!
-//! Each output row is computed in tiles: `B` output channels times `T` neighbouring
-//! columns of sums stay in registers for the whole reduction over input channels and
-//! kernel taps, so each input value loaded feeds `B` multiply-adds and each weight
-//! loaded feeds `T` (the register blocking of a GEMM microkernel, written as fixed-size
-//! loops the C compiler unrolls and vectorises). Tiles cover the columns whose every tap
-//! lies inside the image; the few columns next to padding take a plain loop with bounds.
-//! Weights are packed `[OC/B][IC/groups][KH][KW][B]` at generation time, so a tile's
-//! weights for one tap are `B` consecutive values. Rows of a fused pool are computed
-//! together, then reduced.
+//! Each output row is computed in tiles: `B` (up to 8) output channels times 8
+//! neighbouring columns of sums stay in registers for the whole reduction over input
+//! channels and kernel taps, so each input vector loaded feeds `B` multiply-adds and each
+//! weight loaded feeds 8 (the register blocking of a GEMM microkernel, written as
+//! fixed-size loops GCC vectorises at `-O2`; at `-O3` it unrolls them and loses the vector
+//! form). Lowering gives every convolution a zero-padded copy of its input, so tiles cover
+//! every column; a padded convolution built by hand takes a loop with bounds checks for
+//! the columns next to the border. Weights are packed `[OC/B][IC/groups][KH][KW][B]` at
+//! generation time, so a tile's weights for one tap are `B` consecutive values. The rows
+//! of a fused max pool are computed together, then reduced. The row sums live on the
+//! stack (`B` × pool rows × output width values; [`crate::Report::stack_bytes`]).
 //!
 //! ```
 //! use spore_codegen::emit::conv::{channel_block, pack_weights};
@@ -19,15 +21,12 @@
 
 use std::fmt::Write;
 
-use crate::program::{Conv, PoolKind};
+use crate::program::Conv;
 
 /// C text made from C text (a sum's expression, an index's expression).
 pub type Spell = Box<dyn Fn(&str) -> String>;
 /// C text made from two pieces of C text.
 pub type Spell2 = Box<dyn Fn(&str, &str) -> String>;
-
-/// The C text of a mean from a sum's expression and a count.
-pub type SpellAverage = Box<dyn Fn(&str, usize) -> String>;
 
 /// How a convolution's arithmetic is spelled: float32, or int8 with int32 sums.
 pub struct ConvFlavor {
@@ -42,8 +41,6 @@ pub struct ConvFlavor {
     pub bias: Option<String>,
     /// From a sum (`v`, of output channel `o0 + o`) to the stored value, activation included.
     pub finish: Spell,
-    /// The stored value of an average pool from the sum `m` of `count` stored values.
-    pub average: SpellAverage,
 }
 
 /// Output channels computed together for `per_group` output channels per group.
@@ -52,6 +49,14 @@ pub fn channel_block(per_group: usize) -> usize {
         .into_iter()
         .find(|b| per_group.is_multiple_of(*b))
         .unwrap_or(1)
+}
+
+/// Bytes of stack a convolution's kernel uses for its sums: the rows of one channel block
+/// (times the fused pool's rows) and one register tile.
+pub fn stack_bytes(c: &Conv) -> usize {
+    let block = channel_block(c.conv[1] / c.attrs.groups.max(1));
+    let rows = c.pool.map_or(1, |p| p.size);
+    4 * block * (rows * c.conv[3] + 8)
 }
 
 /// `[OC][per]` weights to `[OC/block][per][block]`.
@@ -382,22 +387,15 @@ fn store_rows(c: &Conv, f: &ConvFlavor, block: usize) -> String {
             s.push_str("                }\n");
         }
         Some(pool) => {
+            // The activation and the requantization never decrease, so the maximum of
+            // the sums goes through them once: the same value as pooling after them.
             let k = pool.size;
             let _ = writeln!(s, "                for (size_t j = 0; j < {pw}u; ++j) {{");
-            match pool.kind {
-                // The activation and the requantization never decrease, so the maximum
-                // of the sums goes through them once: the same value as pooling after.
-                PoolKind::Max => {
-                    let _ = writeln!(
-                        s,
-                        "                    {} m = acc[o][0][j * {k}u];",
-                        f.acc_t
-                    );
-                }
-                PoolKind::Avg => {
-                    let _ = writeln!(s, "                    {} m = 0;", f.acc_t);
-                }
-            }
+            let _ = writeln!(
+                s,
+                "                    {} m = acc[o][0][j * {k}u];",
+                f.acc_t
+            );
             let _ = writeln!(s, "                    for (size_t r = 0; r < {k}u; ++r)");
             let _ = writeln!(
                 s,
@@ -408,18 +406,9 @@ fn store_rows(c: &Conv, f: &ConvFlavor, block: usize) -> String {
                 "                            const {} v = acc[o][r][j * {k}u + q];",
                 f.acc_t
             );
-            match pool.kind {
-                PoolKind::Max => s.push_str("                            m = v > m ? v : m;\n"),
-                PoolKind::Avg => {
-                    let _ = writeln!(s, "                            m += {};", (f.finish)("v"));
-                }
-            }
+            s.push_str("                            m = v > m ? v : m;\n");
             s.push_str("                        }\n");
-            let store = match pool.kind {
-                PoolKind::Max => (f.finish)("m"),
-                PoolKind::Avg => (f.average)("m", k * k),
-            };
-            let _ = writeln!(s, "                    yr[j] = {store};");
+            let _ = writeln!(s, "                    yr[j] = {};", (f.finish)("m"));
             s.push_str("                }\n");
         }
     }

@@ -1,10 +1,9 @@
 //! The float32 kernels, one C function per step, each with its shapes written in as
 //! literals so the compiler can unroll and vectorise it.
 //!
-//! Convolutions walk one output row at a time: for every weight the innermost loop runs
-//! along the row (contiguous input for stride 1), which compilers vectorise; output
-//! channels go four at a time where they can, so each input row loaded feeds four
-//! accumulators. A fused pool computes the rows of one pooled row, then reduces them.
+//! Convolutions are in [`super::conv`]; products keep a tile of up to 32 output columns
+//! in registers over the whole reduction; everything else is a loop nest over its
+//! output.
 
 use std::fmt::Write;
 
@@ -91,7 +90,7 @@ pub fn kernel(p: &Program, s: usize, names: &Names) -> String {
             input,
             output,
             ..
-        } => pool(*kind, attrs, input, output, "float"),
+        } => pool(*kind, attrs, input, output, "float", 0),
         Step::Unary { f, numel, .. } => format!(
             "    for (size_t i = 0; i < {numel}u; ++i) {{\n        const float v = x0[i];\n        y[i] = {};\n    }}\n",
             unary_c(*f, "v")
@@ -191,7 +190,6 @@ fn conv(p: &Program, c: &Conv, names: &Names) -> String {
             weight: names.weight(p, c.w),
             bias: c.bias.map(|b| names.weight(p, b)),
             finish: Box::new(move |v| act_c(act, v)),
-            average: Box::new(|m, count| format!("{m} / {count}.0f")),
         },
     )
 }
@@ -320,13 +318,15 @@ pub fn pad(input: &[usize], pads: &[(usize, usize)], value: &str, elem: &str) ->
 }
 
 /// A pooling kernel over `elem` values (`float`, or `int8_t`: the window's values share
-/// one quantization, so max and mean apply to the levels directly).
+/// one quantization, so max and mean apply to the levels directly; `zero` is the level of
+/// a real 0, which padding cells hold when an average counts them).
 pub fn pool(
     kind: PoolKind,
     a: &spore_core::op::PoolAttrs,
     input: &[usize; 4],
     output: &[usize; 4],
     elem: &str,
+    zero: i32,
 ) -> String {
     let int8 = elem == "int8_t";
     let [n, c, h, w] = *input;
@@ -375,6 +375,11 @@ pub fn pool(
     s.push_str("                }\n");
     let store = match kind {
         PoolKind::Max => "m".to_string(),
+        PoolKind::Avg if a.count_include_pad && int8 => format!(
+            "(m + (float)({zero} * ({} - (y1 - ya) * (x1 - xa)))) / {}.0f",
+            kh * kw,
+            kh * kw
+        ),
         PoolKind::Avg if a.count_include_pad => format!("m / {}.0f", kh * kw),
         PoolKind::Avg => {
             "m / (float)((y1 - ya) * (x1 - xa) > 0 ? (y1 - ya) * (x1 - xa) : 1)".to_string()

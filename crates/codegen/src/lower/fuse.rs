@@ -8,7 +8,7 @@ use spore_kernels::{BinaryFn, UnaryFn};
 
 use super::{Lowered, Lowering, c_ident, scalar_of, shape4};
 use crate::emit::conv::{channel_block, pack_weights};
-use crate::program::{Act, Conv, Dense, FusedPool, PoolKind, Step, Storage, ValueId};
+use crate::program::{Act, Conv, Dense, FusedPool, Step, Storage, ValueId};
 
 impl<'a> Lowering<'a> {
     /// The single reader of `t`, when `t` is not an output and has exactly one.
@@ -200,17 +200,15 @@ impl<'a> Lowering<'a> {
             .collect()
     }
 
-    /// A max or average pool at `u` whose windows tile its input (square, kernel =
-    /// stride, no padding).
+    /// A max pool at `u` whose windows tile its input (square, kernel = stride, no
+    /// padding).
     fn tiling_pool(&self, u: usize) -> Option<FusedPool> {
-        let (kind, a) = match self.g.nodes[u].op()? {
-            Op::MaxPool2d(a) => (PoolKind::Max, a),
-            Op::AvgPool2d(a) => (PoolKind::Avg, a),
-            _ => return None,
+        let Op::MaxPool2d(a) = self.g.nodes[u].op()? else {
+            return None;
         };
         let k = a.kernel[0];
         (a.kernel == [k, k] && a.stride == [k, k] && a.pads == [0; 4] && k > 1)
-            .then_some(FusedPool { kind, size: k })
+            .then_some(FusedPool { size: k })
     }
 
     pub(super) fn dense(&mut self, i: usize, args: &[usize]) -> Result<()> {

@@ -81,6 +81,12 @@ pub fn lower(frozen: &Frozen) -> Result<Program> {
         }
     }
     l.outputs()?;
+    // The C API takes inputs in the graph's argument order, whatever order the nodes are in.
+    let values = &l.p.values;
+    l.p.inputs.sort_by_key(|&v| match values[v].storage {
+        Storage::Input(k) => k,
+        _ => usize::MAX,
+    });
     Ok(l.p)
 }
 
@@ -179,17 +185,22 @@ impl<'a> Lowering<'a> {
             Some(p) => format!("{}_folded", c_ident(p)),
             None => c_ident(self.scope(i)),
         };
-        let mut name = format!("{base}{suffix}");
-        let mut k = 1;
-        while self.p.consts.iter().any(|c| c.name == name) {
-            k += 1;
-            name = format!("{base}{suffix}_{k}");
-        }
-        name
+        format!("{base}{suffix}")
     }
 
+    /// A new weight array; its name gets `_2`, `_3`, ... when taken (a layer used twice).
     fn add_const(&mut self, name: String, data: Vec<f32>, origin: String) -> ConstId {
-        self.p.consts.push(Const { name, data, origin });
+        let mut unique = name.clone();
+        let mut k = 1;
+        while self.p.consts.iter().any(|c| c.name == unique) {
+            k += 1;
+            unique = format!("{name}_{k}");
+        }
+        self.p.consts.push(Const {
+            name: unique,
+            data,
+            origin,
+        });
         self.p.consts.len() - 1
     }
 

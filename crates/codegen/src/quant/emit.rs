@@ -10,7 +10,7 @@ use crate::emit::{Api, c::float_literal, weights_c, weights_h};
 use crate::program::Storage;
 
 /// `v · mult · 2^-(31 + shift)` rounded, plus the zero point, clamped to [lo, hi].
-const REQUANTIZE: &str = "/* Fixed-point requantization: round(acc * mult * 2^-(31 + shift)) + zero,\n * clamped to [lo, hi] (the activation's range). */\nstatic int8_t requantize(int32_t acc, int32_t mult, int32_t shift, int32_t zero, int32_t lo, int32_t hi)\n{\n    const int total = 31 + (int)shift;\n    const int64_t p = (int64_t)acc * (int64_t)mult;\n    const int32_t v = (int32_t)((p + ((int64_t)1 << (total - 1))) >> total) + zero;\n    return (int8_t)(v < lo ? lo : (v > hi ? hi : v));\n}\n\n";
+const REQUANTIZE: &str = "/* Fixed-point requantization: round(acc * mult * 2^-(31 + shift)) + zero,\n * clamped to [lo, hi] (the activation's range). All in 64 bits: |acc * mult| < 2^62,\n * and the shifted value may leave int32 before the clamp. (A right shift of a\n * negative value is arithmetic on every compiler this targets.) */\nstatic int8_t requantize(int32_t acc, int32_t mult, int32_t shift, int32_t zero, int32_t lo, int32_t hi)\n{\n    const int total = 31 + (int)shift;\n    const int64_t p = (int64_t)acc * (int64_t)mult;\n    const int64_t v = ((p + ((int64_t)1 << (total - 1))) >> total) + zero;\n    return (int8_t)(v < lo ? lo : (v > hi ? hi : v));\n}\n\n";
 
 type Array = (String, String, &'static str, Vec<String>);
 
@@ -157,7 +157,7 @@ fn step_kernel(
     match step {
         QStep::Quantize { numel, q: qp, .. } => (
             format!(
-                "    for (size_t i = 0; i < {numel}u; ++i) {{\n        const float s = x0[i] * {};\n        const long v = (long)(s + (s >= 0.0f ? 0.5f : -0.5f)) + {}L;\n        y[i] = (int8_t)(v < -128L ? -128L : (v > 127L ? 127L : v));\n    }}\n",
+                "    for (size_t i = 0; i < {numel}u; ++i) {{\n        float s = x0[i] * {};\n        /* Clamped before the conversion, undefined out of range (NaN becomes 0). */\n        s = s > 256.0f ? 256.0f : (s < -256.0f ? -256.0f : (s == s ? s : 0.0f));\n        {{\n            const long v = (long)(s + (s >= 0.0f ? 0.5f : -0.5f)) + {}L;\n            y[i] = (int8_t)(v < -128L ? -128L : (v > 127L ? 127L : v));\n        }}\n    }}\n",
                 float_literal(1.0 / qp.scale),
                 qp.zero
             ),
@@ -176,9 +176,10 @@ fn step_kernel(
             attrs,
             input,
             output,
+            zero,
             ..
         } => (
-            pool(*kind, attrs, input, output, "int8_t"),
+            pool(*kind, attrs, input, output, "int8_t", *zero),
             "int8_t",
             "int8_t",
         ),
@@ -186,7 +187,6 @@ fn step_kernel(
             conv, w, bias, out, ..
         } => {
             let (finish, out_t) = step_arrays(prefix, s, scope, w, bias, out, arrays);
-            let int_out = out_t == "int8_t";
             let flavor = ConvFlavor {
                 in_t: "int8_t",
                 acc_t: "int32_t",
@@ -195,15 +195,6 @@ fn step_kernel(
                 weight: format!("{prefix}_k{s}_weight"),
                 bias: Some(format!("{prefix}_k{s}_bias")),
                 finish: Box::new(move |v| finish(v, "o0 + o")),
-                average: Box::new(move |sum, count| {
-                    if int_out {
-                        format!(
-                            "(int8_t)(long)((float){sum} / {count}.0f + ({sum} >= 0 ? 0.5f : -0.5f))"
-                        )
-                    } else {
-                        format!("{sum} / {count}.0f")
-                    }
-                }),
             };
             (conv_body(conv, &flavor), "int8_t", out_t)
         }

@@ -37,13 +37,20 @@ impl QParams {
     /// Covers `[min, max]` widened to include 0 (so that zero, and padding, are exact).
     pub fn from_range(min: f32, max: f32) -> QParams {
         let (lo, hi) = (min.min(0.0), max.max(0.0));
-        let scale = if hi > lo { (hi - lo) / 255.0 } else { 1.0 };
+        // At least the smallest normal float, so that 1 / scale stays finite.
+        let scale = if hi > lo {
+            ((hi - lo) / 255.0).max(f32::MIN_POSITIVE)
+        } else {
+            1.0
+        };
         let zero = (-128.0 - lo / scale).round().clamp(-128.0, 127.0) as i32;
         QParams { scale, zero }
     }
 
+    /// The level of `x` (saturating; NaN gives the zero point).
     pub fn quantize(&self, x: f32) -> i8 {
-        ((x / self.scale).round() as i32 + self.zero).clamp(-128, 127) as i8
+        let level = (x / self.scale).round() as i64 + self.zero as i64;
+        level.clamp(-128, 127) as i8
     }
 
     /// The quantized value of `x`, clamped to int8 (for activation bounds).
@@ -61,10 +68,15 @@ pub struct Multiplier {
 
 impl Multiplier {
     pub fn new(real: f64) -> Result<Multiplier> {
-        if !(real.is_finite() && real > 0.0) {
+        if !(real.is_finite() && real >= 0.0) {
             return Err(Error::invalid(format!(
-                "int8 codegen: a requantization multiplier must be positive and finite, got {real}"
+                "int8 codegen: a requantization multiplier must be finite and not negative, got {real}"
             )));
+        }
+        // Below one part in 2^31 every sum rounds to 0 (an all-zero or pruned channel):
+        // the output is the zero point.
+        if real < 2f64.powi(-31) {
+            return Ok(Multiplier { mult: 0, shift: 0 });
         }
         // real = m · 2^e with m in [0.5, 1).
         let e = real.log2().floor() as i32 + 1;
@@ -78,7 +90,7 @@ impl Multiplier {
         let shift = -e;
         if !(-30..=30).contains(&shift) {
             return Err(Error::invalid(format!(
-                "int8 codegen: multiplier {real} is outside the fixed-point range (2^-61 to 2^30)"
+                "int8 codegen: multiplier {real} is above the fixed-point range (at most 2^30)"
             )));
         }
         Ok(Multiplier {
@@ -87,11 +99,12 @@ impl Multiplier {
         })
     }
 
-    /// What the generated C computes (a rounding right shift of the 64-bit product).
-    pub fn apply(&self, acc: i32) -> i32 {
+    /// What the generated C computes (a rounding right shift of the 64-bit product,
+    /// kept in 64 bits: it is clamped to int8 after the zero point is added).
+    pub fn apply(&self, acc: i32) -> i64 {
         let total = 31 + self.shift;
         let p = acc as i64 * self.mult as i64;
-        ((p + (1i64 << (total - 1))) >> total) as i32
+        (p + (1i64 << (total - 1))) >> total
     }
 }
 
@@ -141,10 +154,11 @@ pub enum QStep {
         pads: Vec<(usize, usize)>,
         value: i8,
     },
-    /// Pooling keeps its input's parameters.
+    /// Pooling keeps its input's parameters (`zero`: the level of a real 0).
     Pool {
         x: ValueId,
         y: ValueId,
+        zero: i32,
         kind: PoolKind,
         attrs: PoolAttrs,
         input: [usize; 4],
@@ -302,7 +316,12 @@ fn output_of(
             act,
         });
     }
-    let q = params[y].expect("calibrated");
+    let q = params[y].ok_or_else(|| {
+        Error::invalid(format!(
+            "int8 codegen: {} had no finite value on any calibration sample",
+            p.values[y].scope
+        ))
+    })?;
     let mults = wscales
         .iter()
         .map(|s| Multiplier::new(input.scale as f64 * *s as f64 / q.scale as f64))
@@ -325,13 +344,20 @@ struct Builder<'p> {
 impl Builder<'_> {
     /// Buffer `x` as an int8 kernel reads it: itself, or for a float input its int8 copy
     /// (made by a Quantize step the first time).
-    fn read(&mut self, x: ValueId) -> (ValueId, QParams) {
+    fn read(&mut self, x: ValueId) -> Result<(ValueId, QParams)> {
         let q = self.params[x].unwrap_or(QParams::from_range(0.0, 0.0));
-        if !matches!(self.values[x].storage, Storage::Input(_)) {
-            return (x, q);
+        match self.values[x].storage {
+            Storage::Arena => return Ok((x, q)),
+            Storage::Output(_) => {
+                return Err(Error::invalid(format!(
+                    "int8 codegen: {} is a network output (float32) and also read by a later kernel; int8 code needs each output to be a last result (generate float32 instead)",
+                    self.values[x].scope
+                )));
+            }
+            Storage::Input(_) => {}
         }
         if let Some(c) = self.copies[x] {
-            return (c, q);
+            return Ok((c, q));
         }
         let mut copy = self.values[x].clone();
         copy.storage = Storage::Arena;
@@ -344,18 +370,18 @@ impl Builder<'_> {
         self.steps.push(QStep::Quantize { x, y, numel, q });
         self.scopes
             .push(format!("quantize {}", self.values[x].scope));
-        (y, q)
+        Ok((y, q))
     }
 
     fn conv(&mut self, c: &Conv) -> Result<QStep> {
         let p = self.p;
-        let (x, input) = self.read(c.x);
+        let (x, input) = self.read(c.x)?;
         let per = c.kernel[0] * c.kernel[1] * c.input[1] / c.attrs.groups.max(1);
         let block = channel_block(c.conv[1] / c.attrs.groups.max(1));
         let channel = |i| packed_channel(i, per, block);
         let (w, ws) = quantize_weights(&p.consts[c.w].data, c.conv[1], channel);
-        let mut bias = quantized_bias(p, c.bias, &ws, input, c.conv[1]);
-        fold_zero_point(&mut bias, &w, input.zero, channel);
+        let bias = quantized_bias(p, c.bias, &ws, input, c.conv[1]);
+        let bias = int32_bias(bias, &w, input.zero, channel, per, &c_scope(p, c.y))?;
         let out = output_of(p, c.y, c.act, input, &ws, &self.params)?;
         let mut conv = c.clone();
         conv.x = x;
@@ -370,11 +396,11 @@ impl Builder<'_> {
 
     fn dense(&mut self, d: &Dense) -> Result<QStep> {
         let p = self.p;
-        let (x, input) = self.read(d.x);
+        let (x, input) = self.read(d.x)?;
         let n = d.n;
         let (w, ws) = quantize_weights(&p.consts[d.w].data, n, |i| i % n);
-        let mut bias = quantized_bias(p, d.bias, &ws, input, n);
-        fold_zero_point(&mut bias, &w, input.zero, |i| i % n);
+        let bias = quantized_bias(p, d.bias, &ws, input, n);
+        let bias = int32_bias(bias, &w, input.zero, |i| i % n, d.k, &c_scope(p, d.y))?;
         let out = output_of(p, d.y, d.act, input, &ws, &self.params)?;
         let mut dense = d.clone();
         dense.x = x;
@@ -399,8 +425,8 @@ impl Builder<'_> {
                 input,
                 pads,
                 value,
-            } => {
-                let (x, q) = self.read(*x);
+            } if p.values[*y].storage == Storage::Arena => {
+                let (x, q) = self.read(*x)?;
                 self.params[*y] = Some(q);
                 QStep::Pad {
                     x,
@@ -418,11 +444,12 @@ impl Builder<'_> {
                 input,
                 output,
             } if p.values[*y].storage == Storage::Arena => {
-                let (x, q) = self.read(*x);
+                let (x, q) = self.read(*x)?;
                 self.params[*y] = Some(q);
                 QStep::Pool {
                     x,
                     y: *y,
+                    zero: q.zero,
                     kind: *kind,
                     attrs: *attrs,
                     input: *input,
@@ -471,13 +498,40 @@ pub fn quantize(p: &Program, frozen: &Frozen, samples: &[Vec<Tensor>]) -> Result
     })
 }
 
-/// `Σ w·(x - zero) = Σ w·x - zero·Σ w`: the input's zero point moves into the bias, so
-/// the kernels multiply raw int8 values. Exact because every tap reads a real element
-/// (padding is a copy filled with the zero point, never a skipped tap).
-fn fold_zero_point(bias: &mut [i32], w: &[i8], zero: i32, channel_of: impl Fn(usize) -> usize) {
+fn c_scope(p: &Program, y: ValueId) -> String {
+    p.values[y].scope.clone()
+}
+
+/// The int32 bias of a kernel summing `per` products per output. `Σ w·(x - zero) =
+/// Σ w·x - zero·Σ w`: the input's zero point moves into the bias, so the kernels multiply
+/// raw int8 values (exact because every tap reads a real element: padding is a copy
+/// filled with the zero point, never a skipped tap). An error when the bias, or a sum
+/// of `per` products of at most 128·127 on top of it, could leave int32.
+fn int32_bias(
+    bias: Vec<i64>,
+    w: &[i8],
+    zero: i32,
+    channel_of: impl Fn(usize) -> usize,
+    per: usize,
+    scope: &str,
+) -> Result<Vec<i32>> {
+    let mut b = bias;
     for (i, &v) in w.iter().enumerate() {
-        bias[channel_of(i)] -= zero * v as i32;
+        b[channel_of(i)] -= zero as i64 * v as i64;
     }
+    let products = per as i64 * 128 * 127;
+    b.iter()
+        .map(|&v| {
+            i32::try_from(v)
+                .ok()
+                .filter(|_| v.abs() + products <= i32::MAX as i64)
+                .ok_or_else(|| {
+                    Error::invalid(format!(
+                        "int8 codegen: {scope}: the int32 sums could overflow (bias {v}, {per} products per output); its bias is too large for its weights' scale, generate float32 instead"
+                    ))
+                })
+        })
+        .collect()
 }
 
 fn quantized_bias(
@@ -486,13 +540,14 @@ fn quantized_bias(
     wscales: &[f32],
     input: QParams,
     channels: usize,
-) -> Vec<i32> {
+) -> Vec<i64> {
     match bias {
+        // `as` saturates: an absurd bias becomes i64::MAX and fails the check above.
         Some(b) => p.consts[b]
             .data
             .iter()
             .zip(wscales)
-            .map(|(v, s)| (*v as f64 / (input.scale as f64 * *s as f64)).round() as i32)
+            .map(|(v, s)| (*v as f64 / (input.scale as f64 * *s as f64)).round() as i64)
             .collect(),
         None => vec![0; channels],
     }

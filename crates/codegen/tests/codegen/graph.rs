@@ -50,8 +50,11 @@ fn fixed_point_multipliers_match_the_real_product() {
             );
         }
     }
-    assert!(Multiplier::new(0.0).is_err());
+    // A multiplier below 2^-31 rounds every sum to 0 (a pruned channel).
+    assert_eq!(Multiplier::new(1e-12).unwrap().apply(1 << 30), 0);
+    assert!(Multiplier::new(-1.0).is_err());
     assert!(Multiplier::new(f64::NAN).is_err());
+    assert!(Multiplier::new(2f64.powi(31)).is_err());
 }
 
 #[test]

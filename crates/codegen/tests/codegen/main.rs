@@ -6,6 +6,7 @@ mod build;
 mod errors;
 mod fp32;
 mod graph;
+mod int8;
 mod operators;
 
 use std::path::PathBuf;

@@ -40,6 +40,8 @@ fn calibration_samples(
     dir: &std::path::Path,
     n: usize,
 ) -> Result<Vec<Vec<Tensor>>> {
+    // A fixed shuffle: the same calibration samples, so the same code, on every run.
+    spore_data::config::set_seed(0);
     let ds = dataset(model, dir, Usage::Train, 1, None)?;
     let mut samples = vec![];
     for row in ds.create_tuple_iterator(1).take(n) {
