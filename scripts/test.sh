@@ -30,10 +30,16 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     fi
 fi
 
-# NumPy reads the dumped .npy files in the Dump tests (tests never need other Python).
+# NumPy reads the dumped .npy files in the Dump tests.
 if ! python3 -c "import numpy" >/dev/null 2>&1; then
     echo "installing numpy (needed by the Dump tests)"
     python3 -m pip install --quiet numpy
+fi
+
+# TensorBoard's event reader checks the training summaries (spore-summary's tests).
+if ! python3 -c "import tensorboard" >/dev/null 2>&1; then
+    echo "installing tensorboard (its event reader checks the summary files)"
+    python3 -m pip install --quiet tensorboard
 fi
 
 # The benchmark report's host-speed lines (standard library only).

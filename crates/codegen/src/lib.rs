@@ -22,6 +22,8 @@
 //! producers), [`arena`] (offsets from liveness), [`emit`] (C text), and for int8,
 //! [`quant`] (post-training quantization from calibration inputs).
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 pub mod arena;
 pub mod emit;
 pub mod freeze;

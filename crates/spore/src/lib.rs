@@ -22,6 +22,7 @@ pub use spore_data as data;
 pub use spore_kernels as kernels;
 pub use spore_nn as nn;
 pub use spore_parallel as parallel;
+pub use spore_summary as summary;
 pub use spore_train as train;
 
 /// The names a typical program uses.

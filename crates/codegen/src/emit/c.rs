@@ -67,10 +67,12 @@ fn collapse(shape: &[usize], strides: &[Vec<usize>]) -> (Vec<usize>, Vec<Vec<usi
                 let last = *st[k].last().unwrap_or(&0);
                 last == s[i] * shape[i]
             });
-        if mergeable {
-            *dims.last_mut().expect("not empty") *= shape[i];
+        if let (true, Some(d)) = (mergeable, dims.last_mut()) {
+            *d *= shape[i];
             for (k, s) in strides.iter().enumerate() {
-                *st[k].last_mut().expect("not empty") = s[i];
+                if let Some(last) = st[k].last_mut() {
+                    *last = s[i];
+                }
             }
         } else {
             dims.push(shape[i]);

@@ -209,7 +209,12 @@ impl<'a> Lowering<'a> {
         match self.done[i] {
             Some(Lowered::Buffer(v)) => Ok(Operand::Value(v)),
             Some(Lowered::Constant) => {
-                let t = self.constant(i).expect("constant node");
+                let Some(t) = self.constant(i) else {
+                    return Err(Error::invalid(format!(
+                        "codegen: internal error: {} is marked constant but holds no value",
+                        self.scope(i)
+                    )));
+                };
                 if t.numel() == 1 {
                     return Ok(Operand::Scalar(scalar_of(t)?));
                 }

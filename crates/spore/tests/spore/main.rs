@@ -6,3 +6,4 @@ mod bench_harness;
 mod cli;
 mod codegen;
 mod distributed;
+mod summary;
