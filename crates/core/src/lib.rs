@@ -35,6 +35,7 @@ pub mod op;
 pub mod ops;
 pub mod parameter;
 pub mod prims;
+pub mod relu_rule;
 pub mod rng;
 mod scope;
 pub mod tensor;

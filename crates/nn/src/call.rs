@@ -94,9 +94,17 @@ fn dispatch<C: Cell + ?Sized, R>(
         base.prepared.store(true, Ordering::Release);
     }
     let scope = if nested { base.scope_name() } else { None };
+    let hooks = base.forward_hooks();
+    let run = |inputs: &[Tensor]| -> Result<Vec<Tensor>> {
+        let out = cell.construct(inputs)?;
+        for h in &hooks {
+            h(&out);
+        }
+        Ok(out)
+    };
     within_call(scope, || {
-        if trace::is_tracing() {
-            return eager(cell.construct(inputs)?);
+        if trace::is_tracing() || !hooks.is_empty() {
+            return eager(run(inputs)?);
         }
         if base.is_jit() || spore_core::context::mode() == Mode::Graph {
             let training = base.training();

@@ -96,7 +96,14 @@ pub struct CellBase {
     /// What each (training flag, input signature) graph does besides computing outputs.
     /// By input types, then by training flag (a lookup by borrowed types allocates nothing).
     pub(crate) purity: Mutex<HashMap<Vec<TensorType>, [Option<Purity>; 2]>>,
+    /// Observers of this cell's outputs (MindSpore's `register_forward_hook`).
+    hooks: Mutex<Vec<(u64, ForwardHook)>>,
+    /// Whether `hooks` is non-empty: calls check this instead of locking.
+    hooked: AtomicBool,
 }
+
+/// A forward hook: called with a cell's outputs each time it runs eagerly.
+pub type ForwardHook = Arc<dyn Fn(&[Tensor]) + Send + Sync>;
 
 impl Default for CellBase {
     fn default() -> Self {
@@ -116,7 +123,47 @@ impl CellBase {
             scope: RwLock::new(None),
             compiled: [OnceLock::new(), OnceLock::new()],
             purity: Mutex::new(HashMap::new()),
+            hooks: Mutex::new(Vec::new()),
+            hooked: AtomicBool::new(false),
         }
+    }
+
+    /// Calls `hook` with this cell's outputs each time it runs (MindSpore's
+    /// `register_forward_hook`); returns the id [`CellBase::remove_forward_hook`] takes. A
+    /// hooked cell runs eagerly even in Graph mode, so that the hook sees values (inside a
+    /// compiled ancestor it is traced, and the hook sees the traced, symbolic outputs).
+    pub fn register_forward_hook(&self, hook: ForwardHook) -> u64 {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut h) = self.hooks.lock() {
+            h.push((id, hook));
+            self.hooked.store(true, Ordering::Release);
+        }
+        id
+    }
+
+    /// Removes a hook; false when no hook has that id.
+    pub fn remove_forward_hook(&self, id: u64) -> bool {
+        match self.hooks.lock() {
+            Ok(mut h) => {
+                let before = h.len();
+                h.retain(|(i, _)| *i != id);
+                self.hooked.store(!h.is_empty(), Ordering::Release);
+                h.len() != before
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// The hooks, when there are any (a cheap check for the call path).
+    pub(crate) fn forward_hooks(&self) -> Vec<ForwardHook> {
+        if !self.hooked.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        self.hooks
+            .lock()
+            .map(|h| h.iter().map(|(_, f)| f.clone()).collect())
+            .unwrap_or_default()
     }
     pub fn training(&self) -> bool {
         self.training.load(Ordering::Relaxed)

@@ -8,6 +8,7 @@
 //! assert_eq!(a.add(&b).unwrap().to_vec::<f32>().unwrap(), vec![11.0, 12.0, 13.0]);
 //! ```
 
+use crate::relu_rule::ReluBackward;
 use std::panic::Location;
 
 use spore_kernels::{BinaryFn, CompareFn, DType, UnaryFn, elementwise as k};
@@ -121,7 +122,13 @@ pub(crate) fn vjp(
                     // fuse the op producing x (BatchNorm's affine, a residual add) with
                     // this ReLU into one pass, and x never reaches memory.
                     let zero = Tensor::scalar_of(0.0, out.dtype());
-                    Tensor::select(&out.greater(&zero)?, g, &zero)?
+                    match crate::relu_rule::relu_backward() {
+                        ReluBackward::Standard => Tensor::select(&out.greater(&zero)?, g, &zero)?,
+                        ReluBackward::Deconvolution => g.relu()?,
+                        ReluBackward::Guided => {
+                            Tensor::select(&out.greater(&zero)?, &g.relu()?, &zero)?
+                        }
+                    }
                 }
                 UnaryFn::Sin => g.mul(&x.cos()?)?,
                 UnaryFn::Cos => g.mul(&x.sin()?)?.neg()?,

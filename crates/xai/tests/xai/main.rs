@@ -1,0 +1,3 @@
+//! Explainers against analytic answers and direct f64 implementations of their formulas.
+
+mod analytic;
