@@ -21,13 +21,17 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod common;
+pub mod counterfactual;
 pub mod gradcam;
 pub mod gradient;
 pub mod integrated;
+pub mod metrics;
 pub mod perturbation;
+pub mod sanity;
 pub mod smoothgrad;
 
 pub use common::Explainer;
+pub use counterfactual::HierarchicalOcclusion;
 pub use gradcam::GradCam;
 pub use gradient::{Backprop, Gradient};
 pub use integrated::IntegratedGradients;
