@@ -24,6 +24,7 @@ pub use spore_nn as nn;
 pub use spore_parallel as parallel;
 pub use spore_summary as summary;
 pub use spore_train as train;
+pub use spore_xai as xai;
 
 /// The names a typical program uses.
 pub mod prelude {

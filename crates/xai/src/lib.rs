@@ -27,6 +27,7 @@ pub mod gradient;
 pub mod integrated;
 pub mod metrics;
 pub mod perturbation;
+pub mod runner;
 pub mod sanity;
 pub mod smoothgrad;
 

@@ -17,7 +17,7 @@ use clap::error::ErrorKind;
 use clap::{Arg, ArgMatches, Command};
 use spore_core::context::Mode;
 
-use super::{CodegenArgs, EvalArgs, PredictArgs, TrainArgs, ZooModel};
+use super::{CodegenArgs, EvalArgs, ExplainArgs, PredictArgs, TrainArgs, ZooModel};
 
 /// What the command line asks for.
 #[derive(Clone, Debug)]
@@ -26,6 +26,7 @@ pub enum Invocation {
     Eval(EvalArgs),
     Predict(PredictArgs),
     Codegen(CodegenArgs),
+    Explain(ExplainArgs),
     DumpList {
         dir: PathBuf,
     },
@@ -97,6 +98,16 @@ pub fn command() -> Command {
                 .arg(Arg::new("calibration").long("calibration").help("with --int8: the training data folder to calibrate on (as spore train's --data)"))
                 .arg(Arg::new("calibration-samples").long("calibration-samples").default_value("200").help("how many training samples to calibrate on"))
                 .arg(Arg::new("out").long("out").required(true).help("folder for the generated project")),
+        )
+        .subcommand(
+            Command::new("explain")
+                .about("Explain a model's predictions on images: saliency maps, benchmarks, an HTML page")
+                .arg(model_arg())
+                .arg(Arg::new("checkpoint").long("checkpoint").required(true).help("a .ckpt file written by spore train"))
+                .arg(Arg::new("images").long("images").required(true).help("folder of .png/.jpg images"))
+                .arg(Arg::new("methods").long("methods").default_value(super::explain::METHODS).help("comma-separated explainers"))
+                .arg(Arg::new("benchmarks").long("benchmarks").default_value(super::explain::BENCHMARKS).help("comma-separated benchmarks"))
+                .arg(Arg::new("out").long("out").required(true).help("folder for the maps, scores and index.html")),
         )
         .subcommand(
             Command::new("dump")
@@ -236,6 +247,30 @@ fn invocation(m: &ArgMatches) -> Result<Invocation, String> {
                     "a positive integer",
                     positive,
                 )?,
+                out: path(a, "out"),
+            })
+        }
+        Some(("explain", a)) => {
+            let list = |name: &str| -> Vec<String> {
+                text(a, name)
+                    .split(',')
+                    .map(|s| s.trim().to_ascii_lowercase())
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            };
+            let methods = list("methods");
+            if methods.is_empty() {
+                return Err(format!(
+                    "--methods expects at least one of {}",
+                    super::explain::METHODS
+                ));
+            }
+            Invocation::Explain(ExplainArgs {
+                model: model(a)?,
+                checkpoint: path(a, "checkpoint"),
+                images: path(a, "images"),
+                methods,
+                benchmarks: list("benchmarks"),
                 out: path(a, "out"),
             })
         }

@@ -10,10 +10,12 @@
 pub mod args;
 mod codegen;
 mod data;
+mod explain;
 mod run;
 
 pub use args::Invocation;
 pub use codegen::{CodegenArgs, codegen};
+pub use explain::{ExplainArgs, explain};
 pub use run::{EvalArgs, PredictArgs, TrainArgs, eval, predict, train};
 
 use std::sync::Arc;
@@ -73,6 +75,7 @@ pub fn execute(invocation: &Invocation) -> Result<String> {
         Invocation::Eval(a) => eval(a),
         Invocation::Predict(a) => predict(a),
         Invocation::Codegen(a) => codegen(a),
+        Invocation::Explain(a) => explain(a),
         Invocation::DumpList { dir } => inspect::list(dir),
         Invocation::DumpStats {
             dir,

@@ -6,4 +6,5 @@ mod bench_harness;
 mod cli;
 mod codegen;
 mod distributed;
+mod explain;
 mod summary;
