@@ -2,3 +2,4 @@
 
 mod analytic;
 mod metrics;
+mod modes;
