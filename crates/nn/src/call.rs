@@ -26,6 +26,32 @@ thread_local! {
     /// How many cell calls are active on this thread: a call at depth 0 is a root call
     /// (no scope of its own), deeper calls push their attribute name.
     static DEPTH: StdCell<usize> = const { StdCell::new(0) };
+    /// Inside [`run_eagerly`]: cells run `construct` op by op whatever the mode.
+    static FORCE_EAGER: StdCell<bool> = const { StdCell::new(false) };
+}
+
+/// Runs `f` with every cell call on this thread executed op by op (as in PyNative mode),
+/// whatever the context's mode and jit flags: for code that needs eager values, hooks
+/// and the thread's autodiff rules, without changing the process-wide mode other threads
+/// see. Restored after `f`, also when it panics.
+///
+/// ```
+/// use spore_core::{DType, Tensor};
+/// use spore_nn::call::run_eagerly;
+/// use spore_nn::prelude::*;
+/// let d = Dense::new(2, 1).unwrap();
+/// let y = run_eagerly(|| d.call1(&Tensor::ones(&[1, 2], DType::F32).unwrap())).unwrap();
+/// assert_eq!(y.shape(), &[1, 1]);
+/// ```
+pub fn run_eagerly<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            FORCE_EAGER.with(|e| e.set(self.0));
+        }
+    }
+    let _restore = Restore(FORCE_EAGER.with(|e| e.replace(true)));
+    f()
 }
 
 fn within_call<R>(scope: Option<String>, f: impl FnOnce() -> R) -> R {
@@ -103,7 +129,7 @@ fn dispatch<C: Cell + ?Sized, R>(
         Ok(out)
     };
     within_call(scope, || {
-        if trace::is_tracing() || !hooks.is_empty() {
+        if trace::is_tracing() || !hooks.is_empty() || FORCE_EAGER.with(|e| e.get()) {
             return eager(run(inputs)?);
         }
         if base.is_jit() || spore_core::context::mode() == Mode::Graph {

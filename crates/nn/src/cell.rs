@@ -168,6 +168,11 @@ impl CellBase {
     pub fn training(&self) -> bool {
         self.training.load(Ordering::Relaxed)
     }
+    /// Sets this cell's own training flag, leaving its children as they are (`set_train`
+    /// sets the whole tree).
+    pub fn set_training_flag(&self, training: bool) {
+        self.training.store(training, Ordering::Relaxed);
+    }
     pub fn is_jit(&self) -> bool {
         self.jit.load(Ordering::Relaxed)
     }

@@ -5,7 +5,8 @@
 //!
 //! Gradient histograms come from a probe batch the user gives
 //! ([`SummaryCollector::gradients_on`]): the loss network's gradients at the current
-//! weights, recorded with the parameters. (MindSpore records the training step's own
+//! weights, in evaluation mode (so the probe changes no BatchNorm statistic), recorded
+//! with the parameters. (MindSpore records the training step's own
 //! gradients through summary operators inside the network; Spore's training step does not
 //! expose them to callbacks.)
 //!
@@ -87,11 +88,6 @@ impl SummaryCollector {
         self
     }
 
-    /// The event file, once training has begun.
-    pub fn event_file(&self) -> Option<PathBuf> {
-        self.record.as_ref().map(|r| r.path().to_path_buf())
-    }
-
     fn record(&mut self) -> Result<&mut SummaryRecord> {
         match &mut self.record {
             Some(r) => Ok(r),
@@ -109,9 +105,15 @@ impl SummaryCollector {
             .filter(|(_, p)| p.requires_grad())
             .collect();
         let weights: Vec<Tensor> = named.iter().map(|(_, p)| p.value()).collect();
-        let net = net.clone();
-        let f = move |x: &[Tensor]| -> Result<Tensor> { net.call_first(x) };
-        let out = value_and_grad(f, None, &weights, false)(inputs)?;
+        // In evaluation mode: the probe must not move BatchNorm's statistics or draw
+        // dropout masks from the training run's random stream.
+        let was = net.is_training();
+        net.set_train(false);
+        let n = net.clone();
+        let f = move |x: &[Tensor]| -> Result<Tensor> { n.call_first(x) };
+        let out = value_and_grad(f, None, &weights, false)(inputs);
+        net.set_train(was);
+        let out = out?;
         Ok(named
             .into_iter()
             .map(|(n, _)| n)
@@ -122,6 +124,9 @@ impl SummaryCollector {
 
 impl Callback for SummaryCollector {
     fn on_train_begin(&mut self, ctx: &mut RunContext) -> Result<()> {
+        // A collector used for a second `train` starts a new file and a new count.
+        self.record = None;
+        self.last_step = None;
         let step = ctx.cur_step_num;
         let graph = match &self.graph {
             Some((net, types)) => {
@@ -183,7 +188,9 @@ impl Callback for SummaryCollector {
         for (name, g) in &grads {
             record.add_value(Plugin::Histogram, &format!("gradient/{name}"), g)?;
         }
-        record.record(step)
+        record.record(step)?;
+        // A running TensorBoard sees each collection as it is written.
+        record.flush()
     }
 
     fn on_epoch_end(&mut self, ctx: &mut RunContext) -> Result<()> {
@@ -198,8 +205,8 @@ impl Callback for SummaryCollector {
     }
 
     fn on_train_end(&mut self, _ctx: &mut RunContext) -> Result<()> {
-        match self.record.as_mut() {
-            Some(r) => r.close(),
+        match self.record.take() {
+            Some(mut r) => r.close(),
             None => Ok(()),
         }
     }

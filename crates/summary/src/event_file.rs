@@ -9,9 +9,10 @@
 //! assert_eq!(u32::from_le_bytes(r[15..19].try_into().unwrap()), masked_crc32c(b"abc"));
 //! ```
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use spore_core::{Error, Result};
 
@@ -44,17 +45,25 @@ impl EventFile {
     pub fn create(dir: &Path) -> Result<EventFile> {
         std::fs::create_dir_all(dir)
             .map_err(|e| Error::io(dir, format!("cannot create the summary folder: {e}")))?;
-        let secs = std::time::SystemTime::now()
+        static OPENED: AtomicU64 = AtomicU64::new(0);
+        let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
+            .unwrap_or_default();
         let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into());
+        // The process id and a counter keep two records opened in the same second
+        // (two collectors, a quick rerun) in files of their own; `create_new` never
+        // truncates an existing file.
         let name = format!(
-            "events.out.tfevents.{secs}.{host}.{}.spore",
-            std::process::id()
+            "events.out.tfevents.{}.{host}.{}.{}.spore",
+            now.as_secs(),
+            std::process::id(),
+            OPENED.fetch_add(1, Ordering::Relaxed)
         );
         let path = dir.join(name);
-        let file = File::create(&path)
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
             .map_err(|e| Error::io(&path, format!("cannot create the event file: {e}")))?;
         Ok(EventFile {
             path,

@@ -162,6 +162,12 @@ impl SummaryRecord {
     /// Writes `graph` for TensorBoard's Graphs tab: one node per value, named by its
     /// scope, with the op's name and its inputs.
     pub fn set_graph(&mut self, graph: &Graph) -> Result<()> {
+        if self.closed {
+            return Err(Error::invalid(format!(
+                "SummaryRecord: {} is closed",
+                self.path().display()
+            )));
+        }
         let node = graph
             .nodes
             .iter()

@@ -10,8 +10,8 @@
 
 use std::sync::Arc;
 
-use spore_core::context::{ContextUpdate, Mode, mode, set_context};
 use spore_core::{DType, Error, Result, Tensor};
+use spore_nn::call::run_eagerly;
 use spore_nn::cell::{Cell, CellCall, CellExt};
 
 /// An explanation method: a saliency map `[N, 1, H, W]` for inputs `[N, C, H, W]` and one
@@ -26,9 +26,9 @@ pub trait Explainer {
 /// applies to all).
 pub fn check(who: &str, inputs: &Tensor, targets: &[usize]) -> Result<Vec<usize>> {
     let s = inputs.shape();
-    if s.len() != 4 || inputs.dtype() != DType::F32 {
+    if s.len() != 4 || inputs.dtype() != DType::F32 || s.contains(&0) {
         return Err(Error::invalid(format!(
-            "{who}: expected Float32 inputs of shape [N, C, H, W], got {:?} {:?}",
+            "{who}: expected Float32 inputs of shape [N, C, H, W] with no empty axis, got {:?} {:?}",
             inputs.dtype(),
             s
         )));
@@ -43,21 +43,33 @@ pub fn check(who: &str, inputs: &Tensor, targets: &[usize]) -> Result<Vec<usize>
     }
 }
 
-/// Runs `f` with the network in evaluation mode and Spore in PyNative mode (gradients of
-/// explainers are taken op by op, where ReLU's modified rules and hooks apply), restoring
-/// both after.
-pub fn eagerly<R>(net: &Arc<dyn Cell>, f: impl FnOnce() -> Result<R>) -> Result<R> {
-    let (was_training, was_mode) = (net.is_training(), mode());
+/// Runs `f` with every layer of the network in evaluation mode, restoring each layer's
+/// own flag after (also when `f` fails or panics).
+pub fn in_eval<R>(net: &Arc<dyn Cell>, f: impl FnOnce() -> R) -> R {
+    struct Restore(Vec<(Arc<dyn Cell>, bool)>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            // Each cell's own flag (`set_train` would reset a parent's children too).
+            for (c, t) in &self.0 {
+                c.base().set_training_flag(*t);
+            }
+        }
+    }
+    let mut flags: Vec<(Arc<dyn Cell>, bool)> = vec![(net.clone(), net.is_training())];
+    flags.extend(net.cells_and_names().into_iter().map(|(_, c)| {
+        let t = c.is_training();
+        (c, t)
+    }));
+    let _restore = Restore(flags);
     net.set_train(false);
-    if was_mode != Mode::PyNative {
-        set_context(ContextUpdate::new().mode(Mode::PyNative))?;
-    }
-    let out = f();
-    if was_mode != Mode::PyNative {
-        set_context(ContextUpdate::new().mode(was_mode))?;
-    }
-    net.set_train(was_training);
-    out
+    f()
+}
+
+/// Runs `f` with the network in evaluation mode and its cells run op by op on this
+/// thread (gradients of explainers are taken eagerly, where ReLU's modified rules and
+/// hooks apply), without touching the process-wide mode.
+pub fn eagerly<R>(net: &Arc<dyn Cell>, f: impl FnOnce() -> Result<R>) -> Result<R> {
+    in_eval(net, || run_eagerly(f))
 }
 
 /// `Σ_n logits[n, targets[n]]`: differentiating it gives each input its own target's
@@ -102,25 +114,43 @@ pub fn resize_bilinear(x: &Tensor, h_out: usize, w_out: usize) -> Result<Tensor>
             "resize_bilinear: expected [N, C, H, W], got {s:?}"
         )));
     };
+    if h == 0 || w == 0 {
+        return Err(Error::invalid(format!(
+            "resize_bilinear: cannot resize an empty plane ({s:?})"
+        )));
+    }
     let v = x.to_vec::<f32>()?;
-    let mut out = vec![0f32; n * c * h_out * w_out];
-    let coord = |o: usize, inn: usize, out_n: usize| -> (usize, usize, f32) {
-        let src = ((o as f32 + 0.5) * inn as f32 / out_n as f32 - 0.5).max(0.0);
-        let i0 = (src.floor() as usize).min(inn - 1);
-        let i1 = (i0 + 1).min(inn - 1);
-        (i0, i1, src - i0 as f32)
-    };
+    let mut out = Vec::with_capacity(n * c * h_out * w_out);
     for p in 0..n * c {
-        let plane = &v[p * h * w..(p + 1) * h * w];
-        for oy in 0..h_out {
-            let (y0, y1, fy) = coord(oy, h, h_out);
-            for ox in 0..w_out {
-                let (x0, x1, fx) = coord(ox, w, w_out);
-                let top = plane[y0 * w + x0] * (1.0 - fx) + plane[y0 * w + x1] * fx;
-                let bottom = plane[y1 * w + x0] * (1.0 - fx) + plane[y1 * w + x1] * fx;
-                out[p * h_out * w_out + oy * w_out + ox] = top * (1.0 - fy) + bottom * fy;
-            }
-        }
+        out.extend(bilinear_plane(
+            &v[p * h * w..(p + 1) * h * w],
+            h,
+            w,
+            h_out,
+            w_out,
+        ));
     }
     Tensor::from_vec(out, &[n, c, h_out, w_out])
+}
+
+/// One `h`×`w` plane resized bilinearly to `h_out`×`w_out` (see [`resize_bilinear`]); the
+/// plane must not be empty.
+pub fn bilinear_plane(plane: &[f32], h: usize, w: usize, h_out: usize, w_out: usize) -> Vec<f32> {
+    let coord = |o: usize, inn: usize, out_n: usize| -> (usize, usize, f32) {
+        let src = ((o as f32 + 0.5) * inn as f32 / out_n as f32 - 0.5).max(0.0);
+        let i0 = (src.floor() as usize).min(inn.saturating_sub(1));
+        let i1 = (i0 + 1).min(inn.saturating_sub(1));
+        (i0, i1, src - i0 as f32)
+    };
+    let mut out = vec![0f32; h_out * w_out];
+    for oy in 0..h_out {
+        let (y0, y1, fy) = coord(oy, h, h_out);
+        for ox in 0..w_out {
+            let (x0, x1, fx) = coord(ox, w, w_out);
+            let top = plane[y0 * w + x0] * (1.0 - fx) + plane[y0 * w + x1] * fx;
+            let bottom = plane[y1 * w + x0] * (1.0 - fx) + plane[y1 * w + x1] * fx;
+            out[oy * w_out + ox] = top * (1.0 - fy) + bottom * fy;
+        }
+    }
+    out
 }

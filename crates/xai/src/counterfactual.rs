@@ -83,6 +83,11 @@ impl HierarchicalOcclusion {
                 "HierarchicalOcclusion: expected one input [1, C, H, W], got {s:?}"
             )));
         };
+        if c * h * w == 0 {
+            return Err(Error::invalid(format!(
+                "HierarchicalOcclusion: the input {s:?} is empty"
+            )));
+        }
         let x = input.to_vec::<f32>()?;
         let blurred = blur(&x, c, h, w, (h.min(w) as f64 / 8.0).max(0.5));
         let show = |r: &Region| -> Vec<f32> {

@@ -59,16 +59,33 @@ impl GradCam {
         let targets = check("GradCAM", inputs, targets)?;
         let seen: Arc<Mutex<Option<Tensor>>> = Arc::new(Mutex::new(None));
         let sink = seen.clone();
+        // Only this thread's calls record: another thread running the network meanwhile
+        // must not overwrite the activations.
+        let thread = std::thread::current().id();
         let id = self
             .layer
             .base()
             .register_forward_hook(Arc::new(move |out: &[Tensor]| {
+                if std::thread::current().id() != thread {
+                    return;
+                }
                 if let (Ok(mut s), Some(a)) = (sink.lock(), out.first()) {
                     *s = Some(a.clone());
                 }
             }));
-        let result = eagerly(&self.net, || {
-            let score = target_score(&forward(&self.net, inputs)?, &targets)?;
+        /// Removes the hook however the explanation ends.
+        struct Unhook<'a>(&'a Arc<dyn Cell>, u64);
+        impl Drop for Unhook<'_> {
+            fn drop(&mut self) {
+                self.0.base().remove_forward_hook(self.1);
+            }
+        }
+        let _unhook = Unhook(&self.layer, id);
+        // The input is watched, so the layer's output is on the tape even when every
+        // parameter before it is frozen.
+        let x = inputs.detach().with_requires_grad(true);
+        eagerly(&self.net, || {
+            let score = target_score(&forward(&self.net, &x)?, &targets)?;
             let a = seen.lock().ok().and_then(|mut s| s.take()).ok_or_else(|| {
                 Error::invalid(format!(
                     "GradCAM: layer {:?} did not run in the forward pass",
@@ -87,9 +104,7 @@ impl GradCam {
                 ))
             })?;
             Ok((a, g))
-        });
-        self.layer.base().remove_forward_hook(id);
-        result
+        })
     }
 }
 

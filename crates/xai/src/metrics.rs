@@ -28,7 +28,7 @@ use std::sync::Arc;
 use spore_core::{DType, Error, Result, Tensor};
 use spore_nn::cell::Cell;
 
-use crate::common::{Explainer, forward};
+use crate::common::{Explainer, forward, in_eval};
 use crate::perturbation::{Activation, probabilities};
 
 /// Pearson's correlation (0 when either side is constant).
@@ -59,7 +59,7 @@ pub fn pointing_game(map: &[f32], mask: &[bool], h: usize, w: usize, radius: f64
     };
     let (by, bx) = ((best / w) as f64, (best % w) as f64);
     let hit = (0..h * w).any(|i| {
-        mask[i] && {
+        mask.get(i) == Some(&true) && {
             let (y, x) = ((i / w) as f64, (i % w) as f64);
             ((y - by).powi(2) + (x - bx).powi(2)).sqrt() <= radius
         }
@@ -74,13 +74,21 @@ pub fn iosr(map: &[f32], mask: &[bool]) -> f64 {
         return 0.0;
     }
     let salient: Vec<usize> = (0..map.len()).filter(|&i| map[i] >= 0.5 * max).collect();
-    let inside = salient.iter().filter(|&&i| mask[i]).count();
+    let inside = salient
+        .iter()
+        .filter(|&&i| mask.get(i) == Some(&true))
+        .count();
     inside as f64 / salient.len().max(1) as f64
 }
 
 /// Pointing game (radius 15 pixels) and IoSR of a `[1, 1, H, W]` map for one mask.
 pub fn localization(map: &Tensor, mask: &[bool]) -> Result<(f64, f64)> {
     let s = map.shape();
+    if s.len() < 2 || map.numel() != s[s.len() - 2] * s[s.len() - 1] {
+        return Err(Error::invalid(format!(
+            "localization: expected one map ([1, 1, H, W] or [H, W]), got {s:?}"
+        )));
+    }
     let (h, w) = (s[s.len() - 2], s[s.len() - 1]);
     if mask.len() != h * w {
         return Err(Error::invalid(format!(
@@ -140,6 +148,7 @@ pub fn faithfulness(
     map: &Tensor,
     kind: Faithfulness,
     steps: usize,
+    activation: Activation,
 ) -> Result<f64> {
     let s = input.shape().to_vec();
     let [1, c, h, w] = s[..] else {
@@ -147,6 +156,11 @@ pub fn faithfulness(
             "faithfulness: expected one input [1, C, H, W], got {s:?}"
         )));
     };
+    if c * h * w == 0 {
+        return Err(Error::invalid(format!(
+            "faithfulness: the input {s:?} is empty"
+        )));
+    }
     let saliency = map.to_vec::<f32>()?;
     if saliency.len() != h * w {
         return Err(Error::invalid(format!(
@@ -191,7 +205,7 @@ pub fn faithfulness(
             }
         }
     }
-    let p = probabilities(net, &images, &s, target, Activation::Softmax, 64)?;
+    let p = probabilities(net, &images, &s, target, activation, 64)?;
     let p: Vec<f64> = p.iter().map(|&v| v as f64).collect();
     Ok(match kind {
         Faithfulness::Naive => {
@@ -221,7 +235,7 @@ pub fn class_sensitivity(
     explainer: &dyn Explainer,
     input: &Tensor,
 ) -> Result<f64> {
-    let logits = spore_core::no_grad(|| forward(net, input))?.to_vec::<f32>()?;
+    let logits = in_eval(net, || spore_core::no_grad(|| forward(net, input)))?.to_vec::<f32>()?;
     let best = (0..logits.len())
         .max_by(|&a, &b| logits[a].total_cmp(&logits[b]))
         .unwrap_or(0);

@@ -17,9 +17,9 @@
 use std::sync::Arc;
 
 use spore_core::{DType, Error, Result, Tensor, no_grad};
-use spore_nn::cell::{Cell, CellExt};
+use spore_nn::cell::Cell;
 
-use crate::common::{Explainer, check, forward, resize_bilinear};
+use crate::common::{Explainer, bilinear_plane, check, forward, in_eval};
 
 /// How scores become probabilities.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,33 +28,48 @@ pub enum Activation {
     Sigmoid,
 }
 
-/// The target's probability for each of `images` (`[M, C, H, W]` as a flat vector), in
-/// batches of `batch`.
-pub fn probabilities(
+/// The target's probability for `count` images of `shape[1..]`, each made by `fill(k,
+/// image)`, in batches of `batch` (so memory holds one batch, not every image), with
+/// the network in evaluation mode.
+pub fn probabilities_of(
     net: &Arc<dyn Cell>,
-    images: &[f32],
     shape: &[usize],
+    count: usize,
     target: usize,
     activation: Activation,
     batch: usize,
+    fill: &mut dyn FnMut(usize, &mut [f32]),
 ) -> Result<Vec<f32>> {
+    if shape.len() != 4 || shape[1..].contains(&0) {
+        return Err(Error::invalid(format!(
+            "explainer: expected images of shape [N, C, H, W] with no empty axis, got {shape:?}"
+        )));
+    }
     let per: usize = shape[1..].iter().product();
-    let count = images.len() / per.max(1);
-    let was = net.is_training();
-    net.set_train(false);
-    let mut out = Vec::with_capacity(count);
-    let mut run = || -> Result<()> {
-        for start in (0..count).step_by(batch.max(1)) {
-            let m = batch.max(1).min(count - start);
+    let batch = batch.max(1);
+    in_eval(net, || {
+        let mut out = Vec::with_capacity(count);
+        let mut buf = vec![0f32; batch * per];
+        for start in (0..count).step_by(batch) {
+            let m = batch.min(count - start);
+            for k in 0..m {
+                fill(start + k, &mut buf[k * per..(k + 1) * per]);
+            }
             let mut s = shape.to_vec();
             s[0] = m;
-            let x = Tensor::from_vec(images[start * per..(start + m) * per].to_vec(), &s)?;
+            let x = Tensor::from_vec(buf[..m * per].to_vec(), &s)?;
             let logits = no_grad(|| forward(net, &x))?;
+            let ls = logits.shape();
+            if ls.len() != 2 || ls[0] != m {
+                return Err(Error::invalid(format!(
+                    "explainer: the network must return [N, classes] scores, got {ls:?}"
+                )));
+            }
             let p = match activation {
                 Activation::Softmax => logits.softmax(-1)?,
                 Activation::Sigmoid => logits.sigmoid()?,
             };
-            let classes = p.shape().get(1).copied().unwrap_or(0);
+            let classes = ls[1];
             if target >= classes {
                 return Err(Error::invalid(format!(
                     "explainer: target class {target} is out of range for {classes} classes"
@@ -63,11 +78,30 @@ pub fn probabilities(
             let v = p.to_vec::<f32>()?;
             out.extend((0..m).map(|i| v[i * classes + target]));
         }
-        Ok(())
-    };
-    let result = run();
-    net.set_train(was);
-    result.map(|_| out)
+        Ok(out)
+    })
+}
+
+/// [`probabilities_of`] for images given as one flat vector (`[M, C, H, W]`).
+pub fn probabilities(
+    net: &Arc<dyn Cell>,
+    images: &[f32],
+    shape: &[usize],
+    target: usize,
+    activation: Activation,
+    batch: usize,
+) -> Result<Vec<f32>> {
+    let per: usize = shape.get(1..).map_or(0, |s| s.iter().product());
+    let count = images.len() / per.max(1);
+    probabilities_of(
+        net,
+        shape,
+        count,
+        target,
+        activation,
+        batch,
+        &mut |k, img| img.copy_from_slice(&images[k * per..(k + 1) * per]),
+    )
 }
 
 /// Occlusion: a window of the baseline (0) slides over the image; each pixel's
@@ -136,21 +170,33 @@ impl Explainer for Occlusion {
         );
         let (wh, ww) = (self.window.min(h), self.window.min(w));
         let mut out = vec![0f32; n * h * w];
+        let windows: Vec<(usize, usize)> = ys
+            .iter()
+            .flat_map(|&y| xs.iter().map(move |&x| (y, x)))
+            .collect();
         for (i, &t) in targets.iter().enumerate() {
             let xi = &x[i * per..(i + 1) * per];
-            let mut images = xi.to_vec();
-            for &y0 in &ys {
-                for &x0 in &xs {
-                    let mut img = xi.to_vec();
+            // Image 0 is the input; image k the input with window k - 1 occluded.
+            let mut fill = |k: usize, img: &mut [f32]| {
+                img.copy_from_slice(xi);
+                if k > 0 {
+                    let (y0, x0) = windows[k - 1];
                     for ch in 0..c {
                         for y in y0..y0 + wh {
                             img[ch * h * w + y * w + x0..ch * h * w + y * w + x0 + ww].fill(0.0);
                         }
                     }
-                    images.extend(img);
                 }
-            }
-            let p = probabilities(&self.net, &images, &s, t, self.activation, self.batch)?;
+            };
+            let p = probabilities_of(
+                &self.net,
+                &s,
+                1 + windows.len(),
+                t,
+                self.activation,
+                self.batch,
+                &mut fill,
+            )?;
             let (sum, count) = (&mut vec![0f32; h * w], &mut vec![0f32; h * w]);
             let mut k = 1;
             for &y0 in &ys {
@@ -210,7 +256,11 @@ impl Rise {
 
     pub fn grid(mut self, cells: usize, keep: f32) -> Rise {
         self.grid = cells.max(1);
-        self.keep = keep.clamp(f32::MIN_POSITIVE, 1.0);
+        self.keep = if keep.is_finite() {
+            keep.clamp(f32::MIN_POSITIVE, 1.0)
+        } else {
+            0.5
+        };
         self
     }
 
@@ -224,31 +274,23 @@ impl Rise {
         self
     }
 
-    /// The masks, `[masks, 1, h, w]` as a flat vector.
-    fn make_masks(&self, h: usize, w: usize) -> Result<Vec<f32>> {
+    /// Mask `m` (`h`×`w`), from the grids and shifts drawn for this explanation.
+    fn mask(&self, m: usize, cells: &[f32], shifts: &[f32], h: usize, w: usize) -> Vec<f32> {
         let g = self.grid;
         let (ch, cw) = (h.div_ceil(g), w.div_ceil(g));
         let (uh, uw) = ((g + 1) * ch, (g + 1) * cw);
-        let cells =
-            Tensor::rand(&[self.masks, 1, g, g], DType::F32, Some(self.seed))?.to_vec::<f32>()?;
-        let binary: Vec<f32> = cells
+        let binary: Vec<f32> = cells[m * g * g..(m + 1) * g * g]
             .iter()
             .map(|&u| if u < self.keep { 1.0 } else { 0.0 })
             .collect();
-        let up = resize_bilinear(&Tensor::from_vec(binary, &[self.masks, 1, g, g])?, uh, uw)?
-            .to_vec::<f32>()?;
-        let shifts = Tensor::rand(&[self.masks, 2], DType::F32, Some(self.seed ^ 0x5eed))?
-            .to_vec::<f32>()?;
-        let mut out = Vec::with_capacity(self.masks * h * w);
-        for m in 0..self.masks {
-            let dy = ((shifts[2 * m] * ch as f32) as usize).min(ch - 1);
-            let dx = ((shifts[2 * m + 1] * cw as f32) as usize).min(cw - 1);
-            for y in 0..h {
-                let row = &up[m * uh * uw + (y + dy) * uw + dx..][..w];
-                out.extend_from_slice(row);
-            }
+        let up = bilinear_plane(&binary, g, g, uh, uw);
+        let dy = ((shifts[2 * m] * ch as f32) as usize).min(ch.saturating_sub(1));
+        let dx = ((shifts[2 * m + 1] * cw as f32) as usize).min(cw.saturating_sub(1));
+        let mut out = Vec::with_capacity(h * w);
+        for y in 0..h {
+            out.extend_from_slice(&up[(y + dy) * uw + dx..][..w]);
         }
-        Ok(out)
+        out
     }
 }
 
@@ -263,29 +305,48 @@ impl Explainer for Rise {
         let [n, c, h, w] = s[..] else {
             unreachable!("checked")
         };
-        let masks = self.make_masks(h, w)?;
+        let g = self.grid;
+        let cells =
+            Tensor::rand(&[self.masks, g * g], DType::F32, Some(self.seed))?.to_vec::<f32>()?;
+        let shifts = Tensor::rand(&[self.masks, 2], DType::F32, Some(self.seed ^ 0x5eed))?
+            .to_vec::<f32>()?;
         let x = inputs.to_vec::<f32>()?;
         let per = c * h * w;
         let mut out = vec![0f32; n * h * w];
         for (i, &t) in targets.iter().enumerate() {
             let xi = &x[i * per..(i + 1) * per];
-            let mut images = Vec::with_capacity(self.masks * per);
-            for m in 0..self.masks {
-                let mask = &masks[m * h * w..(m + 1) * h * w];
-                for ch in 0..c {
-                    images.extend(
-                        xi[ch * h * w..(ch + 1) * h * w]
-                            .iter()
-                            .zip(mask)
-                            .map(|(v, k)| v * k),
-                    );
-                }
-            }
-            let p = probabilities(&self.net, &images, &s, t, self.activation, self.batch)?;
             let o = &mut out[i * h * w..(i + 1) * h * w];
-            for (m, pm) in p.iter().enumerate() {
-                for (a, k) in o.iter_mut().zip(&masks[m * h * w..(m + 1) * h * w]) {
-                    *a += pm * k;
+            // One batch of masks at a time: each is used for its image, then for the sum.
+            for start in (0..self.masks).step_by(self.batch.max(1)) {
+                let end = (start + self.batch.max(1)).min(self.masks);
+                let masks: Vec<Vec<f32>> = (start..end)
+                    .map(|m| self.mask(m, &cells, &shifts, h, w))
+                    .collect();
+                let mut fill = |k: usize, img: &mut [f32]| {
+                    let mask = &masks[k];
+                    for ch in 0..c {
+                        for ((d, v), mv) in img[ch * h * w..(ch + 1) * h * w]
+                            .iter_mut()
+                            .zip(&xi[ch * h * w..(ch + 1) * h * w])
+                            .zip(mask)
+                        {
+                            *d = v * mv;
+                        }
+                    }
+                };
+                let p = probabilities_of(
+                    &self.net,
+                    &s,
+                    end - start,
+                    t,
+                    self.activation,
+                    self.batch,
+                    &mut fill,
+                )?;
+                for (pm, mask) in p.iter().zip(&masks) {
+                    for (a, k) in o.iter_mut().zip(mask) {
+                        *a += pm * k;
+                    }
                 }
             }
             let norm = 1.0 / (self.masks as f32 * self.keep);

@@ -105,7 +105,7 @@ pub fn command() -> Command {
                 .arg(model_arg())
                 .arg(Arg::new("checkpoint").long("checkpoint").required(true).help("a .ckpt file written by spore train"))
                 .arg(Arg::new("images").long("images").required(true).help("folder of .png/.jpg images"))
-                .arg(Arg::new("methods").long("methods").default_value(super::explain::METHODS).help("comma-separated explainers"))
+                .arg(Arg::new("methods").long("methods").help("comma-separated explainers (default: every one the model supports)"))
                 .arg(Arg::new("benchmarks").long("benchmarks").default_value(super::explain::BENCHMARKS).help("comma-separated benchmarks"))
                 .arg(Arg::new("out").long("out").required(true).help("folder for the maps, scores and index.html")),
         )
@@ -259,7 +259,7 @@ fn invocation(m: &ArgMatches) -> Result<Invocation, String> {
                     .collect()
             };
             let methods = list("methods");
-            if methods.is_empty() {
+            if methods.is_empty() && a.contains_id("methods") {
                 return Err(format!(
                     "--methods expects at least one of {}",
                     super::explain::METHODS

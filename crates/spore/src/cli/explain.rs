@@ -28,6 +28,7 @@ pub struct ExplainArgs {
     pub model: ZooModel,
     pub checkpoint: PathBuf,
     pub images: PathBuf,
+    /// Empty: every method the model supports.
     pub methods: Vec<String>,
     pub benchmarks: Vec<String>,
     pub out: PathBuf,
@@ -104,13 +105,21 @@ fn image_files(dir: &Path) -> Result<Vec<PathBuf>> {
 
 /// Runs the explanation; returns the benchmark table to print.
 pub fn explain(args: &ExplainArgs) -> Result<String> {
+    let names: Vec<String> = if args.methods.is_empty() {
+        METHODS
+            .split(',')
+            .filter(|m| !(args.model == ZooModel::Mlp && *m == "gradcam"))
+            .map(str::to_string)
+            .collect()
+    } else {
+        args.methods.clone()
+    };
+    let benchmarks = benchmarks(&args.benchmarks)?;
     let net = load_network(args.model, &args.checkpoint)?;
-    let methods: Vec<Box<dyn Explainer>> = args
-        .methods
+    let methods: Vec<Box<dyn Explainer>> = names
         .iter()
         .map(|m| explainer(m, args.model, &net))
         .collect::<Result<_>>()?;
-    let benchmarks = benchmarks(&args.benchmarks)?;
     let mut samples = vec![];
     for path in image_files(&args.images)? {
         let name = path

@@ -103,3 +103,33 @@ fn bad_values_are_errors_that_name_them() {
     assert!(e.to_string().contains("1 or 3 channels"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_collector_can_serve_two_training_runs() {
+    use spore_summary::SummaryCollector;
+    use spore_train::callback::{Callback, RunContext};
+    let dir = temp_dir("reuse");
+    let mut c = SummaryCollector::new(&dir)
+        .collect_freq(1)
+        .histograms(false);
+    for run in 0..2 {
+        let mut ctx = RunContext::new(1, 3, false);
+        c.on_train_begin(&mut ctx).unwrap();
+        for step in 1..=3 {
+            ctx.cur_step_num = step;
+            ctx.loss = Some(run as f64 + step as f64);
+            c.on_step_end(&mut ctx).unwrap();
+        }
+        c.on_train_end(&mut ctx).unwrap();
+    }
+    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert_eq!(files.len(), 2, "one event file per run");
+    let read = tensorboard_read(&dir);
+    // Both runs' steps 1..3 (TensorBoard merges the files of a folder).
+    assert_eq!(
+        read["scalars"]["loss"].as_array().unwrap().len(),
+        6,
+        "{read}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -56,14 +56,20 @@ fn encode(img: RgbImage) -> Result<Vec<u8>> {
 
 /// The image (`[C, H, W]` values, C = 1 or 3) alone, enlarged like the heat maps.
 pub fn image_png(image: &[f32], c: usize, h: usize, w: usize) -> Result<Vec<u8>> {
+    if image.len() != c * h * w || !(c == 1 || c == 3) {
+        return Err(Error::invalid(format!(
+            "picture: expected a 1- or 3-channel {h}x{w} image, got {} values for {c} channels",
+            image.len()
+        )));
+    }
     let zoom = (128 / h.max(w).max(1)).max(1);
     let grey = grey_of(image, c, h, w);
+    let n = normalise(image);
     let mut img = RgbImage::new((w * zoom) as u32, (h * zoom) as u32);
     for (x, y, p) in img.enumerate_pixels_mut() {
         let (yy, xx) = (y as usize / zoom, x as usize / zoom);
         let i = yy * w + xx;
         *p = if c == 3 {
-            let n = normalise(image);
             Rgb([0, 1, 2].map(|k| (n[k * h * w + i] * 255.0) as u8))
         } else {
             let g = (grey[i] * 255.0) as u8;

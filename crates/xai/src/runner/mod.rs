@@ -27,12 +27,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use spore_core::{Error, Result, Tensor};
+use spore_core::{Error, Result, Tensor, no_grad};
 use spore_nn::cell::Cell;
 
-use crate::common::Explainer;
+use crate::common::{Explainer, forward, in_eval};
 use crate::metrics::{Faithfulness, class_sensitivity, faithfulness, localization, robustness};
-use crate::perturbation::{Activation, probabilities};
+use crate::perturbation::Activation;
 
 /// One image to explain.
 #[derive(Clone, Debug)]
@@ -136,16 +136,17 @@ impl ImageClassificationRunner {
 
     /// The predicted class of `image` and its probability.
     fn predict(&self, image: &Tensor) -> Result<(usize, f32)> {
-        let s = image.shape().to_vec();
-        let x = image.to_vec::<f32>()?;
-        let mut best = (0, f32::MIN);
-        for k in 0..self.class_names.len() {
-            let p = probabilities(&self.net, &x, &s, k, self.activation, 1)?[0];
-            if p > best.1 {
-                best = (k, p);
-            }
+        let logits = in_eval(&self.net, || no_grad(|| forward(&self.net, image)))?;
+        let p = match self.activation {
+            Activation::Softmax => logits.softmax(-1)?,
+            Activation::Sigmoid => logits.sigmoid()?,
         }
-        Ok(best)
+        .to_vec::<f32>()?;
+        p.iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(k, &v)| (k, v))
+            .ok_or_else(|| Error::invalid("runner: the network returned no class scores"))
     }
 
     /// Runs every explainer and benchmark on every sample and writes the results in
@@ -254,7 +255,7 @@ impl ImageClassificationRunner {
                 };
                 vec![(
                     name.into(),
-                    faithfulness(&self.net, x, class, map, kind, 16)?,
+                    faithfulness(&self.net, x, class, map, kind, 16, self.activation)?,
                 )]
             }
             Benchmark::ClassSensitivity => vec![(

@@ -8,6 +8,7 @@ use spore_nn::prelude::*;
 use spore_xai::HierarchicalOcclusion;
 use spore_xai::common::Explainer;
 use spore_xai::metrics::{Faithfulness, class_sensitivity, faithfulness, localization, robustness};
+use spore_xai::perturbation::Activation;
 use spore_xai::sanity::model_randomization;
 use spore_xai::{GradCam, Gradient};
 
@@ -167,8 +168,26 @@ fn faithfulness_scores_are_in_range_and_a_right_map_beats_a_wrong_one() {
         Faithfulness::Insertion,
         Faithfulness::Naive,
     ] {
-        let good = faithfulness(&net, &x, 0, &map(right.clone()), kind, 16).unwrap();
-        let bad = faithfulness(&net, &x, 0, &map(wrong.clone()), kind, 16).unwrap();
+        let good = faithfulness(
+            &net,
+            &x,
+            0,
+            &map(right.clone()),
+            kind,
+            16,
+            Activation::Softmax,
+        )
+        .unwrap();
+        let bad = faithfulness(
+            &net,
+            &x,
+            0,
+            &map(wrong.clone()),
+            kind,
+            16,
+            Activation::Softmax,
+        )
+        .unwrap();
         assert!(
             (-1.0..=1.0).contains(&good) && (-1.0..=1.0).contains(&bad),
             "{kind:?}: {good} {bad}"
@@ -204,4 +223,25 @@ fn the_sanity_check_re_draws_each_layer_and_restores_the_weights() {
         .map(|p| p.stored().to_vec::<f32>().unwrap())
         .collect();
     assert_eq!(before, after);
+}
+
+#[test]
+fn empty_images_are_errors_not_panics() {
+    let net: Arc<dyn Cell> = LeNet5::new(10).unwrap();
+    for shape in [[1usize, 0, 8, 8], [1, 1, 0, 8], [0, 1, 32, 32]] {
+        let x = Tensor::zeros(&shape, DType::F32).unwrap();
+        for e in [
+            Box::new(spore_xai::Occlusion::new(net.clone())) as Box<dyn Explainer>,
+            Box::new(spore_xai::Rise::new(net.clone()).masks(4)),
+            Box::new(Gradient::new(net.clone())),
+        ] {
+            let err = e.explain(&x, &[0]).unwrap_err().to_string();
+            assert!(err.contains("no empty axis"), "{}: {err}", e.name());
+        }
+    }
+    let map = Tensor::zeros(&[2, 1, 4, 4], DType::F32).unwrap();
+    assert!(
+        localization(&map, &[false; 16]).is_err(),
+        "two maps for one mask"
+    );
 }

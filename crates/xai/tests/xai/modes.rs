@@ -22,14 +22,25 @@ fn maps_agree_between_pynative_and_graph_mode() {
     ];
     let run = |mode: Mode| -> Vec<Vec<f32>> {
         set_context(ContextUpdate::new().mode(mode)).unwrap();
-        let maps = methods.iter().map(|m| m.explain(&x, &[1, 5]).unwrap().to_vec::<f32>().unwrap()).collect();
+        let maps = methods
+            .iter()
+            .map(|m| m.explain(&x, &[1, 5]).unwrap().to_vec::<f32>().unwrap())
+            .collect();
         set_context(ContextUpdate::new().mode(Mode::PyNative)).unwrap();
         maps
     };
     let (eager, graph) = (run(Mode::PyNative), run(Mode::Graph));
     for ((m, a), b) in methods.iter().zip(&eager).zip(&graph) {
-        let worst = a.iter().zip(b).map(|(p, q)| (p - q).abs()).fold(0.0f32, f32::max);
+        let worst = a
+            .iter()
+            .zip(b)
+            .map(|(p, q)| (p - q).abs())
+            .fold(0.0f32, f32::max);
         let scale = a.iter().fold(0.0f32, |s, v| s.max(v.abs())).max(1e-6);
-        assert!(worst <= 1e-5 * scale.max(1.0), "{}: PyNative and Graph maps differ by {worst}", m.name());
+        assert!(
+            worst <= 1e-5 * scale.max(1.0),
+            "{}: PyNative and Graph maps differ by {worst}",
+            m.name()
+        );
     }
 }
