@@ -36,6 +36,12 @@ if ! python3 -c "import numpy" >/dev/null 2>&1; then
     python3 -m pip install --quiet numpy
 fi
 
+# onnx and onnxruntime make and check the ONNX fixtures (spore-onnx's tests).
+if ! python3 -c "import onnx, onnxruntime" >/dev/null 2>&1; then
+    echo "installing onnx and onnxruntime (the ONNX tests' reference)"
+    python3 -m pip install --quiet onnx onnxruntime
+fi
+
 # TensorBoard's event reader checks the training summaries (spore-summary's tests).
 if ! python3 -c "import tensorboard" >/dev/null 2>&1; then
     echo "installing tensorboard (its event reader checks the summary files)"

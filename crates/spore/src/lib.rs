@@ -21,10 +21,40 @@ pub use spore_core::{Error, Result, autodiff, ops, rng};
 pub use spore_data as data;
 pub use spore_kernels as kernels;
 pub use spore_nn as nn;
+pub use spore_onnx as onnx;
 pub use spore_parallel as parallel;
 pub use spore_summary as summary;
 pub use spore_train as train;
 pub use spore_xai as xai;
+
+/// The formats [`export`] writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// ONNX at opset 17 (`spore_onnx::export`).
+    Onnx,
+}
+
+/// MindSpore's `export(net, *inputs, file_name, file_format)`: writes `net`'s inference
+/// graph for inputs like `inputs` (their shapes and dtypes; the values are not used).
+///
+/// ```no_run
+/// use spore::prelude::*;
+/// let net = LeNet5::new(10).unwrap();
+/// let x = Tensor::zeros(&[1, 1, 32, 32], DType::F32).unwrap();
+/// spore::export(&*net, &[x], "lenet.onnx", spore::Format::Onnx).unwrap();
+/// ```
+pub fn export<C: spore_nn::cell::Cell + ?Sized>(
+    net: &C,
+    inputs: &[spore_core::Tensor],
+    path: impl AsRef<std::path::Path>,
+    format: Format,
+) -> Result<()> {
+    let types: Vec<spore_core::TensorType> =
+        inputs.iter().map(|t| t.tensor_type().clone()).collect();
+    match format {
+        Format::Onnx => spore_onnx::export(net, &types, path.as_ref()),
+    }
+}
 
 /// The names a typical program uses.
 pub mod prelude {

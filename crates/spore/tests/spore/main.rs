@@ -7,4 +7,5 @@ mod cli;
 mod codegen;
 mod distributed;
 mod explain;
+mod onnx;
 mod summary;
