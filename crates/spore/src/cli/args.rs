@@ -43,6 +43,14 @@ pub enum Invocation {
     PrintFile {
         file: PathBuf,
     },
+    /// `spore run model.onnx --input x.npy ... [--mode] [--output y.npy ...]`.
+    RunOnnx {
+        model: PathBuf,
+        inputs: Vec<PathBuf>,
+        outputs: Vec<PathBuf>,
+        mode: Mode,
+        repeat: usize,
+    },
 }
 
 fn model_arg() -> Arg {
@@ -128,6 +136,15 @@ pub fn command() -> Command {
                         .arg(Arg::new("second").required(true))
                         .arg(Arg::new("tolerance").long("tolerance").default_value("1e-5").help("relative tolerance per element")),
                 ),
+        )
+        .subcommand(
+            Command::new("run")
+                .about("Run an ONNX model on .npy inputs (one per graph input, in order); prints the time per run")
+                .arg(Arg::new("model").required(true).help("an .onnx file"))
+                .arg(Arg::new("input").long("input").required(true).action(clap::ArgAction::Append).help("a .npy file per graph input"))
+                .arg(Arg::new("output").long("output").action(clap::ArgAction::Append).help("where to save each output (.npy)"))
+                .arg(Arg::new("mode").long("mode").default_value("graph").help("graph or pynative"))
+                .arg(Arg::new("repeat").long("repeat").default_value("10").help("timed runs after one warm-up")),
         )
         .subcommand(
             Command::new("print-file")
@@ -298,6 +315,20 @@ fn invocation(m: &ArgMatches) -> Result<Invocation, String> {
         Some(("print-file", a)) => Invocation::PrintFile {
             file: path(a, "file"),
         },
+        Some(("run", a)) => {
+            let many = |name: &str| -> Vec<PathBuf> {
+                a.get_many::<String>(name)
+                    .map(|v| v.map(PathBuf::from).collect())
+                    .unwrap_or_default()
+            };
+            Invocation::RunOnnx {
+                model: path(a, "model"),
+                inputs: many("input"),
+                outputs: many("output"),
+                mode: Mode::parse(text(a, "mode")).map_err(|e| e.to_string())?,
+                repeat: number(a, "repeat", "a positive integer", positive)?,
+            }
+        }
         _ => return Err("unknown command; see `spore --help`".into()),
     })
 }

@@ -11,6 +11,7 @@ pub mod args;
 mod codegen;
 mod data;
 mod explain;
+mod onnx;
 mod run;
 
 pub use args::Invocation;
@@ -88,5 +89,12 @@ pub fn execute(invocation: &Invocation) -> Result<String> {
             tolerance,
         } => Ok(inspect::compare(first, second, *tolerance)?.to_string()),
         Invocation::PrintFile { file } => spore_core::debug::print::parse_print_text(file),
+        Invocation::RunOnnx {
+            model,
+            inputs,
+            outputs,
+            mode,
+            repeat,
+        } => onnx::run_onnx(model, inputs, outputs, *mode, *repeat),
     }
 }

@@ -34,3 +34,51 @@ fn an_imported_lenet_fine_tunes_on_the_bundled_digits() {
     assert!(after > before + 0.5, "accuracy {before} -> {after}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn spore_run_executes_an_onnx_model_on_npy_inputs() {
+    use spore::cli::{args::parse, execute};
+    let dir = std::env::temp_dir().join(format!("spore_onnx_run_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let net = Mlp::new().unwrap();
+    let x = Tensor::randn(&[3, 1, 28, 28], DType::F32, Some(4)).unwrap();
+    let model = dir.join("mlp.onnx");
+    spore::export(&*net, &[x.clone()], &model, spore::Format::Onnx).unwrap();
+    let (input, output) = (dir.join("x.npy"), dir.join("y.npy"));
+    std::fs::write(&input, spore::core::debug::npy::encode(&x).unwrap()).unwrap();
+    for mode in ["graph", "pynative"] {
+        let argv = [
+            "spore",
+            "run",
+            model.to_str().unwrap(),
+            "--input",
+            input.to_str().unwrap(),
+            "--output",
+            output.to_str().unwrap(),
+            "--mode",
+            mode,
+            "--repeat",
+            "2",
+        ];
+        let said = execute(&parse(argv).unwrap()).unwrap();
+        assert!(
+            said.contains("ms per run") && said.contains("[3, 10]"),
+            "{said}"
+        );
+        let y = spore::core::debug::npy::decode(&std::fs::read(&output).unwrap())
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+        let expect = net.call1(&x).unwrap().to_vec::<f32>().unwrap();
+        let worst = y
+            .iter()
+            .zip(&expect)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(worst <= 1e-5, "{mode}: {worst}");
+    }
+    let bad =
+        execute(&parse(["spore", "run", "missing.onnx", "--input", "x.npy"]).unwrap()).unwrap_err();
+    assert!(bad.to_string().contains("missing.onnx"), "{bad}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,96 @@
+//! An imported ResNet-18 in Graph mode against onnxruntime on the same model file, the
+//! same machine and threads, in alternating rounds (BENCHMARKS.md, "ONNX"). The model is
+//! Spore's own ResNet-18 exported to ONNX, imported back, and timed at batch 1 and 32;
+//! onnxruntime runs `bench/onnxruntime_time.py` on the file.
+//!
+//! ```sh
+//! cargo run --release -p spore --example bench_onnx -- --threads 2 --rounds 3
+//! ```
+
+use std::process::Command;
+use std::time::Instant;
+
+use spore::prelude::*;
+
+fn arg(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let (threads, rounds) = (arg("--threads", 2), arg("--rounds", 3));
+    set_context(
+        ContextUpdate::new()
+            .mode(Mode::Graph)
+            .num_threads(threads)
+            .seed(1),
+    )
+    .unwrap();
+    let dir = std::env::temp_dir().join(format!("spore_bench_onnx_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("resnet18.onnx");
+    let x = Tensor::zeros(&[1, 3, 32, 32], DType::F32).unwrap();
+    spore::export(
+        &*ResNet::resnet18(10).unwrap(),
+        &[x],
+        &model,
+        spore::Format::Onnx,
+    )
+    .unwrap();
+    let net = spore::onnx::import(&model).unwrap();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/onnxruntime_time.py");
+    println!(
+        "ResNet-18 (CIFAR form) inference, {threads} threads, median of {rounds} alternating rounds (ms per run)"
+    );
+    for (batch, runs) in [(1usize, 50usize), (32, 5)] {
+        let x = Tensor::randn(&[batch, 3, 32, 32], DType::F32, Some(2)).unwrap();
+        net.call1(&x).unwrap();
+        let (mut s, mut o) = (vec![], vec![]);
+        for _ in 0..rounds {
+            let start = Instant::now();
+            for _ in 0..runs {
+                std::hint::black_box(net.call1(&x).unwrap());
+            }
+            s.push(start.elapsed().as_secs_f64() * 1e3 / runs as f64);
+            let out = Command::new("python3")
+                .arg(&script)
+                .args([
+                    model.to_str().unwrap(),
+                    &batch.to_string(),
+                    &threads.to_string(),
+                    &runs.to_string(),
+                ])
+                .output()
+                .expect("python3 runs");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            o.push(String::from_utf8_lossy(&out.stdout).trim().parse().unwrap());
+        }
+        let ratios: Vec<String> = s
+            .iter()
+            .zip(&o)
+            .map(|(a, b)| format!("{:.2}", b / a))
+            .collect();
+        println!(
+            "batch {batch:2}: Spore (imported, Graph) {:8.2}   onnxruntime {:8.2}   onnxruntime/Spore {:.2}x (rounds: {})",
+            median(s.clone()),
+            median(o.clone()),
+            median(o.iter().zip(&s).map(|(b, a)| b / a).collect()),
+            ratios.join(" ")
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
