@@ -202,8 +202,12 @@ fn finite(x: &f64) -> bool {
     x.is_finite()
 }
 
+/// `--model`'s zoo network.
+fn model(a: &ArgMatches) -> Result<ZooModel, String> {
+    ZooModel::parse(text(a, "model")).map_err(|e| e.to_string())
+}
+
 fn invocation(m: &ArgMatches) -> Result<Invocation, String> {
-    let model = |a: &ArgMatches| ZooModel::parse(text(a, "model")).map_err(|e| e.to_string());
     Ok(match m.subcommand() {
         Some(("train", a)) => Invocation::Train(TrainArgs {
             model: model(a)?,
@@ -239,58 +243,8 @@ fn invocation(m: &ArgMatches) -> Result<Invocation, String> {
                 .map(|v| v.map(PathBuf::from).collect())
                 .unwrap_or_default(),
         }),
-        Some(("codegen", a)) => {
-            let int8 = a.get_flag("int8");
-            let calibration = optional(a, "calibration").map(PathBuf::from);
-            if int8 && calibration.is_none() {
-                return Err("--int8 needs --calibration DIR (training data to measure activation ranges on)".into());
-            }
-            if !int8 && calibration.is_some() {
-                return Err("--calibration is only used with --int8".into());
-            }
-            let target = text(a, "target");
-            if !["x86", "cortex-m"].contains(&target) {
-                return Err(format!("--target expects x86 or cortex-m, got {target:?}"));
-            }
-            Invocation::Codegen(CodegenArgs {
-                model: model(a)?,
-                checkpoint: path(a, "checkpoint"),
-                target: target.to_string(),
-                int8,
-                calibration,
-                calibration_samples: number(
-                    a,
-                    "calibration-samples",
-                    "a positive integer",
-                    positive,
-                )?,
-                out: path(a, "out"),
-            })
-        }
-        Some(("explain", a)) => {
-            let list = |name: &str| -> Vec<String> {
-                text(a, name)
-                    .split(',')
-                    .map(|s| s.trim().to_ascii_lowercase())
-                    .filter(|s| !s.is_empty())
-                    .collect()
-            };
-            let methods = list("methods");
-            if methods.is_empty() && a.contains_id("methods") {
-                return Err(format!(
-                    "--methods expects at least one of {}",
-                    super::explain::METHODS
-                ));
-            }
-            Invocation::Explain(ExplainArgs {
-                model: model(a)?,
-                checkpoint: path(a, "checkpoint"),
-                images: path(a, "images"),
-                methods,
-                benchmarks: list("benchmarks"),
-                out: path(a, "out"),
-            })
-        }
+        Some(("codegen", a)) => codegen_invocation(a)?,
+        Some(("explain", a)) => explain_invocation(a)?,
         Some(("dump", d)) => match d.subcommand() {
             Some(("list", a)) => Invocation::DumpList {
                 dir: path(a, "dir"),
@@ -331,4 +285,55 @@ fn invocation(m: &ArgMatches) -> Result<Invocation, String> {
         }
         _ => return Err("unknown command; see `spore --help`".into()),
     })
+}
+
+fn codegen_invocation(a: &ArgMatches) -> Result<Invocation, String> {
+    let int8 = a.get_flag("int8");
+    let calibration = optional(a, "calibration").map(PathBuf::from);
+    if int8 && calibration.is_none() {
+        return Err(
+            "--int8 needs --calibration DIR (training data to measure activation ranges on)".into(),
+        );
+    }
+    if !int8 && calibration.is_some() {
+        return Err("--calibration is only used with --int8".into());
+    }
+    let target = text(a, "target");
+    if !["x86", "cortex-m"].contains(&target) {
+        return Err(format!("--target expects x86 or cortex-m, got {target:?}"));
+    }
+    Ok(Invocation::Codegen(CodegenArgs {
+        model: model(a)?,
+        checkpoint: path(a, "checkpoint"),
+        target: target.to_string(),
+        int8,
+        calibration,
+        calibration_samples: number(a, "calibration-samples", "a positive integer", positive)?,
+        out: path(a, "out"),
+    }))
+}
+
+fn explain_invocation(a: &ArgMatches) -> Result<Invocation, String> {
+    let list = |name: &str| -> Vec<String> {
+        text(a, name)
+            .split(',')
+            .map(|s| s.trim().to_ascii_lowercase())
+            .filter(|s| !s.is_empty())
+            .collect()
+    };
+    let methods = list("methods");
+    if methods.is_empty() && a.contains_id("methods") {
+        return Err(format!(
+            "--methods expects at least one of {}",
+            super::explain::METHODS
+        ));
+    }
+    Ok(Invocation::Explain(ExplainArgs {
+        model: model(a)?,
+        checkpoint: path(a, "checkpoint"),
+        images: path(a, "images"),
+        methods,
+        benchmarks: list("benchmarks"),
+        out: path(a, "out"),
+    }))
 }

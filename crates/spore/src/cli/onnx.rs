@@ -2,7 +2,7 @@
 //! as onnxruntime's tools do; prints each output's shape and the time per run, and saves
 //! the outputs as `.npy` when asked.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use spore_core::context::{ContextUpdate, Mode, set_context};
@@ -12,7 +12,7 @@ use spore_nn::cell::CellCall;
 
 /// Runs the model; returns the report.
 pub fn run_onnx(
-    model: &PathBuf,
+    model: &Path,
     inputs: &[PathBuf],
     outputs: &[PathBuf],
     mode: Mode,

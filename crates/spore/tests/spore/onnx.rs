@@ -43,7 +43,7 @@ fn spore_run_executes_an_onnx_model_on_npy_inputs() {
     let net = Mlp::new().unwrap();
     let x = Tensor::randn(&[3, 1, 28, 28], DType::F32, Some(4)).unwrap();
     let model = dir.join("mlp.onnx");
-    spore::export(&*net, &[x.clone()], &model, spore::Format::Onnx).unwrap();
+    spore::export(&*net, std::slice::from_ref(&x), &model, spore::Format::Onnx).unwrap();
     let (input, output) = (dir.join("x.npy"), dir.join("y.npy"));
     std::fs::write(&input, spore::core::debug::npy::encode(&x).unwrap()).unwrap();
     for mode in ["graph", "pynative"] {
