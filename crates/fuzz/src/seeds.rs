@@ -172,6 +172,34 @@ pub fn dump_configs() -> Vec<Vec<u8>> {
     .collect()
 }
 
+/// ONNX models Spore exports: a Dense + ReLU network and LeNet5.
+pub fn onnx_models() -> Vec<Vec<u8>> {
+    use spore::nn::prelude::*;
+    let dir = std::env::temp_dir().join(format!("spore_fuzz_onnx_{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let mut out = vec![];
+    let export = |net: &dyn spore::nn::cell::Cell, shape: &[usize], name: &str| -> Vec<u8> {
+        let path = dir.join(name);
+        let x = Tensor::zeros(shape, spore::core::DType::F32)
+            .unwrap_or_else(|e| panic!("seed input: {e}"));
+        spore::export(net, &[x], &path, spore::Format::Onnx)
+            .unwrap_or_else(|e| panic!("seed export: {e}"));
+        std::fs::read(&path).unwrap_or_else(|e| panic!("seed model: {e}"))
+    };
+    let dense = Dense::config(4, 3)
+        .activation(ReLU::new())
+        .build()
+        .unwrap_or_else(|e| panic!("seed net: {e}"));
+    out.push(export(&*dense, &[2, 4], "dense.onnx"));
+    out.push(export(
+        &*LeNet5::new(10).unwrap_or_else(|e| panic!("seed net: {e}")),
+        &[1, 1, 32, 32],
+        "lenet.onnx",
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
 /// Files written by NumPy (`seeds/make_npy_seeds.py`).
 pub fn npy_files() -> Vec<Vec<u8>> {
     let dir = repo_file("crates/fuzz/seeds/npy");

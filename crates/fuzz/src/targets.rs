@@ -4,7 +4,7 @@
 //!
 //! ```
 //! let names: Vec<&str> = spore_fuzz::targets::all().iter().map(|t| t.name).collect();
-//! assert_eq!(names, ["idx", "cifar10", "image", "checkpoint", "dump_config", "npy", "print_file", "cli"]);
+//! assert_eq!(names, ["idx", "cifar10", "image", "checkpoint", "dump_config", "npy", "print_file", "cli", "onnx"]);
 //! ```
 //!
 //! Errors are the expected outcome for most inputs; a target only fails on a panic, a
@@ -125,7 +125,26 @@ pub fn all() -> Vec<Target> {
         npy_target(),
         print_file_target(),
         cli_target(),
+        onnx_target(),
     ]
+}
+
+fn onnx(bytes: &[u8]) -> Result<(), String> {
+    // Parsing only: running a model may rightly allocate more than its file holds.
+    spore::onnx::import_bytes(bytes, None)
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+fn onnx_target() -> Target {
+    Target {
+        name: "onnx",
+        reads: "ONNX models (spore::onnx::import, spore run)",
+        seeds: seeds::onnx_models,
+        run: onnx,
+        alloc_limit: raw,
+        dictionary: &["Conv", "Relu", "MatMul", "Reshape", "ai.onnx"],
+    }
 }
 
 fn idx_target() -> Target {
