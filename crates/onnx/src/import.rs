@@ -114,6 +114,16 @@ impl OnnxNetwork {
     pub fn graph(&self) -> &GraphProto {
         &self.graph
     }
+
+    /// The parameters made from float initializers, under their ONNX names.
+    pub fn parameters(&self) -> &[(String, Parameter)] {
+        &self.params
+    }
+
+    /// A non-float initializer.
+    pub fn constant(&self, name: &str) -> Option<&Tensor> {
+        self.constants.get(name)
+    }
 }
 
 impl Cell for OnnxNetwork {

@@ -16,6 +16,8 @@
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod api;
+pub mod convert;
 pub mod export;
 pub mod import;
 pub mod ops;

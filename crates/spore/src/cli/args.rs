@@ -43,6 +43,12 @@ pub enum Invocation {
     PrintFile {
         file: PathBuf,
     },
+    /// `spore convert model.onnx --out DIR [--name Type]`.
+    ConvertOnnx {
+        model: PathBuf,
+        out: PathBuf,
+        name: String,
+    },
     /// `spore run model.onnx --input x.npy ... [--mode] [--output y.npy ...]`.
     RunOnnx {
         model: PathBuf,
@@ -136,6 +142,13 @@ pub fn command() -> Command {
                         .arg(Arg::new("second").required(true))
                         .arg(Arg::new("tolerance").long("tolerance").default_value("1e-5").help("relative tolerance per element")),
                 ),
+        )
+        .subcommand(
+            Command::new("convert")
+                .about("Convert an ONNX model: a checkpoint, the Rust source of an equivalent Cell, and a report")
+                .arg(Arg::new("model").required(true).help("an .onnx file"))
+                .arg(Arg::new("out").long("out").required(true).help("folder for model.rs, model.ckpt and REPORT.md"))
+                .arg(Arg::new("name").long("name").default_value("ConvertedNet").help("the Rust type's name")),
         )
         .subcommand(
             Command::new("run")
@@ -268,6 +281,11 @@ fn invocation(m: &ArgMatches) -> Result<Invocation, String> {
         },
         Some(("print-file", a)) => Invocation::PrintFile {
             file: path(a, "file"),
+        },
+        Some(("convert", a)) => Invocation::ConvertOnnx {
+            model: path(a, "model"),
+            out: path(a, "out"),
+            name: text(a, "name").to_string(),
         },
         Some(("run", a)) => {
             let many = |name: &str| -> Vec<PathBuf> {

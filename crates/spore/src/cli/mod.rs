@@ -89,6 +89,15 @@ pub fn execute(invocation: &Invocation) -> Result<String> {
             tolerance,
         } => Ok(inspect::compare(first, second, *tolerance)?.to_string()),
         Invocation::PrintFile { file } => spore_core::debug::print::parse_print_text(file),
+        Invocation::ConvertOnnx { model, out, name } => {
+            let c = spore_onnx::convert::convert_file(model, out, name)?;
+            Ok(format!(
+                "{} nodes converted, {} not converted; wrote model.rs, model.ckpt and REPORT.md to {}\n",
+                c.converted,
+                c.not_converted.len(),
+                out.display()
+            ))
+        }
         Invocation::RunOnnx {
             model,
             inputs,

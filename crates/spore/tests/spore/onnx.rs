@@ -82,3 +82,71 @@ fn spore_run_executes_an_onnx_model_on_npy_inputs() {
     assert!(bad.to_string().contains("missing.onnx"), "{bad}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `spore convert` on an exported LeNet writes this file (the test checks it is what
+/// the converter writes today; `SPORE_UPDATE_CONVERTED=1` refreshes it), and it builds
+/// here as part of the tests.
+#[rustfmt::skip]
+#[path = "converted_lenet.rs"]
+mod converted_lenet;
+
+#[test]
+fn spore_convert_writes_a_cell_that_builds_and_loads_its_checkpoint() {
+    use spore::cli::{args::parse, execute};
+    use spore::nn::checkpoint::{load_checkpoint, load_param_into_net};
+    spore::rng::set_seed(7);
+    let dir = std::env::temp_dir().join(format!("spore_onnx_convert_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("lenet.onnx");
+    let x = Tensor::randn(&[2, 1, 32, 32], DType::F32, Some(8)).unwrap();
+    spore::export(
+        &*LeNet5::new(10).unwrap(),
+        std::slice::from_ref(&x),
+        &model,
+        spore::Format::Onnx,
+    )
+    .unwrap();
+    let out = dir.join("converted");
+    let said = execute(
+        &parse([
+            "spore",
+            "convert",
+            model.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--name",
+            "LeNetOnnx",
+        ])
+        .unwrap(),
+    )
+    .unwrap();
+    assert!(said.contains("0 not converted"), "{said}");
+    let source = std::fs::read_to_string(out.join("model.rs")).unwrap();
+    let committed =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/spore/converted_lenet.rs");
+    if std::env::var("SPORE_UPDATE_CONVERTED").is_ok() {
+        std::fs::write(&committed, &source).unwrap();
+    }
+    assert_eq!(
+        source,
+        std::fs::read_to_string(&committed).unwrap(),
+        "the converter's output changed: rerun with SPORE_UPDATE_CONVERTED=1"
+    );
+    let report = std::fs::read_to_string(out.join("REPORT.md")).unwrap();
+    assert!(
+        report.contains("| Conv |") || report.contains("Conv"),
+        "{report}"
+    );
+    // The compiled conversion, with the converted checkpoint, computes what the import does.
+    let net = converted_lenet::LeNetOnnx::new().unwrap();
+    let loaded =
+        load_param_into_net(&*net, &load_checkpoint(out.join("model.ckpt")).unwrap()).unwrap();
+    assert!(loaded.missing.is_empty(), "{:?}", loaded.missing);
+    let imported = spore::onnx::import(&model).unwrap();
+    let (a, b) = (
+        net.call1(&x).unwrap().to_vec::<f32>().unwrap(),
+        imported.call1(&x).unwrap().to_vec::<f32>().unwrap(),
+    );
+    assert_eq!(a, b);
+    let _ = std::fs::remove_dir_all(&dir);
+}
