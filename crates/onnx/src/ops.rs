@@ -2,12 +2,9 @@
 //! has Spore's gradients). An operator, attribute value or input this file does not
 //! handle is an error naming the node, its type and the model's opset.
 
-use std::panic::Location;
-
-use spore_core::apply::apply;
-use spore_core::op::{ConvAttrs, Op, PoolAttrs};
 use spore_core::{DType, Error, Result, Tensor};
 
+use crate::api;
 use crate::proto::NodeProto;
 use crate::tensor::{Attrs, dtype_of, to_tensor};
 
@@ -132,22 +129,20 @@ fn conv(node: &NodeProto, opset: i64, args: &[Option<Tensor>]) -> Result<Tensor>
         ));
     }
     let at = Attrs::of(node);
-    let ws = w.shape();
     let stride = pair(node, opset, &at, "strides", 1)?;
     let dilation = pair(node, opset, &at, "dilations", 1)?;
-    let kernel = [ws[2], ws[3]];
+    let kernel = [w.shape()[2], w.shape()[3]];
     let pads = window_pads(node, opset, &at, x.shape(), kernel, stride, dilation)?;
-    let attrs = ConvAttrs {
+    let bias = args.get(2).and_then(|b| b.as_ref());
+    api::conv2d(
+        x,
+        w,
+        bias,
         stride,
-        dilation,
         pads,
-        groups: at.int("group", 1).max(1) as usize,
-    };
-    let y = apply(Op::Conv2d(attrs), &[x, w], Location::caller())?;
-    match args.get(2).and_then(|b| b.as_ref()) {
-        Some(b) => y.add(&b.reshape(&[1, b.numel(), 1, 1])?),
-        None => Ok(y),
-    }
+        dilation,
+        at.int("group", 1).max(1) as usize,
+    )
 }
 
 fn pool(node: &NodeProto, opset: i64, args: &[Option<Tensor>], max: bool) -> Result<Tensor> {
@@ -159,40 +154,30 @@ fn pool(node: &NodeProto, opset: i64, args: &[Option<Tensor>], max: bool) -> Res
     let kernel = pair(node, opset, &at, "kernel_shape", 0)?;
     let stride = pair(node, opset, &at, "strides", 1)?;
     let pads = window_pads(node, opset, &at, x.shape(), kernel, stride, [1, 1])?;
-    let attrs = PoolAttrs {
+    api::pool2d(
+        x,
+        max,
         kernel,
         stride,
         pads,
-        count_include_pad: at.int("count_include_pad", 0) != 0,
-    };
-    let op = if max {
-        Op::MaxPool2d(attrs)
-    } else {
-        Op::AvgPool2d(attrs)
-    };
-    apply(op, &[x], Location::caller())
+        at.int("count_include_pad", 0) != 0,
+    )
 }
 
 fn gemm(node: &NodeProto, opset: i64, args: &[Option<Tensor>]) -> Result<Tensor> {
     let at = Attrs::of(node);
-    let mut a = input(node, opset, args, 0)?.clone();
-    let mut b = input(node, opset, args, 1)?.clone();
-    if at.int("transA", 0) != 0 {
-        a = a.transpose()?;
-    }
-    if at.int("transB", 0) != 0 {
-        b = b.transpose()?;
-    }
-    let (alpha, beta) = (at.float("alpha", 1.0), at.float("beta", 1.0));
-    let mut y = a.matmul(&b)?;
-    if alpha != 1.0 {
-        y = y.mul_scalar(alpha as f64)?;
-    }
-    match args.get(2).and_then(|c| c.as_ref()) {
-        Some(c) if beta != 1.0 => y.add(&c.mul_scalar(beta as f64)?),
-        Some(c) => y.add(c),
-        None => Ok(y),
-    }
+    let (a, b) = (input(node, opset, args, 0)?, input(node, opset, args, 1)?);
+    let c = args.get(2).and_then(|c| c.as_ref());
+    let (ta, tb) = (at.int("transA", 0) != 0, at.int("transB", 0) != 0);
+    api::gemm(
+        a,
+        b,
+        c,
+        ta,
+        tb,
+        at.float("alpha", 1.0),
+        at.float("beta", 1.0),
+    )
 }
 
 /// Reduction axes: the attribute (or, from the opsets that moved them, the input).
@@ -222,48 +207,17 @@ fn reduce_axes(
 fn reshape(node: &NodeProto, opset: i64, args: &[Option<Tensor>]) -> Result<Tensor> {
     let x = input(node, opset, args, 0)?;
     let target = ints_of(input(node, opset, args, 1)?)?;
-    let allow_zero = Attrs::of(node).int("allowzero", 0) != 0;
-    let mut shape: Vec<usize> = vec![];
-    let mut infer = None;
-    for (i, &d) in target.iter().enumerate() {
-        match d {
-            0 if !allow_zero => shape.push(
-                *x.shape()
-                    .get(i)
-                    .ok_or_else(|| fail(node, opset, "0 copies a dimension the input lacks"))?,
-            ),
-            -1 if infer.is_none() => {
-                infer = Some(i);
-                shape.push(1);
-            }
-            d if d >= 0 => shape.push(d as usize),
-            _ => {
-                return Err(fail(
-                    node,
-                    opset,
-                    &format!("shape {target:?}: at most one -1, no other negative"),
-                ));
-            }
-        }
+    if Attrs::of(node).int("allowzero", 0) != 0 && target.contains(&0) {
+        return Err(fail(
+            node,
+            opset,
+            "allowzero = 1 with a 0 in the shape (an empty tensor) is not supported",
+        ));
     }
-    if let Some(i) = infer {
-        let known: usize = shape.iter().product();
-        if known == 0 || x.numel() % known != 0 {
-            return Err(fail(
-                node,
-                opset,
-                &format!("cannot reshape {:?} to {target:?}", x.shape()),
-            ));
-        }
-        shape[i] = x.numel() / known;
-    }
-    x.reshape(&shape)
+    api::reshape(x, &target).map_err(|e| fail(node, opset, &e.to_string()))
 }
 
 fn batch_norm(node: &NodeProto, opset: i64, args: &[Option<Tensor>]) -> Result<Tensor> {
-    let x = input(node, opset, args, 0)?;
-    let [scale, bias, mean, var] = [1, 2, 3, 4].map(|i| input(node, opset, args, i).cloned());
-    let (scale, bias, mean, var) = (scale?, bias?, mean?, var?);
     if Attrs::of(node).int("training_mode", 0) != 0 {
         return Err(fail(
             node,
@@ -271,30 +225,23 @@ fn batch_norm(node: &NodeProto, opset: i64, args: &[Option<Tensor>]) -> Result<T
             "training_mode = 1 is not supported (import evaluates with the running statistics)",
         ));
     }
+    let t = |i| input(node, opset, args, i);
     let eps = Attrs::of(node).float("epsilon", 1e-5) as f64;
-    let c = scale.numel();
-    let mut b = vec![1usize; x.rank()];
-    b[1] = c;
-    let inv = var.add_scalar(eps)?.rsqrt()?.mul(&scale)?;
-    let shift = bias.sub(&mean.mul(&inv)?)?;
-    x.mul(&inv.reshape(&b)?)?.add(&shift.reshape(&b)?)
+    api::batch_norm(t(0)?, t(1)?, t(2)?, t(3)?, t(4)?, eps)
 }
 
 fn layer_norm(node: &NodeProto, opset: i64, args: &[Option<Tensor>]) -> Result<Tensor> {
     let x = input(node, opset, args, 0)?;
-    let scale = input(node, opset, args, 1)?;
     let at = Attrs::of(node);
     let first = norm_axis(node, opset, at.int("axis", -1), x.rank())?;
-    let axes: Vec<isize> = (first..x.rank()).map(|a| a as isize).collect();
-    let eps = at.float("epsilon", 1e-5) as f64;
-    let mean = x.mean(&axes, true)?;
-    let d = x.sub(&mean)?;
-    let var = d.mul(&d)?.mean(&axes, true)?;
-    let mut y = d.mul(&var.add_scalar(eps)?.rsqrt()?)?.mul(scale)?;
-    if let Some(b) = args.get(2).and_then(|b| b.as_ref()) {
-        y = y.add(b)?;
-    }
-    Ok(y)
+    let bias = args.get(2).and_then(|b| b.as_ref());
+    api::layer_norm(
+        x,
+        input(node, opset, args, 1)?,
+        bias,
+        first,
+        at.float("epsilon", 1e-5) as f64,
+    )
 }
 
 fn unary(
