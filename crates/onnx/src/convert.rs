@@ -86,6 +86,62 @@ fn known_ints(net: &OnnxNetwork, consts: &HashMap<String, Tensor>, name: &str) -
         .map(|v| v.iter().map(|&x| x as i64).collect())
 }
 
+/// A node's inputs (as Rust names) and attributes, read as the generated code needs
+/// them.
+struct Spelling<'a> {
+    at: Attrs<'a>,
+    a: &'a [String],
+}
+
+impl<'a> Spelling<'a> {
+    fn new(node: &'a NodeProto, a: &'a [String]) -> Spelling<'a> {
+        Spelling {
+            at: Attrs::of(node),
+            a,
+        }
+    }
+
+    fn arg(&self, i: usize) -> std::result::Result<String, String> {
+        self.a
+            .get(i)
+            .cloned()
+            .ok_or_else(|| format!("input {i} is missing"))
+    }
+
+    /// `Some(&x)` for a present optional input, else `None`.
+    fn opt(&self, i: usize) -> String {
+        self.a
+            .get(i)
+            .filter(|s| !s.is_empty())
+            .map_or("None".to_string(), |s| format!("Some(&{s})"))
+    }
+
+    fn pair(&self, n: &str) -> std::result::Result<[i64; 2], String> {
+        match self.at.ints(n) {
+            None => Ok([1, 1]),
+            Some(v) if v.len() == 2 => Ok([v[0], v[1]]),
+            Some(v) => Err(format!("{n} {v:?} is not 2-D")),
+        }
+    }
+
+    /// (top, bottom, left, right) from `pads` or `auto_pad` (SAME needs shapes).
+    fn pads(&self) -> std::result::Result<[i64; 4], String> {
+        match self.at.string("auto_pad", "NOTSET").as_str() {
+            "NOTSET" => {
+                let p = self.at.ints("pads").unwrap_or_else(|| vec![0; 4]);
+                if p.len() != 4 {
+                    return Err(format!("pads {p:?} are not 2-D"));
+                }
+                Ok([p[0], p[2], p[1], p[3]])
+            }
+            "VALID" => Ok([0; 4]),
+            other => Err(format!(
+                "auto_pad {other} needs the input's shape (not converted)"
+            )),
+        }
+    }
+}
+
 /// The statement's right-hand side for `node`, or why it cannot be written.
 fn expression(
     net: &OnnxNetwork,
@@ -145,39 +201,12 @@ fn windows(
     a: &[String],
     consts: &HashMap<String, Tensor>,
 ) -> std::result::Result<String, String> {
-    let at = Attrs::of(node);
-    let arg = |i: usize| {
-        a.get(i)
-            .cloned()
-            .ok_or_else(|| format!("input {i} is missing"))
-    };
-    let opt = |i: usize| {
-        a.get(i)
-            .filter(|s| !s.is_empty())
-            .map_or("None".to_string(), |s| format!("Some(&{s})"))
-    };
-    let pair = |n: &str| -> std::result::Result<[i64; 2], String> {
-        match at.ints(n) {
-            None => Ok([1, 1]),
-            Some(v) if v.len() == 2 => Ok([v[0], v[1]]),
-            Some(v) => Err(format!("{n} {v:?} is not 2-D")),
-        }
-    };
-    let pads = || -> std::result::Result<[i64; 4], String> {
-        match at.string("auto_pad", "NOTSET").as_str() {
-            "NOTSET" => {
-                let p = at.ints("pads").unwrap_or_else(|| vec![0; 4]);
-                if p.len() != 4 {
-                    return Err(format!("pads {p:?} are not 2-D"));
-                }
-                Ok([p[0], p[2], p[1], p[3]])
-            }
-            "VALID" => Ok([0; 4]),
-            other => Err(format!(
-                "auto_pad {other} needs the input's shape (not converted)"
-            )),
-        }
-    };
+    let sp = Spelling::new(node, a);
+    let at = &sp.at;
+    let arg = |i: usize| sp.arg(i);
+    let opt = |i: usize| sp.opt(i);
+    let pair = |n: &str| sp.pair(n);
+    let pads = || sp.pads();
     Ok(match node.op_type.as_str() {
         "Conv" => {
             let (s, d, p) = (pair("strides")?, pair("dilations")?, pads()?);
@@ -242,17 +271,10 @@ fn shapes(
     a: &[String],
     consts: &HashMap<String, Tensor>,
 ) -> std::result::Result<String, String> {
-    let at = Attrs::of(node);
-    let arg = |i: usize| {
-        a.get(i)
-            .cloned()
-            .ok_or_else(|| format!("input {i} is missing"))
-    };
-    let opt = |i: usize| {
-        a.get(i)
-            .filter(|s| !s.is_empty())
-            .map_or("None".to_string(), |s| format!("Some(&{s})"))
-    };
+    let sp = Spelling::new(node, a);
+    let at = &sp.at;
+    let arg = |i: usize| sp.arg(i);
+    let opt = |i: usize| sp.opt(i);
     Ok(match node.op_type.as_str() {
         "Flatten" => {
             let axis = at.int("axis", 1);
