@@ -148,20 +148,37 @@ fn conv(node: &NodeProto, opset: i64, args: &[Option<Tensor>]) -> Result<Tensor>
 fn pool(node: &NodeProto, opset: i64, args: &[Option<Tensor>], max: bool) -> Result<Tensor> {
     let x = input(node, opset, args, 0)?;
     let at = Attrs::of(node);
-    if at.int("ceil_mode", 0) != 0 {
-        return Err(fail(node, opset, "ceil_mode = 1 is not supported yet"));
-    }
     let kernel = pair(node, opset, &at, "kernel_shape", 0)?;
     let stride = pair(node, opset, &at, "strides", 1)?;
-    let pads = window_pads(node, opset, &at, x.shape(), kernel, stride, [1, 1])?;
-    api::pool2d(
-        x,
-        max,
-        kernel,
-        stride,
-        pads,
-        at.int("count_include_pad", 0) != 0,
-    )
+    let mut pads = window_pads(node, opset, &at, x.shape(), kernel, stride, [1, 1])?;
+    let count_include_pad = at.int("count_include_pad", 0) != 0;
+    if at.int("ceil_mode", 0) != 0 {
+        if !max && count_include_pad {
+            return Err(fail(
+                node,
+                opset,
+                "ceil_mode = 1 with count_include_pad = 1 is not supported",
+            ));
+        }
+        // Ceil mode as padding: the extra bottom/right cells make the floor formula give
+        // the ceil count, and pooling never reads padding (a max skips it, a mean
+        // without count_include_pad divides by the cells inside), as ceil mode's clipped
+        // windows do. A window may not start in the right padding (ONNX's rule).
+        for d in 0..2 {
+            let size = x.shape().get(2 + d).copied().unwrap_or(0);
+            let span = size + pads[2 * d] + pads[2 * d + 1];
+            if span < kernel[d] || kernel[d] == 0 {
+                continue;
+            }
+            let mut out = (span - kernel[d]).div_ceil(stride[d]) + 1;
+            if (out - 1) * stride[d] >= size + pads[2 * d] {
+                out -= 1;
+            }
+            let needed = (out - 1) * stride[d] + kernel[d];
+            pads[2 * d + 1] += needed.saturating_sub(span);
+        }
+    }
+    api::pool2d(x, max, kernel, stride, pads, count_include_pad)
 }
 
 fn gemm(node: &NodeProto, opset: i64, args: &[Option<Tensor>]) -> Result<Tensor> {

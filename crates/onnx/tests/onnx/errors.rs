@@ -51,7 +51,7 @@ fn an_unsupported_operator_names_the_node_its_type_and_the_opset() {
 
 #[test]
 fn an_unsupported_attribute_value_is_named() {
-    let mut m = model("MaxPool", 17);
+    let mut m = model("AveragePool", 17);
     let g = m.graph.as_mut().unwrap();
     g.node[0].attribute = vec![
         spore_onnx::proto::AttributeProto {
@@ -62,6 +62,12 @@ fn an_unsupported_attribute_value_is_named() {
         },
         spore_onnx::proto::AttributeProto {
             name: "ceil_mode".into(),
+            i: 1,
+            r#type: 2,
+            ..Default::default()
+        },
+        spore_onnx::proto::AttributeProto {
+            name: "count_include_pad".into(),
             i: 1,
             r#type: 2,
             ..Default::default()
