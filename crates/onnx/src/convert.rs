@@ -190,7 +190,7 @@ fn expression(
             };
             format!("{}.{m}({})?", arg(0)?, at.int("axis", -1))
         }
-        _ => return windows(net, node, a, consts),
+        _ => return windows(net, node, &Spelling::new(node, a), consts),
     })
 }
 
@@ -198,23 +198,17 @@ fn expression(
 fn windows(
     net: &OnnxNetwork,
     node: &NodeProto,
-    a: &[String],
+    sp: &Spelling,
     consts: &HashMap<String, Tensor>,
 ) -> std::result::Result<String, String> {
-    let sp = Spelling::new(node, a);
-    let at = &sp.at;
-    let arg = |i: usize| sp.arg(i);
-    let opt = |i: usize| sp.opt(i);
-    let pair = |n: &str| sp.pair(n);
-    let pads = || sp.pads();
     Ok(match node.op_type.as_str() {
         "Conv" => {
-            let (s, d, p) = (pair("strides")?, pair("dilations")?, pads()?);
+            let (s, d, p) = (sp.pair("strides")?, sp.pair("dilations")?, sp.pads()?);
             format!(
                 "api::conv2d(&{}, &{}, {}, [{}, {}], [{}, {}, {}, {}], [{}, {}], {})?",
-                arg(0)?,
-                arg(1)?,
-                opt(2),
+                sp.arg(0)?,
+                sp.arg(1)?,
+                sp.opt(2),
                 s[0],
                 s[1],
                 p[0],
@@ -223,31 +217,32 @@ fn windows(
                 p[3],
                 d[0],
                 d[1],
-                at.int("group", 1)
+                sp.at.int("group", 1)
             )
         }
         "Gemm" => format!(
             "api::gemm(&{}, &{}, {}, {}, {}, {}, {})?",
-            arg(0)?,
-            arg(1)?,
-            opt(2),
-            at.int("transA", 0) != 0,
-            at.int("transB", 0) != 0,
-            f32_literal(at.float("alpha", 1.0)),
-            f32_literal(at.float("beta", 1.0))
+            sp.arg(0)?,
+            sp.arg(1)?,
+            sp.opt(2),
+            sp.at.int("transA", 0) != 0,
+            sp.at.int("transB", 0) != 0,
+            f32_literal(sp.at.float("alpha", 1.0)),
+            f32_literal(sp.at.float("beta", 1.0))
         ),
         "MaxPool" | "AveragePool" => {
-            if at.int("ceil_mode", 0) != 0 {
+            if sp.at.int("ceil_mode", 0) != 0 {
                 return Err("ceil_mode = 1 is not supported".into());
             }
-            let k = at
+            let k = sp
+                .at
                 .ints("kernel_shape")
                 .filter(|k| k.len() == 2)
                 .ok_or("kernel_shape is not 2-D")?;
-            let (s, p) = (pair("strides")?, pads()?);
+            let (s, p) = (sp.pair("strides")?, sp.pads()?);
             format!(
                 "api::pool2d(&{}, {}, [{}, {}], [{}, {}], [{}, {}, {}, {}], {})?",
-                arg(0)?,
+                sp.arg(0)?,
                 node.op_type == "MaxPool",
                 k[0],
                 k[1],
@@ -257,10 +252,10 @@ fn windows(
                 p[1],
                 p[2],
                 p[3],
-                at.int("count_include_pad", 0) != 0
+                sp.at.int("count_include_pad", 0) != 0
             )
         }
-        _ => return shapes(net, node, a, consts),
+        _ => return shapes(net, node, sp, consts),
     })
 }
 
@@ -268,20 +263,16 @@ fn windows(
 fn shapes(
     net: &OnnxNetwork,
     node: &NodeProto,
-    a: &[String],
+    sp: &Spelling,
     consts: &HashMap<String, Tensor>,
 ) -> std::result::Result<String, String> {
-    let sp = Spelling::new(node, a);
-    let at = &sp.at;
-    let arg = |i: usize| sp.arg(i);
-    let opt = |i: usize| sp.opt(i);
     Ok(match node.op_type.as_str() {
         "Flatten" => {
-            let axis = at.int("axis", 1);
+            let axis = sp.at.int("axis", 1);
             if axis < 0 {
                 return Err("a negative Flatten axis is not converted".into());
             }
-            format!("api::flatten(&{}, {axis})?", arg(0)?)
+            format!("api::flatten(&{}, {axis})?", sp.arg(0)?)
         }
         "Reshape" => {
             let shape = node
@@ -289,16 +280,18 @@ fn shapes(
                 .get(1)
                 .and_then(|n| known_ints(net, consts, n))
                 .ok_or("the target shape is computed in the graph")?;
-            format!("api::reshape(&{}, &{shape:?})?", arg(0)?)
+            format!("api::reshape(&{}, &{shape:?})?", sp.arg(0)?)
         }
         "Transpose" => {
-            let perm = at
+            let perm = sp
+                .at
                 .ints("perm")
                 .ok_or("Transpose without perm is not converted")?;
-            format!("{}.permute(&{perm:?})?", arg(0)?)
+            format!("{}.permute(&{perm:?})?", sp.arg(0)?)
         }
         "ReduceMean" | "ReduceSum" => {
-            let axes = at
+            let axes = sp
+                .at
                 .ints("axes")
                 .or_else(|| node.input.get(1).and_then(|n| known_ints(net, consts, n)))
                 .ok_or("the axes are computed in the graph")?;
@@ -309,34 +302,34 @@ fn shapes(
             };
             format!(
                 "{}.{m}(&{axes:?}, {})?",
-                arg(0)?,
-                at.int("keepdims", 1) != 0
+                sp.arg(0)?,
+                sp.at.int("keepdims", 1) != 0
             )
         }
         "Concat" => {
-            let xs: Vec<String> = a.iter().map(|s| format!("&{s}")).collect();
+            let xs: Vec<String> = sp.a.iter().map(|s| format!("&{s}")).collect();
             format!(
                 "Tensor::concat(&[{}], {})?",
                 xs.join(", "),
-                at.int("axis", 0)
+                sp.at.int("axis", 0)
             )
         }
         "BatchNormalization" => format!(
             "api::batch_norm(&{}, &{}, &{}, &{}, &{}, {})?",
-            arg(0)?,
-            arg(1)?,
-            arg(2)?,
-            arg(3)?,
-            arg(4)?,
-            at.float("epsilon", 1e-5) as f64
+            sp.arg(0)?,
+            sp.arg(1)?,
+            sp.arg(2)?,
+            sp.arg(3)?,
+            sp.arg(4)?,
+            sp.at.float("epsilon", 1e-5) as f64
         ),
         "LayerNormalization" => format!(
             "api::layer_norm(&{x}, &{}, {}, ({x}.rank() as i64 + {}) as usize % {x}.rank().max(1), {})?",
-            arg(1)?,
-            opt(2),
-            at.int("axis", -1),
-            at.float("epsilon", 1e-5) as f64,
-            x = arg(0)?
+            sp.arg(1)?,
+            sp.opt(2),
+            sp.at.int("axis", -1),
+            sp.at.float("epsilon", 1e-5) as f64,
+            x = sp.arg(0)?
         ),
         other => {
             return Err(format!(

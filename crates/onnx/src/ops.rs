@@ -32,11 +32,6 @@ fn ints_of(t: &Tensor) -> Result<Vec<i64>> {
     Ok(t.to_f64_vec()?.iter().map(|&v| v as i64).collect())
 }
 
-fn axis(a: i64, rank: usize) -> isize {
-    let _ = rank;
-    a as isize
-}
-
 fn norm_axis(node: &NodeProto, opset: i64, a: i64, rank: usize) -> Result<usize> {
     let r = rank as i64;
     let v = if a < 0 { a + r } else { a };
@@ -215,7 +210,7 @@ fn reduce_axes(
         at.ints("axes")
     };
     Ok(match raw {
-        Some(v) if !v.is_empty() => v.into_iter().map(|a| axis(a, rank)).collect(),
+        Some(v) if !v.is_empty() => v.into_iter().map(|a| a as isize).collect(),
         _ if at.int("noop_with_empty_axes", 0) != 0 => vec![],
         _ => (0..rank as isize).collect(),
     })
@@ -398,7 +393,7 @@ fn network(node: &NodeProto, args: &[Option<Tensor>], opset: i64) -> Result<Vec<
                     "before opset 13, Softmax flattens from its axis; only the last axis is supported",
                 ));
             }
-            let a = axis(a, x.rank());
+            let a = a as isize;
             one(if node.op_type == "Softmax" {
                 x.softmax(a)?
             } else {
