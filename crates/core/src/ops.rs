@@ -14,8 +14,11 @@ use spore_kernels::DType;
 pub use crate::autodiff::{grad, value_and_grad};
 use crate::error::Result;
 pub use crate::prims::conv::{Conv2dOptions, PadMode};
+pub use crate::prims::conv_transpose::ConvTranspose2dOptions;
+pub use crate::prims::padding::PaddingMode;
 pub use crate::prims::pool::Pool2dOptions;
 pub use crate::prims::print::{PrintArg, print};
+pub use crate::prims::strided_slice::StridedSliceMasks;
 use crate::tensor::Tensor;
 
 macro_rules! unary {
@@ -38,6 +41,30 @@ binary!(add => add, sub => sub, mul => mul, div => div, tensor_pow => pow, pow =
         maximum => maximum, minimum => minimum, equal => equal, not_equal => not_equal,
         less => less, less_equal => less_equal, greater => greater,
         greater_equal => greater_equal, matmul => matmul);
+
+/// MindSpore's `ops.MatMul(transpose_a, transpose_b)(a, b)`.
+#[track_caller]
+pub fn mat_mul(a: &Tensor, b: &Tensor, transpose_a: bool, transpose_b: bool) -> Result<Tensor> {
+    a.matmul_t(b, transpose_a, transpose_b)
+}
+/// MindSpore's `ops.BatchMatMul(transpose_a, transpose_b)(a, b)`: operands of rank 3 or
+/// more, batch axes broadcast.
+#[track_caller]
+pub fn batch_matmul(
+    a: &Tensor,
+    b: &Tensor,
+    transpose_a: bool,
+    transpose_b: bool,
+) -> Result<Tensor> {
+    if a.rank() < 3 || b.rank() < 3 {
+        return Err(crate::error::Error::invalid_here(format!(
+            "BatchMatMul: both inputs must have rank >= 3, got {:?} and {:?}",
+            a.shape(),
+            b.shape()
+        )));
+    }
+    a.matmul_t(b, transpose_a, transpose_b)
+}
 
 #[track_caller]
 pub fn select(cond: &Tensor, x: &Tensor, y: &Tensor) -> Result<Tensor> {
@@ -71,9 +98,10 @@ pub fn argmax(x: &Tensor, axis: isize, keep_dims: bool) -> Result<Tensor> {
 pub fn argmin(x: &Tensor, axis: isize, keep_dims: bool) -> Result<Tensor> {
     x.argmin(axis, keep_dims)
 }
+/// Reshape where one entry may be -1 (inferred), as MindSpore's `ops.reshape`.
 #[track_caller]
-pub fn reshape(x: &Tensor, shape: &[usize]) -> Result<Tensor> {
-    x.reshape(shape)
+pub fn reshape(x: &Tensor, shape: &[isize]) -> Result<Tensor> {
+    x.reshape_infer(shape)
 }
 #[track_caller]
 pub fn transpose(x: &Tensor, perm: &[usize]) -> Result<Tensor> {
@@ -83,18 +111,24 @@ pub fn transpose(x: &Tensor, perm: &[usize]) -> Result<Tensor> {
 pub fn broadcast_to(x: &Tensor, shape: &[usize]) -> Result<Tensor> {
     x.broadcast_to(shape)
 }
+/// MindSpore's `ops.StridedSlice(begin_mask, ..., shrink_axis_mask)(x, begin, end,
+/// strides)`; `StridedSliceMasks::default()` is the plain slice.
 #[track_caller]
 pub fn strided_slice(
     x: &Tensor,
     begin: &[isize],
     end: &[isize],
     strides: &[isize],
+    masks: &StridedSliceMasks,
 ) -> Result<Tensor> {
-    x.strided_slice(begin, end, strides)
+    x.strided_slice_masked(begin, end, strides, masks)
 }
+/// MindSpore's `ops.pad` with its modes; `paddings` holds one (before, after) pair per
+/// axis in axis order (MindSpore's flat tuple starts from the last axis), negative
+/// amounts crop.
 #[track_caller]
-pub fn pad(x: &Tensor, paddings: &[(usize, usize)], value: f64) -> Result<Tensor> {
-    x.pad(paddings, value)
+pub fn pad(x: &Tensor, paddings: &[(isize, isize)], mode: PaddingMode) -> Result<Tensor> {
+    x.pad_with(paddings, mode)
 }
 #[track_caller]
 pub fn concat(xs: &[&Tensor], axis: isize) -> Result<Tensor> {
@@ -121,6 +155,14 @@ pub fn conv2d(x: &Tensor, weight: &Tensor, opts: &Conv2dOptions) -> Result<Tenso
     x.conv2d(weight, opts)
 }
 #[track_caller]
+pub fn conv_transpose2d(
+    x: &Tensor,
+    weight: &Tensor,
+    opts: &ConvTranspose2dOptions,
+) -> Result<Tensor> {
+    x.conv_transpose2d(weight, opts)
+}
+#[track_caller]
 pub fn max_pool2d(x: &Tensor, opts: &Pool2dOptions) -> Result<Tensor> {
     x.max_pool2d(opts)
 }
@@ -136,9 +178,16 @@ pub fn gather(x: &Tensor, indices: &Tensor, axis: isize) -> Result<Tensor> {
 pub fn scatter_add(x: &Tensor, indices: &Tensor, updates: &Tensor, axis: isize) -> Result<Tensor> {
     x.scatter_add(indices, updates, axis)
 }
+/// MindSpore's `ops.one_hot(indices, depth, on_value, off_value, axis)`.
 #[track_caller]
-pub fn one_hot(indices: &Tensor, depth: usize, dtype: DType) -> Result<Tensor> {
-    indices.one_hot(depth, dtype)
+pub fn one_hot(
+    indices: &Tensor,
+    depth: usize,
+    on_value: &Tensor,
+    off_value: &Tensor,
+    axis: isize,
+) -> Result<Tensor> {
+    indices.one_hot_with(depth, on_value, off_value, axis)
 }
 #[track_caller]
 pub fn softmax(x: &Tensor, axis: isize) -> Result<Tensor> {

@@ -163,7 +163,8 @@ pub fn walk_rows<const K: usize>(
         return;
     }
     let inner = shape[rank - 1];
-    if inner == 0 {
+    // An empty axis anywhere means no rows (and no division by its length below).
+    if shape.contains(&0) {
         return;
     }
     let steps: [isize; K] = std::array::from_fn(|k| strides[k][rank - 1]);

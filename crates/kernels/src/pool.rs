@@ -23,8 +23,35 @@ pub struct PoolGeometry {
     pub kernel: [usize; 2],
     pub stride: [usize; 2],
     pub pads: [usize; 4],
+    /// Rows and columns that ceil mode's last windows reach past the bottom and right
+    /// padding: read by no window and counted by no divisor.
+    pub overhang: [usize; 2],
     pub oh: usize,
     pub ow: usize,
+}
+
+/// Output length of one pooled axis: `floor` (the default) or `ceil` of the window count,
+/// where ceil mode keeps a last, partial window only if it starts inside the image or the
+/// leading padding (PyTorch's and ONNX's rule). `None` when the kernel does not fit.
+pub fn pooled_len(
+    size: usize,
+    kernel: usize,
+    stride: usize,
+    pads: (usize, usize),
+    ceil_mode: bool,
+) -> Option<usize> {
+    let span = (size + pads.0 + pads.1).checked_sub(kernel)?;
+    if stride == 0 {
+        return None;
+    }
+    if !ceil_mode {
+        return Some(span / stride + 1);
+    }
+    let mut out = span.div_ceil(stride) + 1;
+    if (out - 1) * stride >= size + pads.0 {
+        out -= 1;
+    }
+    Some(out)
 }
 
 impl PoolGeometry {
@@ -34,9 +61,34 @@ impl PoolGeometry {
         stride: [usize; 2],
         pads: [usize; 4],
     ) -> Self {
+        Self::with_ceil_mode(input, kernel, stride, pads, false)
+    }
+
+    /// [`PoolGeometry::new`] with the output size rounded up when `ceil_mode` (see
+    /// [`pooled_len`]). The kernel must fit the padded input and strides be non-zero.
+    pub fn with_ceil_mode(
+        input: [usize; 4],
+        kernel: [usize; 2],
+        stride: [usize; 2],
+        pads: [usize; 4],
+        ceil_mode: bool,
+    ) -> Self {
         let [n, c, h, w] = input;
-        let oh = (h + pads[0] + pads[1] - kernel[0]) / stride[0] + 1;
-        let ow = (w + pads[2] + pads[3] - kernel[1]) / stride[1] + 1;
+        let len = |d: usize, size: usize| {
+            pooled_len(
+                size,
+                kernel[d],
+                stride[d],
+                (pads[2 * d], pads[2 * d + 1]),
+                ceil_mode,
+            )
+            .unwrap_or(0)
+        };
+        let (oh, ow) = (len(0, h), len(1, w));
+        let overhang = |d: usize, size: usize, o: usize| {
+            let reach = o.saturating_sub(1) * stride[d] + kernel[d];
+            reach.saturating_sub(size + pads[2 * d] + pads[2 * d + 1])
+        };
         PoolGeometry {
             n,
             c,
@@ -45,9 +97,15 @@ impl PoolGeometry {
             kernel,
             stride,
             pads,
+            overhang: [overhang(0, h, oh), overhang(1, w, ow)],
             oh,
             ow,
         }
+    }
+
+    /// Every window lies inside the image (no padding, no overhang).
+    fn unpadded(&self) -> bool {
+        self.pads == [0; 4] && self.overhang == [0; 2]
     }
 
     /// The input rows and columns (clipped to the image) under output position (oy, ox).
@@ -67,7 +125,7 @@ impl PoolGeometry {
 
     /// 2x2 windows, stride 2, no padding: the shape [`pool2x2`]'s vector kernels take.
     fn is_2x2(&self) -> bool {
-        self.kernel == [2, 2] && self.stride == [2, 2] && self.pads == [0; 4]
+        self.kernel == [2, 2] && self.stride == [2, 2] && self.unpadded()
     }
 }
 
@@ -172,7 +230,7 @@ pub fn max_pool2d<T: Num>(x: &[T], g: &PoolGeometry) -> Vec<T> {
     }
     for_each_plane(&mut y, ohw, hw, |p, yp| {
         let plane = &x[p * hw..][..hw];
-        if g.pads == [0; 4] {
+        if g.unpadded() {
             for (oy, row) in yp.chunks_mut(g.ow).enumerate() {
                 for (ox, o) in row.iter_mut().enumerate() {
                     *o = plane[argmax_unpadded(plane, g, oy, ox)];
@@ -240,7 +298,7 @@ fn max_pool2d_backward_masked<T: Num>(x: &[T], dy: &[T], g: &PoolGeometry, relu:
     for_each_plane(&mut dx, hw, hw, |p, dxp| {
         let plane = &x[p * hw..][..hw];
         let dyp = &dy[p * ohw..][..ohw];
-        if g.pads == [0; 4] {
+        if g.unpadded() {
             for (oy, row) in dyp.chunks(g.ow).enumerate() {
                 for (ox, &d) in row.iter().enumerate() {
                     let i = argmax_unpadded(plane, g, oy, ox);
@@ -263,10 +321,16 @@ fn max_pool2d_backward_masked<T: Num>(x: &[T], dy: &[T], g: &PoolGeometry, relu:
     dx
 }
 
-/// Divisor of window (oy, ox): the full kernel area, or only the cells inside the image.
+/// Divisor of window (oy, ox): the cells inside the padded image (the full kernel area
+/// unless ceil mode's overhang clips it), or only the cells inside the image.
 fn divisor(g: &PoolGeometry, oy: usize, ox: usize, count_include_pad: bool) -> usize {
     if count_include_pad {
-        g.kernel[0] * g.kernel[1]
+        let inside = |o: usize, d: usize, size: usize| {
+            let start = o * g.stride[d];
+            let end = (start + g.kernel[d]).min(size + g.pads[2 * d] + g.pads[2 * d + 1]);
+            end.saturating_sub(start)
+        };
+        (inside(oy, 0, g.h) * inside(ox, 1, g.w)).max(1)
     } else {
         let (ys, xs) = g.window(oy, ox);
         (ys.len() * xs.len()).max(1)

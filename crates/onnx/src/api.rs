@@ -14,7 +14,8 @@ use std::panic::Location;
 
 use spore_core::apply::apply;
 use spore_core::op::{ConvAttrs, Op, PoolAttrs};
-use spore_core::{Error, Result, Tensor};
+use spore_core::ops::{ConvTranspose2dOptions, PadMode, PaddingMode};
+use spore_core::{DType, Error, Result, Tensor};
 
 /// ONNX's Conv on NCHW: `pads` as (top, bottom, left, right).
 pub fn conv2d(
@@ -40,6 +41,7 @@ pub fn conv2d(
 }
 
 /// ONNX's MaxPool (`max`) or AveragePool on NCHW.
+#[allow(clippy::too_many_arguments)] // ONNX's attributes, one argument each
 pub fn pool2d(
     x: &Tensor,
     max: bool,
@@ -47,12 +49,14 @@ pub fn pool2d(
     stride: [usize; 2],
     pads: [usize; 4],
     count_include_pad: bool,
+    ceil_mode: bool,
 ) -> Result<Tensor> {
     let attrs = PoolAttrs {
         kernel,
         stride,
         pads,
         count_include_pad,
+        ceil_mode,
     };
     let op = if max {
         Op::MaxPool2d(attrs)
@@ -163,4 +167,167 @@ pub fn reshape(x: &Tensor, target: &[i64]) -> Result<Tensor> {
 pub fn flatten(x: &Tensor, axis: usize) -> Result<Tensor> {
     let outer: usize = x.shape()[..axis.min(x.rank())].iter().product();
     x.reshape(&[outer, x.numel() / outer.max(1)])
+}
+
+/// ONNX's ConvTranspose on NCHW with explicit `pads` (top, bottom, left, right).
+#[allow(clippy::too_many_arguments)] // ONNX's attributes, one argument each
+pub fn conv_transpose2d(
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    stride: [usize; 2],
+    pads: [usize; 4],
+    dilation: [usize; 2],
+    output_padding: [usize; 2],
+    groups: usize,
+) -> Result<Tensor> {
+    let opts = ConvTranspose2dOptions {
+        stride,
+        dilation,
+        pad_mode: PadMode::Pad(pads),
+        output_padding,
+        groups: groups.max(1),
+    };
+    let y = x.conv_transpose2d(w, &opts)?;
+    match bias {
+        Some(b) => y.add(&b.reshape(&[1, b.numel(), 1, 1])?),
+        None => Ok(y),
+    }
+}
+
+/// Normalises ONNX axes (negative counts from the end) for a rank-`rank` tensor.
+fn axes_of(what: &str, axes: &[i64], rank: usize) -> Result<Vec<usize>> {
+    let mut out: Vec<usize> = vec![];
+    for &a in axes {
+        let v = if a < 0 { a + rank as i64 } else { a };
+        if !(0..rank as i64).contains(&v) {
+            return Err(Error::invalid(format!(
+                "{what}: axis {a} is out of range for rank {rank}"
+            )));
+        }
+        if out.contains(&(v as usize)) {
+            return Err(Error::invalid(format!(
+                "{what}: axes {axes:?} repeat an axis"
+            )));
+        }
+        out.push(v as usize);
+    }
+    Ok(out)
+}
+
+/// ONNX's Slice on `axes` (`None`: the first `starts.len()` axes), NumPy's clamping.
+pub fn slice(
+    x: &Tensor,
+    starts: &[i64],
+    ends: &[i64],
+    axes: Option<&[i64]>,
+    steps: Option<&[i64]>,
+) -> Result<Tensor> {
+    let r = x.rank();
+    let all: Vec<i64> = (0..starts.len() as i64).collect();
+    let axes = axes_of("slice", axes.unwrap_or(&all), r)?;
+    let ones = vec![1; starts.len()];
+    let steps = steps.unwrap_or(&ones);
+    if ends.len() != starts.len()
+        || axes.len() != starts.len()
+        || steps.len() != starts.len()
+        || steps.contains(&0)
+    {
+        return Err(Error::invalid(format!(
+            "slice: {} starts, {} ends, {} axes and steps {steps:?} (one each, non-zero)",
+            starts.len(),
+            ends.len(),
+            axes.len()
+        )));
+    }
+    let (mut b, mut e, mut s) = (vec![0isize; r], vec![isize::MAX / 2; r], vec![1isize; r]);
+    // ONNX writes "to the end" as INT64_MAX and "before the start" as INT64_MIN; halved,
+    // they still clamp to the axis and cannot overflow when a length is added.
+    let clamp = |v: i64| (v as isize).clamp(isize::MIN / 2, isize::MAX / 2);
+    for (k, &a) in axes.iter().enumerate() {
+        (b[a], e[a], s[a]) = (clamp(starts[k]), clamp(ends[k]), steps[k] as isize);
+    }
+    x.strided_slice(&b, &e, &s)
+}
+
+/// ONNX's Split along `axis`: parts of the given `sizes`, or (`sizes` empty) `parts`
+/// near-equal parts, the last one smaller.
+pub fn split(x: &Tensor, axis: i64, sizes: &[usize], parts: usize) -> Result<Vec<Tensor>> {
+    let axis = axes_of("split", &[axis], x.rank())?[0];
+    let n = x.shape()[axis];
+    let sizes: Vec<usize> = if sizes.is_empty() {
+        let each = n.div_ceil(parts.max(1));
+        (0..parts)
+            .map(|k| each.min(n.saturating_sub(k * each)))
+            .collect()
+    } else {
+        sizes.to_vec()
+    };
+    if sizes.iter().sum::<usize>() != n {
+        return Err(Error::invalid(format!(
+            "split: sizes {sizes:?} do not add up to {n}"
+        )));
+    }
+    let mut at = 0;
+    sizes
+        .iter()
+        .map(|&len| {
+            let part = x.narrow(axis as isize, at, len);
+            at += len;
+            part
+        })
+        .collect()
+}
+
+/// ONNX's Pad: `pads` holds every begin then every end (negative crops) for `axes`
+/// (`None`: all axes); `mode` is constant, reflect, edge or wrap.
+pub fn pad(
+    x: &Tensor,
+    pads: &[i64],
+    axes: Option<&[i64]>,
+    mode: &str,
+    value: f64,
+) -> Result<Tensor> {
+    let n = pads.len() / 2;
+    let all: Vec<i64> = (0..x.rank() as i64).collect();
+    let axes = axes_of("pad", axes.unwrap_or(&all), x.rank())?;
+    if !pads.len().is_multiple_of(2) || axes.len() != n {
+        return Err(Error::invalid(format!(
+            "pad: pads {pads:?} need a begin and an end for each of {} axes",
+            axes.len()
+        )));
+    }
+    let mut per_axis = vec![(0isize, 0isize); x.rank()];
+    for (k, &a) in axes.iter().enumerate() {
+        per_axis[a] = (pads[k] as isize, pads[n + k] as isize);
+    }
+    let mode = match mode {
+        "constant" => PaddingMode::Constant(value),
+        "reflect" => PaddingMode::Reflect,
+        "edge" => PaddingMode::Replicate,
+        "wrap" => PaddingMode::Circular,
+        other => {
+            return Err(Error::invalid(format!(
+                "pad: mode {other:?} is not constant, reflect, edge or wrap"
+            )));
+        }
+    };
+    x.pad_with(&per_axis, mode)
+}
+
+/// ONNX's OneHot: `values` = [off, on]; negative indices count back from `depth`.
+pub fn one_hot(indices: &Tensor, depth: usize, values: &Tensor, axis: isize) -> Result<Tensor> {
+    if values.numel() != 2 {
+        return Err(Error::invalid(format!(
+            "one_hot: values must be [off, on], got shape {:?}",
+            values.shape()
+        )));
+    }
+    let flat = values.reshape(&[2])?;
+    let off = flat.narrow(0, 0, 1)?.reshape(&[])?;
+    let on = flat.narrow(0, 1, 1)?.reshape(&[])?;
+    let idx = indices.cast(DType::I64)?;
+    let negative = idx.less(&idx.zeros_like())?;
+    let wrapped = Tensor::select(&negative, &idx.add_scalar(depth as f64)?, &idx)?;
+    wrapped.one_hot_with(depth, &on, &off, axis)
 }

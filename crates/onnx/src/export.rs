@@ -89,6 +89,11 @@ struct Builder<'g> {
 
 impl Builder<'_> {
     fn constant(&mut self, name: String, t: &Tensor) -> Result<String> {
+        if self.initializers.iter().any(|i| i.name == name) {
+            return Err(Error::invalid(format!(
+                "onnx export: two parameters or constants are named {name:?}; ONNX needs unique initializer names"
+            )));
+        }
         self.initializers.push(from_tensor(&name, t)?);
         Ok(name)
     }
@@ -117,8 +122,42 @@ impl Builder<'_> {
     }
 
     /// Convolutions and pooling, with their windows as attributes.
-    fn window(&mut self, scope: &str, op: &Op, a: Vec<String>, out: String) {
+    fn window(&mut self, scope: &str, op: &Op, args: &[usize], a: Vec<String>, out: String) {
         match op {
+            Op::Conv2dBackpropInput {
+                attrs: c,
+                input_shape,
+            } => {
+                // The transposed convolution's output size fixes `output_padding`: the
+                // cells past the last one the input reaches.
+                let (x, w) = (
+                    &self.g.nodes[args[0]].ty().shape,
+                    &self.g.nodes[args[1]].ty().shape,
+                );
+                let extra = |d: usize| {
+                    let reach = (x[2 + d].max(1) - 1) * c.stride[d]
+                        + c.dilation[d] * (w[2 + d].max(1) - 1)
+                        + 1;
+                    (input_shape[2 + d] + c.pads[2 * d] + c.pads[2 * d + 1]).saturating_sub(reach)
+                        as i64
+                };
+                let attrs = vec![
+                    attr_ints("strides", &[c.stride[0] as i64, c.stride[1] as i64]),
+                    attr_ints("dilations", &[c.dilation[0] as i64, c.dilation[1] as i64]),
+                    attr_ints(
+                        "pads",
+                        &[
+                            c.pads[0] as i64,
+                            c.pads[2] as i64,
+                            c.pads[1] as i64,
+                            c.pads[3] as i64,
+                        ],
+                    ),
+                    attr_ints("output_padding", &[extra(0), extra(1)]),
+                    attr_int("group", c.groups as i64),
+                ];
+                self.node(scope, "ConvTranspose", a, out, attrs);
+            }
             Op::Conv2d(c) => {
                 let attrs = vec![
                     attr_ints("strides", &[c.stride[0] as i64, c.stride[1] as i64]),
@@ -158,10 +197,71 @@ impl Builder<'_> {
                 if kind == "AveragePool" {
                     attrs.push(attr_int("count_include_pad", p.count_include_pad as i64));
                 }
+                if p.ceil_mode {
+                    attrs.push(attr_int("ceil_mode", 1));
+                }
                 self.node(scope, kind, a, out, attrs);
             }
             _ => {}
         }
+    }
+
+    /// Padding, slicing and gathering, with their amounts and indices as constants.
+    fn indexing(
+        &mut self,
+        scope: &str,
+        op: &Op,
+        args: &[usize],
+        a: Vec<String>,
+        out: String,
+    ) -> Result<()> {
+        match op {
+            Op::Pad { pads, value_bits } => {
+                let amounts: Vec<i64> = pads
+                    .iter()
+                    .map(|p| p.0 as i64)
+                    .chain(pads.iter().map(|p| p.1 as i64))
+                    .collect();
+                let p = self.ints(scope, &amounts)?;
+                let dtype = self.g.nodes[args[0]].ty().dtype;
+                let value = Tensor::full(&[], f64::from_bits(*value_bits), dtype)?;
+                let v = self.constant(format!("{scope}/value"), &value)?;
+                self.node(scope, "Pad", vec![a[0].clone(), p, v], out, vec![]);
+            }
+            Op::StridedSlice { begin, step, len } => {
+                let starts: Vec<i64> = begin.iter().map(|&b| b as i64).collect();
+                // One past the last element taken; below 0 (a backwards slice that ends
+                // at element 0) ONNX reads as "from the end", so INT64_MIN says "before
+                // the start" instead.
+                let ends: Vec<i64> = (0..begin.len())
+                    .map(|k| match begin[k] as i64 + step[k] as i64 * len[k] as i64 {
+                        e if e < 0 => i64::MIN,
+                        e => e,
+                    })
+                    .collect();
+                let axes: Vec<i64> = (0..begin.len() as i64).collect();
+                let steps: Vec<i64> = step.iter().map(|&s| s as i64).collect();
+                let inputs = vec![
+                    a[0].clone(),
+                    self.ints(&format!("{scope}/starts"), &starts)?,
+                    self.ints(&format!("{scope}/ends"), &ends)?,
+                    self.ints(&format!("{scope}/axes"), &axes)?,
+                    self.ints(&format!("{scope}/steps"), &steps)?,
+                ];
+                self.node(scope, "Slice", inputs, out, vec![]);
+            }
+            Op::Gather { axis } => {
+                self.node(
+                    scope,
+                    "Gather",
+                    a,
+                    out,
+                    vec![attr_int("axis", *axis as i64)],
+                );
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     fn unsupported(&self, i: usize, op: &Op) -> Error {
@@ -258,7 +358,13 @@ impl Builder<'_> {
                     vec![attr_int("axis", *axis as i64)],
                 );
             }
-            Op::Conv2d(_) | Op::MaxPool2d(_) | Op::AvgPool2d(_) => self.window(&scope, op, a, out),
+            Op::Conv2d(_)
+            | Op::MaxPool2d(_)
+            | Op::AvgPool2d(_)
+            | Op::Conv2dBackpropInput { .. } => self.window(&scope, op, args, a, out),
+            Op::Pad { .. } | Op::StridedSlice { .. } | Op::Gather { .. } => {
+                self.indexing(&scope, op, args, a, out)?
+            }
             _ => return Err(self.unsupported(i, op)),
         }
         Ok(())

@@ -77,11 +77,19 @@ impl OnnxNetwork {
             .filter(|n| n.op_type == "BatchNormalization")
             .flat_map(|n| n.input.iter().skip(3).map(String::as_str))
             .collect();
+        // Float initializers read as settings (Pad's constant value) must be known while
+        // tracing, so they stay constants rather than becoming Parameters.
+        let settings: Vec<&str> = graph
+            .node
+            .iter()
+            .filter(|n| n.op_type == "Pad")
+            .filter_map(|n| n.input.get(2).map(String::as_str))
+            .collect();
         let mut params = vec![];
         let mut constants = HashMap::new();
         for init in &graph.initializer {
             let t = to_tensor(init, dir)?;
-            if t.dtype() == DType::F32 {
+            if t.dtype() == DType::F32 && !settings.contains(&init.name.as_str()) {
                 let trained = !statistics.contains(&init.name.as_str());
                 params.push((
                     init.name.clone(),

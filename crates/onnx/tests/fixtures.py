@@ -126,6 +126,8 @@ def single_ops(out):
     x7 = (RNG.standard_normal((1, 2, 7, 7))).astype(np.float32)
     op("MaxPool_ceil", "MaxPool", [x7], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)
     op("AveragePool_ceil", "AveragePool", [x7], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 0, 0], ceil_mode=1)
+    op("AveragePool_ceil_include_pad", "AveragePool", [x7], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 1, 0],
+       ceil_mode=1, count_include_pad=1)
     op("GlobalAveragePool", "GlobalAveragePool", [x4])
     op("ReduceMean_13", "ReduceMean", [x4], opset=13, axes=[2, 3], keepdims=1)
     op("ReduceMean_18", "ReduceMean", [x4], opset=18, extra_inits=[ints("ax", [1])], extra_inputs=["ax"], keepdims=0)
@@ -158,6 +160,52 @@ def single_ops(out):
        extra_inits=[w("s", 3), w("b", 3), w("m", 3), numpy_helper.from_array((RNG.random(3) + 0.5).astype(np.float32), "v")],
        extra_inputs=["s", "b", "m", "v"], epsilon=1e-3)
     op("LayerNormalization", "LayerNormalization", [x4], extra_inits=[w("g", 6), w("b", 6)], extra_inputs=["g", "b"], axis=-1)
+    # ConvTranspose: explicit pads with output_padding, groups and dilations; SAME_UPPER;
+    # output_shape (the padding derived from it).
+    op("ConvTranspose", "ConvTranspose", [x4], extra_inits=[w("k", 3, 2, 3, 2), w("kb", 2)], extra_inputs=["k", "kb"],
+       strides=[2, 1], pads=[1, 0, 0, 1], output_padding=[1, 0], dilations=[1, 2])
+    op("ConvTranspose_grouped", "ConvTranspose", [x4], extra_inits=[w("k", 3, 2, 3, 3)], extra_inputs=["k"],
+       group=3, strides=[2, 2], pads=[1, 1, 1, 1])
+    op("ConvTranspose_same_upper", "ConvTranspose", [x4], extra_inits=[w("k", 3, 4, 3, 3)], extra_inputs=["k"],
+       strides=[2, 2], auto_pad="SAME_UPPER")
+    op("ConvTranspose_output_shape", "ConvTranspose", [x4], extra_inits=[w("k", 3, 4, 4, 4)], extra_inputs=["k"],
+       strides=[2, 2], output_shape=[12, 11])
+    # Slice with negative steps, clamped ends and omitted axes; Slice before opset 10.
+    op("Slice", "Slice", [x4], extra_inits=[ints("st", [-1, 1]), ints("en", [-9223372036854775807, 5]),
+                                            ints("ax", [3, 1]), ints("sp", [-2, 1])],
+       extra_inputs=["st", "en", "ax", "sp"])
+    op("Slice_no_axes", "Slice", [x4], extra_inits=[ints("st", [1, 0, 2]), ints("en", [2, 100, -1])],
+       extra_inputs=["st", "en"])
+    op("Slice_opset9", "Slice", [x4], opset=9, starts=[0, 2], ends=[1, 4], axes=[0, 2])
+    # Pad in every mode, negative (cropping) amounts, and axes (opset 18).
+    op("Pad_constant", "Pad", [x4], extra_inits=[ints("p", [0, 0, 1, -1, 0, 1, 2, 0]),
+                                                 numpy_helper.from_array(np.array(0.5, np.float32), "v")],
+       extra_inputs=["p", "v"])
+    op("Pad_reflect", "Pad", [x4], extra_inits=[ints("p", [0, 0, 2, 1, 0, 0, 3, 5])], extra_inputs=["p"], mode="reflect")
+    op("Pad_edge", "Pad", [x4], extra_inits=[ints("p", [0, 1, 2, -1, 0, 0, 1, 4])], extra_inputs=["p"], mode="edge")
+    op("Pad_wrap", "Pad", [x4], opset=19, extra_inits=[ints("p", [0, 0, 1, 6, 0, 0, 2, 3])], extra_inputs=["p"], mode="wrap")
+    op("Pad_axes", "Pad", [x4], opset=18, extra_inits=[ints("p", [2, 1, -1, 3]), ints("ax", [-1, 2])],
+       extra_inputs=["p", "", "ax"], mode="reflect")
+    # OneHot with negative indices and an axis; MatMul with 1-D operands.
+    n = Net()
+    k = n.add("Constant", [], value=numpy_helper.from_array(np.array([[1, -1, 3], [0, 2, -4]], np.int64)))
+    y = n.add("OneHot", [k, "d", "vals"], axis=1)
+    y = n.add("Add", [y, "x0"])
+    entries.append(save(out, "OneHot", n.nodes, [vi("x0", [2, 4, 3])], [vi(y, None)],
+                        [ints("d", [4]), numpy_helper.from_array(np.array([-0.5, 2.0], np.float32), "vals")],
+                        [RNG.standard_normal((2, 4, 3)).astype(np.float32)]))
+    op("MatMul_vector_left", "MatMul", [x2[0].copy()], extra_inits=[w("m", 2, 5, 3)], extra_inputs=["m"])
+    op("MatMul_vector_right", "MatMul", [x4], extra_inits=[w("v", 6)], extra_inputs=["v"])
+    # Split by sizes, into equal parts (opset 13) and by num_outputs (opset 18).
+    for name, opset, extra, attrs, outs, feed in [
+        ("Split_sizes", 13, [ints("s", [1, 4, 1])], {"axis": 3}, 3, x4),
+        ("Split_equal", 13, [], {"axis": 1}, 3, x4),
+        # 7 into 4 parts: 2, 2, 2 and a smaller last one.
+        ("Split_num_outputs", 18, [], {"axis": -1, "num_outputs": 4}, 4, x7),
+    ]:
+        node = helper.make_node("Split", ["x0"] + [e.name for e in extra], [f"s{k}" for k in range(outs)], name=name, **attrs)
+        entries.append(save(out, name, [node], [vi("x0", list(feed.shape))], [vi(f"s{k}", None) for k in range(outs)],
+                            extra, [feed], opset=opset))
     # Where on a comparison; Shape -> ConstantOfShape; Constant.
     n = Net()
     c = n.add("Greater", ["x0", "x1"])

@@ -333,6 +333,16 @@ pub fn pool(
     let [_, _, oh, ow] = *output;
     let ([kh, kw], [sh, sw]) = (a.kernel, a.stride);
     let (pt, pl) = (a.pads[0], a.pads[2]);
+    // Cells an average that counts padding divides by: the whole window, less what ceil
+    // mode's last windows reach past the bottom and right padding.
+    let counted = if a.ceil_mode {
+        let (hp, wp) = (h + pt + a.pads[1], w + pl + a.pads[3]);
+        format!(
+            "((y0 + {pt}L + {kh}L < {hp}L ? {kh}L : {hp}L - y0 - {pt}L) * (xb + {pl}L + {kw}L < {wp}L ? {kw}L : {wp}L - xb - {pl}L))"
+        )
+    } else {
+        format!("{}L", kh * kw)
+    };
     let mut s = String::new();
     let _ = writeln!(s, "    for (size_t p = 0; p < {}u; ++p) {{", n * c);
     let _ = writeln!(
@@ -376,11 +386,9 @@ pub fn pool(
     let store = match kind {
         PoolKind::Max => "m".to_string(),
         PoolKind::Avg if a.count_include_pad && int8 => format!(
-            "(m + (float)({zero} * ({} - (y1 - ya) * (x1 - xa)))) / {}.0f",
-            kh * kw,
-            kh * kw
+            "(m + (float)({zero} * ({counted} - (y1 - ya) * (x1 - xa)))) / (float)({counted})"
         ),
-        PoolKind::Avg if a.count_include_pad => format!("m / {}.0f", kh * kw),
+        PoolKind::Avg if a.count_include_pad => format!("m / (float)({counted})"),
         PoolKind::Avg => {
             "m / (float)((y1 - ya) * (x1 - xa) > 0 ? (y1 - ya) * (x1 - xa) : 1)".to_string()
         }

@@ -207,7 +207,7 @@ impl<'a> Lowering<'a> {
             return None;
         };
         let k = a.kernel[0];
-        (a.kernel == [k, k] && a.stride == [k, k] && a.pads == [0; 4] && k > 1)
+        (a.kernel == [k, k] && a.stride == [k, k] && a.pads == [0; 4] && !a.ceil_mode && k > 1)
             .then_some(FusedPool { size: k })
     }
 

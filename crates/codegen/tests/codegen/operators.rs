@@ -2,12 +2,12 @@
 //! stride, dilation, groups and every pad mode (with bias, BatchNorm, ReLU and ReLU6
 //! fused in), BatchNorm on its own, max and average pooling (fused and not), Sigmoid,
 //! Tanh, GELU in both forms, residual Add, Concat, global average pooling, Flatten,
-//! Dense, Softmax.
+//! Dense, Softmax, and ceil-mode pooling.
 
 use std::sync::Arc;
 
 use spore_codegen::{Options, Target, generate};
-use spore_core::ops::PadMode;
+use spore_core::ops::{PadMode, Pool2dOptions};
 use spore_core::{DType, Result, Tensor, TensorType};
 use spore_nn::cell::{Cell, CellBase, CellCall, child};
 use spore_nn::prelude::*;
@@ -28,6 +28,8 @@ struct Everything {
     avg: Arc<AvgPool2d>,
     max_same: Arc<MaxPool2d>,
     avg_tile: Arc<AvgPool2d>,
+    avg_ceil: Arc<AvgPool2d>,
+    max_ceil: Arc<MaxPool2d>,
     fc: Arc<Dense>,
     head: Arc<Dense>,
 }
@@ -72,7 +74,16 @@ impl Everything {
             avg: AvgPool2d::with_pad_mode(3, 1, PadMode::Same).unwrap(),
             max_same: MaxPool2d::with_pad_mode(3, 2, PadMode::Same).unwrap(),
             avg_tile: AvgPool2d::new(2, 2).unwrap(),
-            fc: Dense::config(12 * 2 * 2 + 12 + 6, 16)
+            // Ceil mode: the last window reaches past the padding, which the divisor
+            // counts while the overhang is not counted.
+            avg_ceil: AvgPool2d::with_options(
+                Pool2dOptions::new(3, 2)
+                    .pad_mode(PadMode::Pad([1, 0, 1, 0]))
+                    .ceil_mode(true),
+            )
+            .unwrap(),
+            max_ceil: MaxPool2d::with_options(Pool2dOptions::new(2, 2).ceil_mode(true)).unwrap(),
+            fc: Dense::config(12 * 2 * 2 + 12 + 6 + 4 + 6, 16)
                 .activation(ReLU::new())
                 .build()
                 .unwrap(),
@@ -92,13 +103,15 @@ impl Cell for Everything {
         let s = self.strided.call1(&t)?.gelu(true)?; // [1, 6, 5, 5]
         let p = self.padded.call1(&self.avg.call1(&r)?)?.gelu(false)?; // [1, 6, 4, 4]
         let m = self.max_same.call1(&s)?.mean(&[2, 3], false)?; // [1, 6]
+        let ceil_avg = self.avg_ceil.call1(&t)?.mean(&[2, 3], false)?; // [1, 4] from 5x5
+        let ceil_max = self.max_ceil.call1(&s)?.mean(&[2, 3], false)?; // [1, 6] from 3x3
         let s4 = self.avg_tile.call1(&s.relu()?)?; // [1, 6, 2, 2]
         let p4 = self.avg_tile.call1(&p)?; // [1, 6, 2, 2]
         let c = Tensor::concat(&[&s4, &p4], 1)?; // [1, 12, 2, 2]
         let c = self.bn_alone.call1(&c)?;
         let pooled = c.mean(&[2, 3], false)?; // global average pool [1, 12]
         let flat = c.reshape(&[1, 48])?;
-        let features = Tensor::concat(&[&flat, &pooled, &m], 1)?;
+        let features = Tensor::concat(&[&flat, &pooled, &m, &ceil_avg, &ceil_max], 1)?;
         let h = self.fc.call1(&features)?;
         Ok(vec![self.head.call1(&h)?.softmax(-1)?, h])
     }

@@ -13,6 +13,10 @@ mod table_products;
 #[path = "../../../core/tests/core/table_structural.rs"]
 mod table_structural;
 
+#[allow(dead_code)] // the compile tests use the runners, not the references
+#[path = "../../../core/tests/core/table_api.rs"]
+mod table_api;
+
 #[path = "../../../core/tests/core/table_compiled.rs"]
 mod table_compiled;
 

@@ -43,6 +43,9 @@ pub struct PoolAttrs {
     pub pads: [usize; 4],
     /// Average pooling only: divide by the full window (true) or by the cells inside the image.
     pub count_include_pad: bool,
+    /// Round the output size up: a last, partial window is kept where it starts inside
+    /// the image or the leading padding (PyTorch's and ONNX's `ceil_mode`).
+    pub ceil_mode: bool,
 }
 
 /// A primitive operator and its attributes.

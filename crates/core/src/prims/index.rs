@@ -214,4 +214,54 @@ impl Tensor {
     pub fn one_hot(&self, depth: usize, dtype: DType) -> Result<Tensor> {
         apply(Op::OneHot { depth, dtype }, &[self], Location::caller())
     }
+
+    /// MindSpore's `ops.one_hot(indices, depth, on_value, off_value, axis)`: `on_value`
+    /// where the index matches, `off_value` elsewhere (both scalars of one dtype, which
+    /// the result takes; gradients reach both), along a new axis at `axis` (-1: last).
+    #[track_caller]
+    pub fn one_hot_with(
+        &self,
+        depth: usize,
+        on_value: &Tensor,
+        off_value: &Tensor,
+        axis: isize,
+    ) -> Result<Tensor> {
+        let loc = Location::caller();
+        let probe = Op::OneHot {
+            depth,
+            dtype: on_value.dtype(),
+        };
+        let fail = |m: String| op_error(&probe, m, &[self, on_value, off_value], loc);
+        if on_value.rank() != 0 || off_value.rank() != 0 {
+            return Err(fail(format!(
+                "on_value and off_value must be scalars, got shapes {:?} and {:?}",
+                on_value.shape(),
+                off_value.shape()
+            )));
+        }
+        if on_value.dtype() != off_value.dtype() {
+            return Err(fail(format!(
+                "on_value and off_value must share a dtype, got {} and {}",
+                on_value.dtype(),
+                off_value.dtype()
+            )));
+        }
+        let a = normalize_axis(axis, self.rank() + 1).map_err(fail)?;
+        let hot = apply(
+            Op::OneHot {
+                depth,
+                dtype: DType::Bool,
+            },
+            &[self],
+            loc,
+        )?;
+        let y = Tensor::select(&hot, on_value, off_value)?;
+        if a == self.rank() {
+            return Ok(y);
+        }
+        // The new axis is last; move it to `a`.
+        let mut perm: Vec<usize> = (0..self.rank()).collect();
+        perm.insert(a, self.rank());
+        y.permute(&perm)
+    }
 }

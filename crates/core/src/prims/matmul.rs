@@ -254,9 +254,66 @@ fn is_transposed_matrix(t: &Tensor) -> bool {
 }
 
 impl Tensor {
-    /// Matrix product over the last two axes; leading axes broadcast.
+    /// Matrix product with NumPy's rules: over the last two axes with leading axes
+    /// broadcast; a 1-d left operand is a row vector and a 1-d right operand a column
+    /// vector, each axis removed from the result again (so vector · vector is a scalar).
     #[track_caller]
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
-        apply(Op::MatMul, &[self, other], Location::caller())
+        let loc = Location::caller();
+        if self.rank() >= 2 && other.rank() >= 2 {
+            return apply(Op::MatMul, &[self, other], loc);
+        }
+        // Rank 0 reaches the primitive, whose error names both shapes.
+        if self.rank() == 0 || other.rank() == 0 {
+            return apply(Op::MatMul, &[self, other], loc);
+        }
+        let a = if self.rank() == 1 {
+            self.unsqueeze(0)?
+        } else {
+            self.clone()
+        };
+        let b = if other.rank() == 1 {
+            other.unsqueeze(-1)?
+        } else {
+            other.clone()
+        };
+        let mut y = apply(Op::MatMul, &[&a, &b], loc)?;
+        if other.rank() == 1 {
+            y = y.squeeze(&[-1])?;
+        }
+        if self.rank() == 1 {
+            y = y.squeeze(&[-1 - (other.rank() >= 2) as isize])?;
+        }
+        Ok(y)
+    }
+
+    /// MindSpore's `MatMul`/`BatchMatMul` with `transpose_a`/`transpose_b`: the product of
+    /// the operands with their last two axes swapped where asked (as views: no copy).
+    #[track_caller]
+    pub fn matmul_t(&self, other: &Tensor, transpose_a: bool, transpose_b: bool) -> Result<Tensor> {
+        let loc = Location::caller();
+        if self.rank() < 2 || other.rank() < 2 {
+            return Err(crate::apply::op_error(
+                &Op::MatMul,
+                format!(
+                    "transpose_a/transpose_b need operands of rank >= 2, got {:?} and {:?}",
+                    self.shape(),
+                    other.shape()
+                ),
+                &[self, other],
+                loc,
+            ));
+        }
+        let a = if transpose_a {
+            self.transpose()?
+        } else {
+            self.clone()
+        };
+        let b = if transpose_b {
+            other.transpose()?
+        } else {
+            other.clone()
+        };
+        apply(Op::MatMul, &[&a, &b], loc)
     }
 }

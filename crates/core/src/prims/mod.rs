@@ -3,6 +3,7 @@
 //! to its family and holds helpers they share.
 
 pub mod conv;
+pub mod conv_transpose;
 pub mod custom;
 pub mod elementwise;
 pub mod fused;
@@ -11,10 +12,12 @@ pub mod in_place;
 pub mod index;
 pub mod matmul;
 pub mod movement;
+pub mod padding;
 pub mod pool;
 pub mod print;
 pub mod random;
 pub mod reduce;
+pub mod strided_slice;
 
 use spore_kernels::Dims;
 

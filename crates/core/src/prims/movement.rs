@@ -308,6 +308,42 @@ impl Tensor {
         apply(Op::Reshape(shape.to_vec()), &[self], Location::caller())
     }
 
+    /// [`Tensor::reshape`] where one entry may be -1, inferred from the element count
+    /// (MindSpore's `ops.reshape(x, (-1, 4))`, PyTorch's `x.reshape(-1, 4)`).
+    #[track_caller]
+    pub fn reshape_infer(&self, shape: &[isize]) -> Result<Tensor> {
+        let loc = Location::caller();
+        let fail = |m: String| op_error(&Op::Reshape(vec![]), m, &[self], loc);
+        let mut inferred = None;
+        let mut known = 1usize;
+        for (i, &d) in shape.iter().enumerate() {
+            match d {
+                -1 if inferred.is_none() => inferred = Some(i),
+                -1 => return Err(fail(format!("shape {shape:?} has more than one -1"))),
+                d if d < 0 => {
+                    return Err(fail(format!(
+                        "shape {shape:?} has {d} at axis {i}; only -1 (inferred) may be negative"
+                    )));
+                }
+                d => known = known.saturating_mul(d as usize),
+            }
+        }
+        let mut dims: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
+        if let Some(i) = inferred {
+            if known == 0 || !self.numel().is_multiple_of(known) {
+                return Err(fail(format!(
+                    "cannot infer the -1 in {shape:?}: {} elements are not a multiple of {known}",
+                    self.numel()
+                )));
+            }
+            dims[i] = self.numel() / known;
+        }
+        if dims == self.shape() {
+            return Ok(self.clone());
+        }
+        apply(Op::Reshape(dims), &[self], loc)
+    }
+
     /// Reorders axes: result axis `i` is input axis `perm[i]` (MindSpore's `Transpose`).
     #[track_caller]
     pub fn permute(&self, perm: &[usize]) -> Result<Tensor> {

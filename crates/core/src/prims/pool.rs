@@ -19,12 +19,14 @@ use crate::error::Result;
 use crate::op::{Op, PoolAttrs};
 use crate::tensor::{Storage, Tensor, TensorType};
 
-/// Pooling options: kernel size, stride and MindSpore's `pad_mode`.
+/// Pooling options: kernel size, stride, MindSpore's `pad_mode` and `ceil_mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pool2dOptions {
     pub kernel: [usize; 2],
     pub stride: [usize; 2],
     pub pad_mode: PadMode,
+    /// Round the output size up instead of down (MindSpore's and PyTorch's `ceil_mode`).
+    pub ceil_mode: bool,
 }
 
 impl Pool2dOptions {
@@ -34,16 +36,21 @@ impl Pool2dOptions {
             kernel: [kernel, kernel],
             stride: [stride, stride],
             pad_mode: PadMode::Valid,
+            ceil_mode: false,
         }
     }
     pub fn pad_mode(mut self, p: PadMode) -> Self {
         self.pad_mode = p;
         self
     }
+    pub fn ceil_mode(mut self, ceil: bool) -> Self {
+        self.ceil_mode = ceil;
+        self
+    }
 }
 
 fn geometry(a: &PoolAttrs, input: [usize; 4]) -> PoolGeometry {
-    PoolGeometry::new(input, a.kernel, a.stride, a.pads)
+    PoolGeometry::with_ceil_mode(input, a.kernel, a.stride, a.pads, a.ceil_mode)
 }
 
 fn out_shape(a: &PoolAttrs, s: &[usize]) -> Result<Dims, String> {
@@ -66,12 +73,17 @@ fn out_shape(a: &PoolAttrs, s: &[usize]) -> Result<Dims, String> {
             a.pads, a.kernel
         ));
     }
-    Ok(Dims::from_slice(&[
-        s[0],
-        s[1],
-        (ph - a.kernel[0]) / a.stride[0] + 1,
-        (pw - a.kernel[1]) / a.stride[1] + 1,
-    ]))
+    let len = |d: usize| {
+        k::pooled_len(
+            s[2 + d],
+            a.kernel[d],
+            a.stride[d],
+            (a.pads[2 * d], a.pads[2 * d + 1]),
+            a.ceil_mode,
+        )
+        .unwrap_or(0)
+    };
+    Ok(Dims::from_slice(&[s[0], s[1], len(0), len(1)]))
 }
 
 pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
@@ -188,6 +200,7 @@ impl Tensor {
                     stride: opts.stride,
                     pads: [0; 4],
                     count_include_pad: false,
+                    ceil_mode: opts.ceil_mode,
                 })
             } else {
                 Op::AvgPool2d(PoolAttrs {
@@ -195,6 +208,7 @@ impl Tensor {
                     stride: opts.stride,
                     pads: [0; 4],
                     count_include_pad: false,
+                    ceil_mode: opts.ceil_mode,
                 })
             };
             return Err(op_error(
@@ -217,6 +231,7 @@ impl Tensor {
             stride: opts.stride,
             pads,
             count_include_pad,
+            ceil_mode: opts.ceil_mode,
         })
     }
 

@@ -156,3 +156,59 @@ fn product_epilogue_ops_reject_mismatched_operands() {
         "{msg}"
     );
 }
+
+/// The options added for ONNX and MindSpore parity reject what they cannot do, naming
+/// the operator and what was wrong.
+#[test]
+fn operator_options_reject_bad_arguments() {
+    use spore_core::ops::{self, ConvTranspose2dOptions, PaddingMode, StridedSliceMasks};
+    let x = Tensor::zeros(&[2, 3], DType::F32).unwrap();
+    let msg = |r: spore_core::Result<Tensor>| r.unwrap_err().to_string();
+    let m = msg(x.pad_with(&[(0, 0), (3, 0)], PaddingMode::Reflect));
+    assert!(
+        m.contains("Pad") && m.contains("smaller than its length 3"),
+        "{m}"
+    );
+    let m = msg(x.pad_with(&[(-2, -1), (0, 0)], PaddingMode::Replicate));
+    assert!(m.contains("cropping"), "{m}");
+    assert!(
+        msg(x.pad_with(&[(1, 1)], PaddingMode::Constant(0.0))).contains("2 (before, after) pairs")
+    );
+    let m = msg(x.reshape_infer(&[-1, -1]));
+    assert!(
+        m.contains("Reshape") && m.contains("more than one -1"),
+        "{m}"
+    );
+    assert!(msg(x.reshape_infer(&[4, -1])).contains("not a multiple of 4"));
+    let both = StridedSliceMasks {
+        ellipsis_mask: 0b11,
+        ..Default::default()
+    };
+    assert!(
+        msg(ops::strided_slice(&x, &[0, 0], &[1, 1], &[1, 1], &both)).contains("more than one bit")
+    );
+    let shrink = StridedSliceMasks {
+        shrink_axis_mask: 0b1,
+        ..Default::default()
+    };
+    assert!(msg(ops::strided_slice(&x, &[2], &[3], &[1], &shrink)).contains("index 2 of axis 0"));
+    let idx = Tensor::zeros(&[3], DType::I32).unwrap();
+    let on = Tensor::ones(&[2], DType::F32).unwrap();
+    let off = Tensor::scalar(0.0f32);
+    assert!(msg(idx.one_hot_with(4, &on, &off, -1)).contains("must be scalars"));
+    assert!(msg(idx.one_hot_with(4, &Tensor::scalar(1i32), &off, -1)).contains("share a dtype"));
+    assert!(msg(idx.one_hot_with(4, &off, &off, 2)).contains("out of range"));
+    let v = Tensor::zeros(&[3], DType::F32).unwrap();
+    assert!(msg(v.matmul_t(&x, true, false)).contains("rank >= 2"));
+    assert!(msg(ops::batch_matmul(&x, &x, false, true)).contains("rank >= 3"));
+    assert!(msg(Tensor::scalar(1.0f32).matmul(&v)).contains("MatMul"));
+    let img = Tensor::zeros(&[1, 2, 3, 3], DType::F32).unwrap();
+    let w = Tensor::zeros(&[2, 1, 3, 3], DType::F32).unwrap();
+    let bad = ConvTranspose2dOptions {
+        output_padding: [1, 0],
+        ..Default::default()
+    };
+    assert!(msg(img.conv_transpose2d(&w, &bad)).contains("smaller than the stride"));
+    let wrong = Tensor::zeros(&[3, 1, 3, 3], DType::F32).unwrap();
+    assert!(msg(img.conv_transpose2d(&wrong, &Default::default())).contains("Conv2DBackpropInput"));
+}

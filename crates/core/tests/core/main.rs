@@ -9,6 +9,7 @@ mod readers;
 mod reference;
 mod resources;
 mod table;
+mod table_api;
 mod table_compiled;
 mod table_products;
 mod table_structural;

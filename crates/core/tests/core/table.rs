@@ -1,7 +1,8 @@
 //! The op table: one row per primitive (and per composite op), each checked against a
 //! naive f64 reference, for type consistency, and for gradients by finite differences.
 //! This file holds the row type, the input generator and the elementwise, comparison and
-//! reduction rows; `table_structural.rs` holds the rest.
+//! reduction rows; `table_structural.rs`, `table_products.rs`, `table_compiled.rs` and
+//! `table_api.rs` hold the rest.
 
 use spore_core::{DType, Result, Tensor};
 
@@ -159,6 +160,7 @@ pub fn rows() -> Vec<Row> {
         super::table_structural::structural_rows(),
         super::table_products::product_rows(),
         super::table_compiled::compiled_rows(),
+        super::table_api::api_rows(),
     ]
     .into_iter()
     .flatten()

@@ -53,6 +53,7 @@ pub const POOL_2X2: PoolAttrs = PoolAttrs {
     stride: [2, 2],
     pads: [0; 4],
     count_include_pad: false,
+    ceil_mode: false,
 };
 
 /// Applies a max-pool gradient op to (x, dy).
@@ -408,6 +409,7 @@ fn pool_rows() -> Vec<Row> {
                             stride: [2, 2],
                             pads: [1, 1, 1, 1],
                             count_include_pad: false,
+                            ceil_mode: false,
                         },
                         input_shape: [1, 2, 4, 4],
                     },

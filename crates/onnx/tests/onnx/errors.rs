@@ -61,9 +61,9 @@ fn an_unsupported_attribute_value_is_named() {
             ..Default::default()
         },
         spore_onnx::proto::AttributeProto {
-            name: "ceil_mode".into(),
-            i: 1,
-            r#type: 2,
+            name: "dilations".into(),
+            ints: vec![2, 2],
+            r#type: 7,
             ..Default::default()
         },
         spore_onnx::proto::AttributeProto {
@@ -78,7 +78,24 @@ fn an_unsupported_attribute_value_is_named() {
         .call1(&Tensor::ones(&[1, 1, 4, 4], DType::F32).unwrap())
         .unwrap_err()
         .to_string();
-    assert!(err.contains("ceil_mode"), "{err}");
+    assert!(err.contains("dilated pooling"), "{err}");
+    // An attribute the importer does not read is named, not ignored.
+    let mut m = model("Relu", 17);
+    m.graph.as_mut().unwrap().node[0].attribute = vec![spore_onnx::proto::AttributeProto {
+        name: "alpha".into(),
+        f: 0.5,
+        r#type: 1,
+        ..Default::default()
+    }];
+    let net = spore_onnx::import_bytes(&m.encode_to_vec(), None).unwrap();
+    let err = net
+        .call1(&Tensor::ones(&[2], DType::F32).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("attribute \"alpha\" is not supported") && err.contains("Relu"),
+        "{err}"
+    );
 }
 
 #[test]

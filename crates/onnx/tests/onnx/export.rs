@@ -66,3 +66,60 @@ fn lenet_mlp_and_resnet18_round_trip_through_onnxruntime() {
     round_trip("mlp", Mlp::new().unwrap(), &[2, 1, 28, 28]);
     round_trip("resnet18", ResNet::resnet18(10).unwrap(), &[1, 3, 32, 32]);
 }
+
+/// A network made of the operator options ONNX needed: a transposed convolution,
+/// reflect and constant padding with cropping, a reversed strided slice, a convolution
+/// and a ceil-mode max pool.
+struct Decoder {
+    base: CellBase,
+    up: spore_core::Parameter,
+    conv: spore_core::Parameter,
+}
+
+impl Cell for Decoder {
+    fn construct(&self, inputs: &[Tensor]) -> spore_core::Result<Vec<Tensor>> {
+        use spore_core::ops::{ConvTranspose2dOptions, PadMode, PaddingMode, Pool2dOptions};
+        let up = ConvTranspose2dOptions {
+            stride: [2, 2],
+            pad_mode: PadMode::Pad([1, 1, 1, 1]),
+            output_padding: [1, 1],
+            ..Default::default()
+        };
+        let y = inputs[0].conv_transpose2d(&self.up.value(), &up)?;
+        let y = y.pad_with(&[(0, 0), (0, 0), (2, 1), (1, 2)], PaddingMode::Reflect)?;
+        let y = y.pad_with(
+            &[(0, 0), (0, 0), (1, -1), (0, 0)],
+            PaddingMode::Constant(0.25),
+        )?;
+        let y = y.strided_slice(&[0, 0, -1, 1], &[2, 2, -100, 15], &[1, 1, -2, 1])?;
+        let y = y.conv2d(&self.conv.value(), &Default::default())?.relu()?;
+        let y = y.max_pool2d(&Pool2dOptions::new(2, 2).ceil_mode(true))?;
+        Ok(vec![y.flatten(1)?])
+    }
+    fn params(&self) -> Vec<(String, spore_core::Parameter)> {
+        vec![
+            ("up".into(), self.up.clone()),
+            ("conv".into(), self.conv.clone()),
+        ]
+    }
+    fn base(&self) -> &CellBase {
+        &self.base
+    }
+    fn class_name(&self) -> &'static str {
+        "Decoder"
+    }
+}
+
+#[test]
+fn transposed_convolution_padding_slicing_and_ceil_pooling_round_trip() {
+    let weight = |shape: &[usize], seed, name| {
+        let t = Tensor::randn(shape, DType::F32, Some(seed)).unwrap();
+        spore_core::Parameter::new(t.mul_scalar(0.3).unwrap(), name)
+    };
+    let net = Arc::new(Decoder {
+        base: CellBase::new(),
+        up: weight(&[3, 2, 3, 3], 1, "up"),
+        conv: weight(&[4, 2, 3, 3], 2, "conv"),
+    });
+    round_trip("decoder", net, &[2, 3, 6, 6]);
+}

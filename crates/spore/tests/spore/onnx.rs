@@ -150,3 +150,167 @@ fn spore_convert_writes_a_cell_that_builds_and_loads_its_checkpoint() {
     assert_eq!(a, b);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The committed conversion of [`ops_model`] (regenerated like `converted_lenet.rs`).
+#[rustfmt::skip]
+#[path = "converted_ops.rs"]
+mod converted_ops;
+
+/// A model of the operators whose converted forms need known indices and sizes: Pad
+/// (reflect), ConvTranspose with a bias, Split, Slice and OneHot.
+fn ops_model() -> spore::onnx::proto::ModelProto {
+    use spore::onnx::proto::{
+        AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, ValueInfoProto,
+    };
+    use spore::onnx::tensor::from_tensor;
+    let ints = |name: &str, v: &[i64]| {
+        from_tensor(name, &Tensor::from_vec(v.to_vec(), &[v.len()]).unwrap()).unwrap()
+    };
+    let floats = |name: &str, shape: &[usize], seed| {
+        let t = Tensor::randn(shape, DType::F32, Some(seed))
+            .unwrap()
+            .mul_scalar(0.3)
+            .unwrap();
+        from_tensor(name, &t).unwrap()
+    };
+    let attr_ints = |name: &str, v: &[i64]| AttributeProto {
+        name: name.into(),
+        r#type: 7,
+        ints: v.to_vec(),
+        ..Default::default()
+    };
+    let attr_int = |name: &str, v: i64| AttributeProto {
+        name: name.into(),
+        r#type: 2,
+        i: v,
+        ..Default::default()
+    };
+    let attr_str = |name: &str, v: &str| AttributeProto {
+        name: name.into(),
+        r#type: 3,
+        s: v.as_bytes().to_vec(),
+        ..Default::default()
+    };
+    let node = |op: &str, ins: &[&str], outs: &[&str], attribute: Vec<AttributeProto>| NodeProto {
+        name: format!("{op}_{}", outs[0]),
+        op_type: op.into(),
+        input: ins.iter().map(|s| s.to_string()).collect(),
+        output: outs.iter().map(|s| s.to_string()).collect(),
+        attribute,
+        ..Default::default()
+    };
+    let value = |name: &str| ValueInfoProto {
+        name: name.into(),
+        ..Default::default()
+    };
+    let graph = GraphProto {
+        name: "ops".into(),
+        node: vec![
+            node(
+                "Pad",
+                &["x", "pads"],
+                &["p"],
+                vec![attr_str("mode", "reflect")],
+            ),
+            node(
+                "ConvTranspose",
+                &["p", "up", "up_bias"],
+                &["ct"],
+                vec![
+                    attr_ints("strides", &[2, 2]),
+                    attr_ints("pads", &[1, 1, 1, 1]),
+                    attr_ints("output_padding", &[1, 1]),
+                ],
+            ),
+            node(
+                "Split",
+                &["ct", "sizes"],
+                &["a", "b"],
+                vec![attr_int("axis", 1)],
+            ),
+            node(
+                "Slice",
+                &["a", "starts", "ends", "axes"],
+                &["a_cut"],
+                vec![],
+            ),
+            node(
+                "Slice",
+                &["b", "starts", "ends", "axes"],
+                &["b_cut"],
+                vec![],
+            ),
+            node("Mul", &["a_cut", "b_cut"], &["y"], vec![]),
+            node(
+                "OneHot",
+                &["idx", "depth", "vals"],
+                &["hot"],
+                vec![attr_int("axis", 0)],
+            ),
+        ],
+        initializer: vec![
+            ints("pads", &[0, 0, 1, 2, 0, 0, 2, 1]),
+            floats("up", &[3, 2, 3, 3], 11),
+            floats("up_bias", &[2], 12),
+            ints("sizes", &[1, 1]),
+            ints("starts", &[1]),
+            ints("ends", &[-1]),
+            ints("axes", &[2]),
+            ints("idx", &[1, -1]),
+            ints("depth", &[3]),
+            floats("vals", &[2], 13),
+        ],
+        input: vec![value("x")],
+        output: vec![value("y"), value("hot")],
+        ..Default::default()
+    };
+    ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 17,
+        }],
+        graph: Some(graph),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn converted_pad_conv_transpose_split_slice_and_one_hot_build_and_match_the_import() {
+    use prost::Message;
+    use spore::nn::checkpoint::{load_checkpoint, load_param_into_net};
+    let dir = std::env::temp_dir().join(format!("spore_onnx_convert_ops_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("ops.onnx");
+    std::fs::write(&model, ops_model().encode_to_vec()).unwrap();
+    let out = dir.join("converted");
+    let c = spore::onnx::convert::convert_file(&model, &out, "OpsOnnx").unwrap();
+    assert!(c.not_converted.is_empty(), "{}", c.report);
+    let committed =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/spore/converted_ops.rs");
+    if std::env::var("SPORE_UPDATE_CONVERTED").is_ok() {
+        std::fs::write(&committed, &c.source).unwrap();
+    }
+    assert_eq!(
+        c.source,
+        std::fs::read_to_string(&committed).unwrap(),
+        "the converter's output changed: rerun with SPORE_UPDATE_CONVERTED=1"
+    );
+    let net = converted_ops::OpsOnnx::new().unwrap();
+    let loaded =
+        load_param_into_net(&*net, &load_checkpoint(out.join("model.ckpt")).unwrap()).unwrap();
+    assert!(loaded.missing.is_empty(), "{:?}", loaded.missing);
+    let imported = spore::onnx::import(&model).unwrap();
+    let x = Tensor::randn(&[2, 3, 6, 6], DType::F32, Some(9)).unwrap();
+    let (a, b) = (
+        net.call(std::slice::from_ref(&x)).unwrap(),
+        imported.call(&[x]).unwrap(),
+    );
+    assert_eq!(a.len(), 2);
+    assert_eq!(a[0].shape(), &[2, 1, 16, 18]);
+    assert_eq!(a[1].shape(), &[3, 2]);
+    for (p, q) in a.iter().zip(&b) {
+        assert_eq!(p.to_vec::<f32>().unwrap(), q.to_vec::<f32>().unwrap());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

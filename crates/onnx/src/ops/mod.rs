@@ -4,11 +4,15 @@
 
 use spore_core::{DType, Error, Result, Tensor};
 
+mod attributes;
+mod slicing;
+mod window;
+
 use crate::api;
 use crate::proto::NodeProto;
 use crate::tensor::{Attrs, dtype_of, to_tensor};
 
-fn fail(node: &NodeProto, opset: i64, what: &str) -> Error {
+pub(super) fn fail(node: &NodeProto, opset: i64, what: &str) -> Error {
     Error::invalid(format!(
         "onnx: node {:?} ({}, opset {opset}): {what}",
         node.name, node.op_type
@@ -16,7 +20,7 @@ fn fail(node: &NodeProto, opset: i64, what: &str) -> Error {
 }
 
 /// Input `i` (required).
-fn input<'a>(
+pub(super) fn input<'a>(
     node: &NodeProto,
     opset: i64,
     args: &'a [Option<Tensor>],
@@ -28,11 +32,11 @@ fn input<'a>(
 }
 
 /// A constant integer input's values (shapes, axes, pads).
-fn ints_of(t: &Tensor) -> Result<Vec<i64>> {
+pub(super) fn ints_of(t: &Tensor) -> Result<Vec<i64>> {
     Ok(t.to_f64_vec()?.iter().map(|&v| v as i64).collect())
 }
 
-fn norm_axis(node: &NodeProto, opset: i64, a: i64, rank: usize) -> Result<usize> {
+pub(super) fn norm_axis(node: &NodeProto, opset: i64, a: i64, rank: usize) -> Result<usize> {
     let r = rank as i64;
     let v = if a < 0 { a + r } else { a };
     if (0..r.max(1)).contains(&v) {
@@ -44,136 +48,6 @@ fn norm_axis(node: &NodeProto, opset: i64, a: i64, rank: usize) -> Result<usize>
             &format!("axis {a} is out of range for rank {rank}"),
         ))
     }
-}
-
-/// Explicit (top, bottom, left, right) pads of a 2-D window op from `pads`/`auto_pad`.
-fn window_pads(
-    node: &NodeProto,
-    opset: i64,
-    at: &Attrs,
-    input: &[usize],
-    kernel: [usize; 2],
-    stride: [usize; 2],
-    dilation: [usize; 2],
-) -> Result<[usize; 4]> {
-    let auto = at.string("auto_pad", "NOTSET");
-    match auto.as_str() {
-        "NOTSET" => {
-            let p = at.ints("pads").unwrap_or_else(|| vec![0; 4]);
-            if p.len() != 4 || p.iter().any(|&v| v < 0) {
-                return Err(fail(
-                    node,
-                    opset,
-                    &format!("pads {p:?}: expected 4 non-negative values for a 2-D window"),
-                ));
-            }
-            Ok([p[0] as usize, p[2] as usize, p[1] as usize, p[3] as usize])
-        }
-        "VALID" => Ok([0; 4]),
-        "SAME_UPPER" | "SAME_LOWER" => {
-            let mut out = [0usize; 4];
-            for d in 0..2 {
-                let size = input[2 + d];
-                let o = size.div_ceil(stride[d]);
-                let need =
-                    ((o - 1) * stride[d] + (kernel[d] - 1) * dilation[d] + 1).saturating_sub(size);
-                let (small, big) = (need / 2, need - need / 2);
-                let (before, after) = if auto == "SAME_UPPER" {
-                    (small, big)
-                } else {
-                    (big, small)
-                };
-                out[2 * d] = before;
-                out[2 * d + 1] = after;
-            }
-            Ok(out)
-        }
-        other => Err(fail(
-            node,
-            opset,
-            &format!("auto_pad {other:?} is not one of NOTSET, VALID, SAME_UPPER, SAME_LOWER"),
-        )),
-    }
-}
-
-fn pair(
-    node: &NodeProto,
-    opset: i64,
-    at: &Attrs,
-    name: &str,
-    default: usize,
-) -> Result<[usize; 2]> {
-    match at.ints(name) {
-        None => Ok([default; 2]),
-        Some(v) if v.len() == 2 && v.iter().all(|&x| x > 0) => Ok([v[0] as usize, v[1] as usize]),
-        Some(v) => Err(fail(
-            node,
-            opset,
-            &format!("{name} {v:?}: expected 2 positive values (2-D only)"),
-        )),
-    }
-}
-
-fn conv(node: &NodeProto, opset: i64, args: &[Option<Tensor>]) -> Result<Tensor> {
-    let (x, w) = (input(node, opset, args, 0)?, input(node, opset, args, 1)?);
-    if x.rank() != 4 || w.rank() != 4 {
-        return Err(fail(
-            node,
-            opset,
-            "only 2-D convolutions (NCHW) are supported",
-        ));
-    }
-    let at = Attrs::of(node);
-    let stride = pair(node, opset, &at, "strides", 1)?;
-    let dilation = pair(node, opset, &at, "dilations", 1)?;
-    let kernel = [w.shape()[2], w.shape()[3]];
-    let pads = window_pads(node, opset, &at, x.shape(), kernel, stride, dilation)?;
-    let bias = args.get(2).and_then(|b| b.as_ref());
-    api::conv2d(
-        x,
-        w,
-        bias,
-        stride,
-        pads,
-        dilation,
-        at.int("group", 1).max(1) as usize,
-    )
-}
-
-fn pool(node: &NodeProto, opset: i64, args: &[Option<Tensor>], max: bool) -> Result<Tensor> {
-    let x = input(node, opset, args, 0)?;
-    let at = Attrs::of(node);
-    let kernel = pair(node, opset, &at, "kernel_shape", 0)?;
-    let stride = pair(node, opset, &at, "strides", 1)?;
-    let mut pads = window_pads(node, opset, &at, x.shape(), kernel, stride, [1, 1])?;
-    let count_include_pad = at.int("count_include_pad", 0) != 0;
-    if at.int("ceil_mode", 0) != 0 {
-        if !max && count_include_pad {
-            return Err(fail(
-                node,
-                opset,
-                "ceil_mode = 1 with count_include_pad = 1 is not supported",
-            ));
-        }
-        // Ceil mode as padding: the extra bottom/right cells make the floor formula give
-        // the ceil count, and pooling never reads padding (a max skips it, a mean
-        // without count_include_pad divides by the cells inside), as ceil mode's clipped
-        // windows do. A window may not start in the right padding (ONNX's rule).
-        for d in 0..2 {
-            let size = x.shape().get(2 + d).copied().unwrap_or(0);
-            let span = size + pads[2 * d] + pads[2 * d + 1];
-            if span < kernel[d] || kernel[d] == 0 {
-                continue;
-            }
-            let mut out = (span - kernel[d]).div_ceil(stride[d]) + 1;
-            if (out - 1) * stride[d] >= size + pads[2 * d] {
-                out -= 1;
-            }
-            let needed = (out - 1) * stride[d] + kernel[d];
-            pads[2 * d + 1] += needed.saturating_sub(span);
-        }
-    }
-    api::pool2d(x, max, kernel, stride, pads, count_include_pad)
 }
 
 fn gemm(node: &NodeProto, opset: i64, args: &[Option<Tensor>]) -> Result<Tensor> {
@@ -304,6 +178,18 @@ pub fn run_node(node: &NodeProto, args: &[Option<Tensor>], opset: i64) -> Result
             &format!("domain {:?} is not supported", node.domain),
         ));
     }
+    let known = attributes::known(&node.op_type);
+    if let Some(a) = node
+        .attribute
+        .iter()
+        .find(|a| !known.contains(&a.name.as_str()))
+    {
+        return Err(fail(
+            node,
+            opset,
+            &format!("attribute {:?} is not supported", a.name),
+        ));
+    }
     elementwise(node, args, opset)
 }
 
@@ -313,7 +199,8 @@ fn elementwise(node: &NodeProto, args: &[Option<Tensor>], opset: i64) -> Result<
     let x0 = || input(node, opset, args, 0);
     let one = |t: Tensor| Ok(vec![t]);
     match node.op_type.as_str() {
-        "Conv" => one(conv(node, opset, args)?),
+        "Conv" => one(window::conv(node, opset, args)?),
+        "ConvTranspose" => one(window::conv_transpose(node, opset, args)?),
         "Gemm" => one(gemm(node, opset, args)?),
         "MatMul" => binary(node, opset, args, |a, b| a.matmul(b)),
         "Add" => binary(node, opset, args, |a, b| a.add(b)),
@@ -404,9 +291,9 @@ fn network(node: &NodeProto, args: &[Option<Tensor>], opset: i64) -> Result<Vec<
             if node.output.len() > 1 && !node.output[1].is_empty() {
                 return Err(fail(node, opset, "the Indices output is not supported"));
             }
-            one(pool(node, opset, args, true)?)
+            one(window::pool(node, opset, args, true)?)
         }
-        "AveragePool" => one(pool(node, opset, args, false)?),
+        "AveragePool" => one(window::pool(node, opset, args, false)?),
         "GlobalAveragePool" => one(x0()?.mean(&[2, 3], true)?),
         "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => {
             let x = x0()?;
@@ -495,8 +382,13 @@ fn structural(node: &NodeProto, args: &[Option<Tensor>], opset: i64) -> Result<V
         }
         "Shape" => {
             let dims: Vec<i64> = x0()?.shape().iter().map(|&d| d as i64).collect();
-            let n = dims.len();
-            one(Tensor::from_vec(dims, &[n])?)
+            // Opset 15's `start`/`end`: a slice of the dimensions, clamped.
+            let r = dims.len() as i64;
+            let clip = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
+            let (s, e) = (clip(at.int("start", 0)), clip(at.int("end", r)));
+            let kept = dims[s..e.max(s)].to_vec();
+            let n = kept.len();
+            one(Tensor::from_vec(kept, &[n])?)
         }
         "Constant" => match at.tensor("value") {
             Some(t) => one(to_tensor(t, None)?),
@@ -529,6 +421,10 @@ fn structural(node: &NodeProto, args: &[Option<Tensor>], opset: i64) -> Result<V
                 input(node, opset, args, 2)?,
             )?)
         }
+        "Slice" => one(slicing::slice(node, opset, args)?),
+        "Split" => slicing::split(node, opset, args),
+        "Pad" => one(slicing::pad(node, opset, args)?),
+        "OneHot" => one(slicing::one_hot(node, opset, args)?),
         "Gather" => {
             let x = x0()?;
             let idx = input(node, opset, args, 1)?;
