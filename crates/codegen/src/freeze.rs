@@ -41,7 +41,9 @@ pub fn freeze<C: Cell + ?Sized>(cell: &C, inputs: &[TensorType]) -> Result<Froze
     let _ = cell.parameters_and_names();
     let was_training = cell.is_training();
     cell.set_train(false);
-    let traced = trace::trace(cell.class_name(), inputs, |x| cell.construct(x));
+    let traced = trace::trace(cell.class_name(), inputs, |x| {
+        spore_nn::call::construct_as_root(cell, x)
+    });
     cell.set_train(was_training);
     freeze_graph(traced?)
 }

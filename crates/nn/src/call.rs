@@ -54,6 +54,15 @@ pub fn run_eagerly<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Runs `cell`'s `construct` as a root call (no scope of its own) whose children name
+/// their scopes (`Default/conv1/...`), without compiling: for code that traces a cell
+/// itself (export, code generation). Calling `construct` directly would leave the
+/// children at depth 0, each a root without a scope.
+pub fn construct_as_root<C: Cell + ?Sized>(cell: &C, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+    cell.parameters_and_names();
+    within_call(None, || cell.construct(inputs))
+}
+
 fn within_call<R>(scope: Option<String>, f: impl FnOnce() -> R) -> R {
     struct Leave;
     impl Drop for Leave {

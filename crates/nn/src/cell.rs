@@ -58,6 +58,12 @@ pub trait Cell: Send + Sync + 'static {
     fn base(&self) -> &CellBase;
     /// The class name (`Conv2d`, `LeNet5`): names compiled graphs and error messages.
     fn class_name(&self) -> &'static str;
+    /// The concrete cell, for code that must recognise a layer by type (the ONNX exporter
+    /// writes a `BatchNorm2d` as one `BatchNormalization` node); `None` unless a layer
+    /// opts in.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
     /// MindSpore's `auto_prefix`: whether the children's parameter names get the child's
     /// attribute name as a prefix. Wrappers (`WithLossCell`, `TrainOneStepCell`) answer
     /// false so that a wrapped network keeps the names `conv1.weight`.

@@ -2,8 +2,8 @@
 
     python3 check_export.py MODEL INPUT.npy OUTPUT.npy
 
-onnx.checker (with full shape inference) must accept the model; the output of
-onnxruntime on the input is saved for the test to compare with Spore's.
+onnx.checker (with full shape inference) must accept the model; the outputs of
+onnxruntime on the input are saved for the test to compare with Spore's.
 """
 import sys
 
@@ -19,8 +19,12 @@ def main(model_path, input_path, output_path):
     assert opset >= 17, f"opset {opset}"
     sess = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
     x = np.load(input_path)
-    (y,) = sess.run(None, {sess.get_inputs()[0].name: x})
-    np.save(output_path, y)
+    outputs = sess.run(None, {sess.get_inputs()[0].name: x})
+    # The first output at OUTPUT.npy, any others (a training graph's updated moving
+    # statistics) at OUTPUT_1.npy, OUTPUT_2.npy, ...
+    np.save(output_path, outputs[0])
+    for k, y in enumerate(outputs[1:], start=1):
+        np.save(output_path[: -len(".npy")] + f"_{k}.npy", y)
     print(len(model.graph.node), "nodes, opset", opset)
 
 

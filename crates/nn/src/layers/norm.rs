@@ -264,6 +264,9 @@ impl Cell for BatchNorm2d {
     fn class_name(&self) -> &'static str {
         "BatchNorm2d"
     }
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
 }
 
 /// Batch normalisation of `(N, C)` or `(N, C, L)` inputs.
@@ -302,6 +305,9 @@ impl Cell for BatchNorm1d {
     }
     fn class_name(&self) -> &'static str {
         "BatchNorm1d"
+    }
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 }
 

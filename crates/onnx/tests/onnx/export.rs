@@ -123,3 +123,136 @@ fn transposed_convolution_padding_slicing_and_ceil_pooling_round_trip() {
     });
     round_trip("decoder", net, &[2, 3, 6, 6]);
 }
+
+/// Convolution, BatchNorm2d, ReLU, Dense and BatchNorm1d: the two BatchNorm layers the
+/// exporter writes as `BatchNormalization` nodes.
+struct Normalised {
+    base: CellBase,
+    conv: Arc<Conv2d>,
+    bn2d: Arc<BatchNorm2d>,
+    fc: Arc<Dense>,
+    bn1d: Arc<BatchNorm1d>,
+}
+
+impl Cell for Normalised {
+    fn construct(&self, inputs: &[Tensor]) -> spore_core::Result<Vec<Tensor>> {
+        let y = self.bn2d.call1(&self.conv.call1(&inputs[0])?)?.relu()?;
+        Ok(vec![self.bn1d.call1(&self.fc.call1(&y.flatten(1)?)?)?])
+    }
+    fn cells(&self) -> Vec<(String, Arc<dyn Cell>)> {
+        use spore_nn::cell::child;
+        vec![
+            child("conv", &self.conv),
+            child("bn2d", &self.bn2d),
+            child("fc", &self.fc),
+            child("bn1d", &self.bn1d),
+        ]
+    }
+    fn base(&self) -> &CellBase {
+        &self.base
+    }
+    fn class_name(&self) -> &'static str {
+        "Normalised"
+    }
+}
+
+#[test]
+fn batch_norm_exports_as_one_node_in_inference_and_training_mode() {
+    use spore_onnx::export::{ExportOptions, export_with};
+    spore_core::rng::set_seed(9);
+    let net = Arc::new(Normalised {
+        base: CellBase::new(),
+        conv: Conv2d::config(3, 4, 3).build().unwrap(),
+        bn2d: BatchNorm2d::new(4).unwrap(),
+        fc: Dense::new(4 * 5 * 5, 6).unwrap(),
+        bn1d: BatchNorm1d::new(6).unwrap(),
+    });
+    crate::randomise_moving_statistics(&*net);
+    round_trip("normalised", net.clone(), &[4, 3, 5, 5]);
+    let dir = temp_dir("export_training");
+    let model = dir.join("train.onnx");
+    let shape = [4, 3, 5, 5];
+    export_with(
+        &*net,
+        &[TensorType::new(&shape, DType::F32)],
+        &model,
+        &ExportOptions { training: true },
+    )
+    .unwrap();
+    let proto =
+        spore_onnx::proto::ModelProto::decode(std::fs::read(&model).unwrap().as_slice()).unwrap();
+    let graph = proto.graph.unwrap();
+    let bns: Vec<_> = graph
+        .node
+        .iter()
+        .filter(|n| n.op_type == "BatchNormalization")
+        .collect();
+    assert_eq!(bns.len(), 2, "one node per BatchNorm layer");
+    assert!(
+        bns.iter()
+            .all(|n| n.output.len() == 3 && n.name.starts_with("Default/bn"))
+    );
+    let x = Tensor::randn(&shape, DType::F32, Some(4)).unwrap();
+    std::fs::write(
+        dir.join("x.npy"),
+        spore_core::debug::npy::encode(&x).unwrap(),
+    )
+    .unwrap();
+    python(
+        "check_export.py",
+        &[&model, &dir.join("x.npy"), &dir.join("y.npy")],
+    );
+    // Spore in training mode: batch statistics, and the moving statistics updated.
+    let before: Vec<Vec<f32>> = [&net.bn2d.state, &net.bn1d.state]
+        .iter()
+        .map(|b| b.moving_variance.value().to_vec::<f32>().unwrap())
+        .collect();
+    net.set_train(true);
+    let y = net.call1(&x).unwrap().to_vec::<f32>().unwrap();
+    net.set_train(false);
+    let close = |a: &[f32], b: &[f32], what: &str| {
+        assert_eq!(a.len(), b.len(), "{what}");
+        let worst = a
+            .iter()
+            .zip(b)
+            .map(|(p, q)| (p - q).abs())
+            .fold(0.0f32, f32::max);
+        assert!(
+            worst <= 1e-5,
+            "{what}: onnxruntime differs from Spore by {worst}"
+        );
+    };
+    close(
+        &read_npy(&dir.join("y.npy")).to_vec::<f32>().unwrap(),
+        &y,
+        "output",
+    );
+    for (k, (bn, n)) in [(&net.bn2d.state, 4.0 * 5.0 * 5.0), (&net.bn1d.state, 4.0)]
+        .iter()
+        .enumerate()
+    {
+        let running = |j: usize| {
+            read_npy(&dir.join(format!("y_{}.npy", 2 * k + j)))
+                .to_vec::<f32>()
+                .unwrap()
+        };
+        close(
+            &running(1),
+            &bn.moving_mean.value().to_vec::<f32>().unwrap(),
+            "running mean",
+        );
+        // ONNX's variance term is the batch's biased variance, Spore's the unbiased one.
+        let m = bn.momentum as f32;
+        let onnx_rule: Vec<f32> = bn
+            .moving_variance
+            .value()
+            .to_vec::<f32>()
+            .unwrap()
+            .iter()
+            .zip(&before[k])
+            .map(|(new, old)| m * old + (new - m * old) * (n - 1.0) / n)
+            .collect();
+        close(&running(2), &onnx_rule, "running variance");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -38,3 +38,19 @@ pub fn python(script: &str, args: &[&Path]) -> String {
 pub fn read_npy(path: &Path) -> spore_core::Tensor {
     spore_core::debug::npy::decode(&std::fs::read(path).unwrap()).unwrap()
 }
+
+/// Gives every BatchNorm layer of `net` non-trivial moving statistics (fresh layers hold
+/// 0 and 1, which would hide a mix-up between them).
+pub fn randomise_moving_statistics<C: spore_nn::cell::Cell + ?Sized>(net: &C) {
+    use spore_nn::cell::CellExt;
+    for (k, (name, p)) in net.parameters_and_names().into_iter().enumerate() {
+        let shape = p.tensor_type().shape.to_vec();
+        let noise =
+            spore_core::Tensor::rand(&shape, spore_core::DType::F32, Some(40 + k as u64)).unwrap();
+        if name.ends_with("moving_mean") {
+            p.assign(&noise.sub_scalar(0.5).unwrap()).unwrap();
+        } else if name.ends_with("moving_variance") {
+            p.assign(&noise.add_scalar(0.5).unwrap()).unwrap();
+        }
+    }
+}

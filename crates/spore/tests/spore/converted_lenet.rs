@@ -60,25 +60,25 @@ impl Cell for LeNetOnnx {
         let p_fc3_weight = self.p_fc3_weight.value();
         let p_fc3_bias = self.p_fc3_bias.value();
         let v_default_reshape_op6_shape = Tensor::from_vec(vec![0i64, 400i64], &[2])?;
-        let v_default_conv2d_op0: Tensor = api::conv2d(&v_x0, &p_conv1_weight, None, [1, 1], [0, 0, 0, 0], [1, 1], 1)?;
-        let v_default_relu_op1: Tensor = v_default_conv2d_op0.relu()?;
-        let v_default_maxpool_op2: Tensor = api::pool2d(&v_default_relu_op1, true, [2, 2], [2, 2], [0, 0, 0, 0], false, false)?;
-        let v_default_conv2d_op3: Tensor = api::conv2d(&v_default_maxpool_op2, &p_conv2_weight, None, [1, 1], [0, 0, 0, 0], [1, 1], 1)?;
-        let v_default_relu_op4: Tensor = v_default_conv2d_op3.relu()?;
-        let v_default_maxpool_op5: Tensor = api::pool2d(&v_default_relu_op4, true, [2, 2], [2, 2], [0, 0, 0, 0], false, false)?;
-        let v_default_reshape_op6: Tensor = api::reshape(&v_default_maxpool_op5, &[0, 400])?;
-        let v_default_transpose_op7: Tensor = p_fc1_weight.permute(&[1, 0])?;
-        let v_default_matmul_op8: Tensor = v_default_reshape_op6.matmul(&v_default_transpose_op7)?;
-        let v_default_add_op9: Tensor = v_default_matmul_op8.add(&p_fc1_bias)?;
-        let v_default_relu_op10: Tensor = v_default_add_op9.relu()?;
-        let v_default_transpose_op11: Tensor = p_fc2_weight.permute(&[1, 0])?;
-        let v_default_matmul_op12: Tensor = v_default_relu_op10.matmul(&v_default_transpose_op11)?;
-        let v_default_add_op13: Tensor = v_default_matmul_op12.add(&p_fc2_bias)?;
-        let v_default_relu_op14: Tensor = v_default_add_op13.relu()?;
-        let v_default_transpose_op15: Tensor = p_fc3_weight.permute(&[1, 0])?;
-        let v_default_matmul_op16: Tensor = v_default_relu_op14.matmul(&v_default_transpose_op15)?;
-        let v_default_add_op17: Tensor = v_default_matmul_op16.add(&p_fc3_bias)?;
-        let v_output0: Tensor = v_default_add_op17.clone();
+        let v_default_conv1_conv2d_op0: Tensor = api::conv2d(&v_x0, &p_conv1_weight, None, [1, 1], [0, 0, 0, 0], [1, 1], 1)?;
+        let v_default_relu_relu_op1: Tensor = v_default_conv1_conv2d_op0.relu()?;
+        let v_default_max_pool2d_maxpool_op2: Tensor = api::pool2d(&v_default_relu_relu_op1, true, [2, 2], [2, 2], [0, 0, 0, 0], false, false)?;
+        let v_default_conv2_conv2d_op3: Tensor = api::conv2d(&v_default_max_pool2d_maxpool_op2, &p_conv2_weight, None, [1, 1], [0, 0, 0, 0], [1, 1], 1)?;
+        let v_default_relu_relu_op4: Tensor = v_default_conv2_conv2d_op3.relu()?;
+        let v_default_max_pool2d_maxpool_op5: Tensor = api::pool2d(&v_default_relu_relu_op4, true, [2, 2], [2, 2], [0, 0, 0, 0], false, false)?;
+        let v_default_reshape_op6: Tensor = api::reshape(&v_default_max_pool2d_maxpool_op5, &[0, 400])?;
+        let v_default_fc1_transpose_op7: Tensor = p_fc1_weight.permute(&[1, 0])?;
+        let v_default_fc1_matmul_op8: Tensor = v_default_reshape_op6.matmul(&v_default_fc1_transpose_op7)?;
+        let v_default_fc1_add_op9: Tensor = v_default_fc1_matmul_op8.add(&p_fc1_bias)?;
+        let v_default_relu_relu_op10: Tensor = v_default_fc1_add_op9.relu()?;
+        let v_default_fc2_transpose_op11: Tensor = p_fc2_weight.permute(&[1, 0])?;
+        let v_default_fc2_matmul_op12: Tensor = v_default_relu_relu_op10.matmul(&v_default_fc2_transpose_op11)?;
+        let v_default_fc2_add_op13: Tensor = v_default_fc2_matmul_op12.add(&p_fc2_bias)?;
+        let v_default_relu_relu_op14: Tensor = v_default_fc2_add_op13.relu()?;
+        let v_default_fc3_transpose_op15: Tensor = p_fc3_weight.permute(&[1, 0])?;
+        let v_default_fc3_matmul_op16: Tensor = v_default_relu_relu_op14.matmul(&v_default_fc3_transpose_op15)?;
+        let v_default_fc3_add_op17: Tensor = v_default_fc3_matmul_op16.add(&p_fc3_bias)?;
+        let v_output0: Tensor = v_default_fc3_add_op17.clone();
         Ok(vec![v_output0])
     }
 

@@ -15,7 +15,12 @@
 //! spore_onnx::export(&*net, &[TensorType::new(&[1, 3, 32, 32], DType::F32)], "resnet18.onnx".as_ref()).unwrap();
 //! ```
 
+use std::collections::HashMap;
 use std::path::Path;
+
+mod batch_norm;
+
+use batch_norm::BatchNormNode;
 
 use prost::Message;
 use spore_core::ir::{Graph, NodeKind};
@@ -38,6 +43,15 @@ fn attr_ints(name: &str, v: &[i64]) -> AttributeProto {
         name: name.into(),
         r#type: attribute_proto::AttributeType::Ints as i32,
         ints: v.to_vec(),
+        ..Default::default()
+    }
+}
+
+fn attr_float(name: &str, v: f32) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        r#type: attribute_proto::AttributeType::Float as i32,
+        f: v,
         ..Default::default()
     }
 }
@@ -264,6 +278,39 @@ impl Builder<'_> {
         Ok(())
     }
 
+    /// The BatchNorm chain ending at node `i` as one node; in training mode its updated
+    /// moving statistics (named `<parameter>/running`) are returned as extra outputs.
+    fn batch_norm(&mut self, i: usize, bn: &BatchNormNode) -> Result<Vec<ValueInfoProto>> {
+        let scope = self.g.nodes[i].name.clone();
+        let scope = scope
+            .rsplit_once('/')
+            .map_or(scope.clone(), |(s, _)| s.to_string());
+        let mut inputs = vec![self.names[bn.input].clone()];
+        inputs.extend(bn.params.iter().map(|&p| self.names[p].clone()));
+        let mut outputs = vec![self.names[i].clone()];
+        let mut extra = vec![];
+        if bn.training {
+            for &p in &bn.params[2..] {
+                let name = format!("{}/running", self.names[p]);
+                extra.push(value_info(&name, self.g.nodes[p].ty(), false)?);
+                outputs.push(name);
+            }
+        }
+        self.nodes.push(NodeProto {
+            name: format!("{scope}/BatchNormalization"),
+            op_type: "BatchNormalization".into(),
+            input: inputs,
+            output: outputs,
+            attribute: vec![
+                attr_float("epsilon", bn.epsilon as f32),
+                attr_float("momentum", bn.momentum as f32),
+                attr_int("training_mode", bn.training as i64),
+            ],
+            ..Default::default()
+        });
+        Ok(extra)
+    }
+
     fn unsupported(&self, i: usize, op: &Op) -> Error {
         Error::invalid(format!(
             "onnx export: {} at scope {} has no ONNX form here",
@@ -413,16 +460,31 @@ fn same_name(op: &Op) -> Option<&'static str> {
     })
 }
 
-/// The ONNX model of an inference graph.
+/// The ONNX model of a traced graph.
 pub fn graph_to_model(g: &Graph) -> Result<ModelProto> {
+    graph_with_batch_norms(g, &HashMap::new())
+}
+
+/// [`graph_to_model`] with the BatchNorm chains in `bns` (keyed by their output node)
+/// written as `BatchNormalization` nodes; nodes the outputs do not need are left out.
+fn graph_with_batch_norms(g: &Graph, bns: &HashMap<usize, BatchNormNode>) -> Result<ModelProto> {
     let mut b = Builder {
         g,
         names: g.nodes.iter().map(|n| n.name.clone()).collect(),
         nodes: vec![],
         initializers: vec![],
     };
+    let live = batch_norm::live(g, bns);
     let mut inputs = vec![];
+    let mut extra_outputs = vec![];
     for (i, n) in g.nodes.iter().enumerate() {
+        if !live[i] {
+            continue;
+        }
+        if let Some(bn) = bns.get(&i) {
+            extra_outputs.extend(b.batch_norm(i, bn)?);
+            continue;
+        }
         match &n.kind {
             NodeKind::Input(_) => inputs.push(value_info(&b.names[i], n.ty(), true)?),
             NodeKind::Parameter(p) => {
@@ -456,6 +518,7 @@ pub fn graph_to_model(g: &Graph) -> Result<ModelProto> {
         );
         outputs.push(value_info(&name, g.nodes[o].ty(), true)?);
     }
+    outputs.extend(extra_outputs);
     Ok(ModelProto {
         ir_version: 8,
         producer_name: "spore".into(),
@@ -476,15 +539,42 @@ pub fn graph_to_model(g: &Graph) -> Result<ModelProto> {
     })
 }
 
+/// What [`export_with`] writes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExportOptions {
+    /// The training-mode graph: BatchNorm normalises with batch statistics
+    /// (`training_mode = 1`) and the updated moving statistics are extra outputs
+    /// (PyTorch's `training=TrainingMode.TRAINING`). Dropout, which draws random masks,
+    /// has no exported training form here.
+    pub training: bool,
+}
+
 /// MindSpore's `export(net, input, file_name, file_format='ONNX')`: writes `net`'s
 /// inference graph for inputs of `inputs`' types (the batch included) to `path`.
 pub fn export<C: Cell + ?Sized>(net: &C, inputs: &[TensorType], path: &Path) -> Result<()> {
+    export_with(net, inputs, path, &ExportOptions::default())
+}
+
+/// [`export`] with options (the training-mode graph).
+pub fn export_with<C: Cell + ?Sized>(
+    net: &C,
+    inputs: &[TensorType],
+    path: &Path,
+    options: &ExportOptions,
+) -> Result<()> {
     let _ = net.parameters_and_names();
     let was = net.is_training();
-    net.set_train(false);
-    let g = trace::trace(net.class_name(), inputs, |x| net.construct(x));
+    net.set_train(options.training);
+    let g = trace::trace(net.class_name(), inputs, |x| {
+        spore_nn::call::construct_as_root(net, x)
+    });
     net.set_train(was);
-    let model = graph_to_model(&g?)?;
+    let g = g?;
+    let bns: HashMap<usize, BatchNormNode> = batch_norm::find(net, &g, options.training)
+        .into_iter()
+        .map(|bn| (bn.output, bn))
+        .collect();
+    let model = graph_with_batch_norms(&g, &bns)?;
     std::fs::write(path, model.encode_to_vec())
         .map_err(|e| Error::io(path, format!("cannot write the model: {e}")))
 }
