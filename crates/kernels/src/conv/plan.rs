@@ -21,7 +21,7 @@
 //!
 //! | path | passes | where it applies |
 //! |---|---|---|
-//! | `Winograd` | forward, filter gradient | 3x3, stride 1, padding 1 on every side, sides a multiple of 4, at least [`WINOGRAD_MIN_CHANNELS`] in and out, no groups or dilation, `SPORE_WINOGRAD` not `off` |
+//! | `Winograd` | forward, filter gradient | 3x3, stride 1, padding 1 on every side, sides a multiple of 4, at least [`WINOGRAD_MIN_CHANNELS`] in and out, no groups or dilation, `SPORE_WINOGRAD` not `off`; chosen from [`WINOGRAD_MIN_TILES`] tiles |
 //! | `Implicit` | forward, filter gradient | unpadded, one image's group within [`MAX_IMAGE_BYTES`], at least [`NR`] outputs per group |
 //! | `PaddedGathered` | filter gradient | padded, at least [`NR`] outputs, [`PADDED_GATHER_MIN_TAPS`] taps, [`PADDED_GATHER_MIN_POSITIONS`] positions, `dWᵀ` within [`MAX_GATHERED_GRADIENT`] |
 //! | `Wide` | forward, filter gradient | unpadded, stride 1, small images, fewer than [`NR`] outputs per group, wide positions within 5/4 |
@@ -54,6 +54,13 @@ pub const GRADIENT_DEPTH: usize = 320;
 /// Fewest channels in and out for Winograd: with fewer, the products are too shallow to
 /// pay for the transforms (ResNet's first layer has 3).
 pub const WINOGRAD_MIN_CHANNELS: usize = 16;
+
+/// Fewest tiles (images × tiles per image) Winograd takes. Each call transforms the
+/// filters into 36 · O · C values (four times the weights) that the 36 products then
+/// read; with fewer tiles than this the products are too narrow to pay for writing and
+/// reading them, and the direct form, which reads the 9 · O · C weights once, is faster
+/// (ResNet-18 at batch 1: layer3 and layer4 have 4 and 1 tiles per image).
+pub const WINOGRAD_MIN_TILES: usize = 16;
 
 /// Outputs per Winograd tile side (F(4x4, 3x3)): image sides must be multiples of it.
 pub const WINOGRAD_TILE: usize = 4;
@@ -159,7 +166,11 @@ pub fn choose(g: &ConvGeometry, pass: Pass, f32: bool) -> ConvPath {
     let paths = applicable(g, pass, f32);
     let preferred = paths
         .iter()
-        .find(|p| !matches!(p, ConvPath::Im2colPackedFilters) || packs_filters(g))
+        .find(|p| match p {
+            ConvPath::Im2colPackedFilters => packs_filters(g),
+            ConvPath::Winograd => winograd_pays(g),
+            _ => true,
+        })
         .copied()
         .unwrap_or(ConvPath::Im2col);
     match forced() {
@@ -263,6 +274,12 @@ pub(crate) fn winograd_applies(g: &ConvGeometry) -> bool {
         && g.c >= WINOGRAD_MIN_CHANNELS
         && g.o >= WINOGRAD_MIN_CHANNELS
         && winograd_enabled()
+}
+
+/// Whether Winograd, where it applies, is worth its filter transform (see
+/// [`WINOGRAD_MIN_TILES`]).
+fn winograd_pays(g: &ConvGeometry) -> bool {
+    g.n * (g.h / WINOGRAD_TILE) * (g.w / WINOGRAD_TILE) >= WINOGRAD_MIN_TILES
 }
 
 /// What the gathered and wide paths need: the AVX2 GEMM, no padding (every tap of every

@@ -325,7 +325,8 @@ fn every_path_matches_naive_f64_on_random_geometries() {
     }
 }
 
-/// `SPORE_CONV_PATH` aside, [`super::plan::choose`] takes the first applicable path, and
+/// `SPORE_CONV_PATH` aside, [`super::plan::choose`] takes the first applicable path that
+/// pays (packed filters where they are reused, Winograd from its minimum of tiles), and
 /// `Im2col` applies to everything.
 #[test]
 fn im2col_applies_everywhere_and_choose_takes_the_first_path() {
@@ -341,9 +342,14 @@ fn im2col_applies_everywhere_and_choose_takes_the_first_path() {
             if std::env::var_os("SPORE_CONV_PATH").is_none() {
                 let chosen = super::plan::choose(&g, pass, true);
                 let packs = super::plan::packs_filters(&g);
+                let tiles = g.n * (g.h / 4) * (g.w / 4);
                 let first = paths
                     .iter()
-                    .find(|p| **p != ConvPath::Im2colPackedFilters || packs)
+                    .find(|p| match p {
+                        ConvPath::Im2colPackedFilters => packs,
+                        ConvPath::Winograd => tiles >= super::plan::WINOGRAD_MIN_TILES,
+                        _ => true,
+                    })
                     .copied();
                 assert_eq!(Some(chosen), first, "{pass:?} of {g:?}");
             }

@@ -3,9 +3,10 @@
 //!
 //! ```
 //! use spore_kernels::conv::{choose, conv2d, ConvGeometry, ConvPath, Pass};
-//! // 16 -> 16 channels over 8x8 images: Winograd applies (AVX2/FMA machines).
-//! let g = ConvGeometry::new([1, 16, 8, 8], [16, 16, 3, 3], [1, 1], [1, 1], [1; 4], 1);
-//! let x = vec![1.0f32; 16 * 64];
+//! // 16 -> 16 channels over four 8x8 images (16 tiles): Winograd is chosen (AVX2/FMA
+//! // machines).
+//! let g = ConvGeometry::new([4, 16, 8, 8], [16, 16, 3, 3], [1, 1], [1, 1], [1; 4], 1);
+//! let x = vec![1.0f32; 4 * 16 * 64];
 //! let w = vec![0.5f32; 16 * 16 * 9];
 //! let y = conv2d(&x, &w, &g);
 //! // An interior output sums 9 taps of 16 channels: 144 * 0.5; a corner sees 4 taps.
