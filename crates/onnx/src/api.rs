@@ -245,7 +245,15 @@ pub fn slice(
     // they still clamp to the axis and cannot overflow when a length is added.
     let clamp = |v: i64| (v as isize).clamp(isize::MIN / 2, isize::MAX / 2);
     for (k, &a) in axes.iter().enumerate() {
-        (b[a], e[a], s[a]) = (clamp(starts[k]), clamp(ends[k]), steps[k] as isize);
+        let dim = x.shape()[a] as isize;
+        let mut start = clamp(starts[k]);
+        if steps[k] < 0 && dim > 0 {
+            // Walking backwards ONNX clamps the start to [0, dim - 1] (NumPy, which
+            // `strided_slice` follows, to [-1, dim - 1]: an empty slice).
+            start = (if start < 0 { start + dim } else { start }).clamp(0, dim - 1);
+        }
+        // Any step of at least the axis's length takes one element: clamped alike.
+        (b[a], e[a], s[a]) = (start, clamp(ends[k]), clamp(steps[k]));
     }
     x.strided_slice(&b, &e, &s)
 }

@@ -77,13 +77,17 @@ impl OnnxNetwork {
             .filter(|n| n.op_type == "BatchNormalization")
             .flat_map(|n| n.input.iter().skip(3).map(String::as_str))
             .collect();
-        // Float initializers read as settings (Pad's constant value) must be known while
-        // tracing, so they stay constants rather than becoming Parameters.
+        // Float initializers read as settings (Pad's constant value, OneHot's depth) must
+        // be known while tracing, so they stay constants rather than becoming Parameters.
         let settings: Vec<&str> = graph
             .node
             .iter()
-            .filter(|n| n.op_type == "Pad")
-            .filter_map(|n| n.input.get(2).map(String::as_str))
+            .filter_map(|n| match n.op_type.as_str() {
+                "Pad" => n.input.get(2),
+                "OneHot" => n.input.get(1),
+                _ => None,
+            })
+            .map(String::as_str)
             .collect();
         let mut params = vec![];
         let mut constants = HashMap::new();

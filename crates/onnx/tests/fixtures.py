@@ -146,6 +146,7 @@ def single_ops(out):
     op("Equal", "Equal", [np.round(x2), np.zeros_like(x2)])
     op("Less", "Less", [x2, np.zeros_like(x2)])
     op("Greater", "Greater", [x2, np.zeros_like(x2)])
+    op("Clip_opset10", "Clip", [x2], opset=10, min=-0.5, max=0.7)
     op("Dropout", "Dropout", [x2])
     # Gemm with every attribute, MatMul with batched operands.
     op("Gemm", "Gemm", [x2.T.copy()], extra_inits=[w("b", 4, 5), w("c", 4)], extra_inputs=["b", "c"],
@@ -156,6 +157,9 @@ def single_ops(out):
     op("Conv_same", "Conv", [x4], extra_inits=[w("k", 4, 3, 3, 3)], extra_inputs=["k"], auto_pad="SAME_LOWER", strides=[2, 2])
     op("Conv_grouped_strided", "Conv", [x4], extra_inits=[w("k", 6, 1, 3, 3)], extra_inputs=["k"],
        group=3, strides=[2, 2], pads=[1, 0, 1, 0])
+    op("BatchNormalization_opset7", "BatchNormalization", [x4], opset=7, spatial=1,
+       extra_inits=[w("s", 3), w("b", 3), w("m", 3), numpy_helper.from_array((RNG.random(3) + 0.5).astype(np.float32), "v")],
+       extra_inputs=["s", "b", "m", "v"])
     op("BatchNormalization", "BatchNormalization", [x4],
        extra_inits=[w("s", 3), w("b", 3), w("m", 3), numpy_helper.from_array((RNG.random(3) + 0.5).astype(np.float32), "v")],
        extra_inputs=["s", "b", "m", "v"], epsilon=1e-3)
@@ -177,6 +181,9 @@ def single_ops(out):
     op("Slice_no_axes", "Slice", [x4], extra_inits=[ints("st", [1, 0, 2]), ints("en", [2, 100, -1])],
        extra_inputs=["st", "en"])
     op("Slice_opset9", "Slice", [x4], opset=9, starts=[0, 2], ends=[1, 4], axes=[0, 2])
+    # Backwards from a start before the axis: ONNX clamps it to 0 (one element).
+    op("Slice_reverse_clamped", "Slice", [x4], extra_inits=[ints("st", [-10]), ints("en", [-100]), ints("ax", [3]),
+                                                            ints("sp", [-1])], extra_inputs=["st", "en", "ax", "sp"])
     # Pad in every mode, negative (cropping) amounts, and axes (opset 18).
     op("Pad_constant", "Pad", [x4], extra_inits=[ints("p", [0, 0, 1, -1, 0, 1, 2, 0]),
                                                  numpy_helper.from_array(np.array(0.5, np.float32), "v")],
@@ -192,7 +199,8 @@ def single_ops(out):
     y = n.add("OneHot", [k, "d", "vals"], axis=1)
     y = n.add("Add", [y, "x0"])
     entries.append(save(out, "OneHot", n.nodes, [vi("x0", [2, 4, 3])], [vi(y, None)],
-                        [ints("d", [4]), numpy_helper.from_array(np.array([-0.5, 2.0], np.float32), "vals")],
+                        [numpy_helper.from_array(np.array([4.0], np.float32), "d"),
+                         numpy_helper.from_array(np.array([-0.5, 2.0], np.float32), "vals")],
                         [RNG.standard_normal((2, 4, 3)).astype(np.float32)]))
     op("MatMul_vector_left", "MatMul", [x2[0].copy()], extra_inits=[w("m", 2, 5, 3)], extra_inputs=["m"])
     op("MatMul_vector_right", "MatMul", [x4], extra_inits=[w("v", 6)], extra_inputs=["v"])

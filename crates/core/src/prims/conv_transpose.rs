@@ -30,8 +30,9 @@ pub struct ConvTranspose2dOptions {
     /// makes the output `input * stride` (extra removed cell at the bottom/right);
     /// `Valid` removes nothing.
     pub pad_mode: PadMode,
-    /// Cells added at the bottom and right of the output (each less than its stride),
-    /// choosing among the output sizes that a strided convolution maps to one input size.
+    /// Cells added at the bottom and right of the output: the ones the end padding would
+    /// remove, then zeros (a strided convolution maps several output sizes to one input
+    /// size; this picks one).
     pub output_padding: [usize; 2],
     pub groups: usize,
 }
@@ -81,26 +82,31 @@ impl Tensor {
                 "stride, dilation and groups must be at least 1".into(),
             ));
         }
-        if (0..2).any(|d| opts.output_padding[d] >= opts.stride[d]) {
-            return Err(fail(format!(
-                "output_padding {:?} must be smaller than the stride {:?}",
-                opts.output_padding, opts.stride
-            )));
-        }
         let (x, w) = (self.shape(), weight.shape());
-        let extent = |d: usize| opts.dilation[d] * w[2 + d].saturating_sub(1) + 1;
-        // The output before padding is removed: every cell some input cell reaches.
-        let full =
-            |d: usize| (x[2 + d].max(1) - 1) * opts.stride[d] + extent(d) + opts.output_padding[d];
-        attrs.pads = match opts.pad_mode {
+        let extent = |d: usize| {
+            opts.dilation[d]
+                .checked_mul(w[2 + d].saturating_sub(1))
+                .and_then(|e| e.checked_add(1))
+        };
+        // Every cell some input cell reaches (before padding is removed), and with the
+        // output padding after it.
+        let reach = |d: usize| {
+            (x[2 + d].max(1) - 1)
+                .checked_mul(opts.stride[d])
+                .and_then(|r| r.checked_add(extent(d)?))
+        };
+        let full = |d: usize| reach(d).and_then(|r| r.checked_add(opts.output_padding[d]));
+        let overflow = || fail("the output size overflows (stride or dilation too large)".into());
+        let pads = match opts.pad_mode {
             PadMode::Valid => [0; 4],
             PadMode::Pad(p) => p,
             PadMode::Same => {
                 let mut p = [0; 4];
                 for d in 0..2 {
-                    let total = full(d).checked_sub(x[2 + d] * opts.stride[d]).ok_or_else(|| {
+                    let want = x[2 + d].checked_mul(opts.stride[d]).ok_or_else(overflow)?;
+                    let total = full(d).ok_or_else(overflow)?.checked_sub(want).ok_or_else(|| {
                         fail(format!(
-                            "`same` needs a kernel extent of at least the stride, got {} and {}",
+                            "`same` needs a kernel extent of at least the stride, got {:?} and {}",
                             extent(d),
                             opts.stride[d]
                         ))
@@ -110,25 +116,39 @@ impl Tensor {
                 p
             }
         };
+        // The primitive computes rows `pads[top]..reach - end` of the full output. Output
+        // padding first gives back rows the end padding removed; past `reach` its rows
+        // hold zeros, appended afterwards.
         let mut out = [x[0], w[1] * opts.groups, 0, 0];
+        let mut zeros = [0usize; 2];
         for d in 0..2 {
-            let cut = attrs.pads[2 * d] + attrs.pads[2 * d + 1];
-            out[2 + d] = full(d).checked_sub(cut).filter(|&n| n > 0).ok_or_else(|| {
-                fail(format!(
-                    "padding {:?} removes the whole output ({} cells on axis {})",
-                    attrs.pads,
-                    full(d),
-                    2 + d
-                ))
-            })?;
+            let (before, after, extra) = (pads[2 * d], pads[2 * d + 1], opts.output_padding[d]);
+            let end = after.saturating_sub(extra);
+            zeros[d] = extra.saturating_sub(after);
+            attrs.pads[2 * d] = before;
+            attrs.pads[2 * d + 1] = end;
+            let r = reach(d).ok_or_else(overflow)?;
+            out[2 + d] = r
+                .checked_sub(before + end)
+                .filter(|&n| n > 0)
+                .ok_or_else(|| {
+                    fail(format!(
+                        "padding {pads:?} removes the whole output ({r} cells on axis {})",
+                        2 + d
+                    ))
+                })?;
         }
-        apply(
+        let y = apply(
             Op::Conv2dBackpropInput {
                 attrs,
                 input_shape: out,
             },
             &[self, weight],
             loc,
-        )
+        )?;
+        if zeros == [0, 0] {
+            return Ok(y);
+        }
+        y.pad(&[(0, 0), (0, 0), (0, zeros[0]), (0, zeros[1])], 0.0)
     }
 }

@@ -76,11 +76,13 @@ pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, Strin
                     pads.len()
                 ));
             }
-            x.shape
+            let padded: Option<Dims> = x
+                .shape
                 .iter()
                 .zip(pads)
-                .map(|(&d, &(a, b))| d + a + b)
-                .collect()
+                .map(|(&d, &(a, b))| d.checked_add(a)?.checked_add(b))
+                .collect();
+            padded.ok_or_else(|| format!("padding {pads:?} of {:?} overflows", x.shape))?
         }
         Op::Concat { axis } => {
             if inputs.is_empty() {
@@ -415,13 +417,15 @@ impl Tensor {
                     norm(end[i]).clamp(-1, n - 1),
                 )
             };
-            let count = if st > 0 {
-                ((stop - start).max(0) + st - 1) / st
+            // In i128: a stride near isize's range (from a file) cannot overflow.
+            let (span, step) = if st > 0 {
+                ((stop - start).max(0) as i128, st as i128)
             } else {
-                ((start - stop).max(0) + (-st) - 1) / (-st)
+                ((start - stop).max(0) as i128, -(st as i128))
             };
+            let count = ((span + step - 1) / step) as usize;
             b.push(if count > 0 { start as usize } else { 0 });
-            l.push(count as usize);
+            l.push(count);
         }
         apply(
             Op::StridedSlice {

@@ -55,8 +55,9 @@ impl Tensor {
         let mut x = self.clone();
         for (axis, &(before, after)) in pads.iter().enumerate() {
             let n = x.shape()[axis];
-            let (cut_front, cut_back) = ((-before).max(0) as usize, (-after).max(0) as usize);
-            if cut_front + cut_back > n {
+            let cut = |v: isize| v.min(0).unsigned_abs();
+            let (cut_front, cut_back) = (cut(before), cut(after));
+            if cut_front.saturating_add(cut_back) > n {
                 return Err(fail(format!(
                     "cropping {} and {} from axis {axis} of length {n} leaves less than nothing",
                     cut_front, cut_back

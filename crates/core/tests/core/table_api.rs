@@ -409,7 +409,24 @@ fn conv_transpose_rows() -> Vec<Row> {
         pad_mode: PadMode::Same,
         ..Default::default()
     };
+    // Output padding beyond the stride (below the dilation, as PyTorch allows): one row
+    // the end padding gives back, then zeros.
+    let beyond = ConvTranspose2dOptions {
+        dilation: [2, 2],
+        pad_mode: PadMode::Pad([0, 1, 1, 0]),
+        output_padding: [1, 1],
+        ..Default::default()
+    };
     vec![
+        row(
+            "conv_transpose2d",
+            vec![
+                In::F(&[1, 2, 3, 3], -1.0, 1.0),
+                In::F(&[2, 3, 2, 2], -1.0, 1.0),
+            ],
+            move |x| x[0].conv_transpose2d(&x[1], &beyond),
+            move |x| conv_transpose_ref(&x[0], &x[1], &beyond, [0, 1, 1, 0]),
+        ),
         row(
             "conv_transpose2d",
             vec![

@@ -10,12 +10,36 @@ use crate::import::OnnxNetwork;
 use crate::proto::NodeProto;
 use crate::tensor::Attrs;
 
+/// `v` as a Rust `f32` expression: `0.5f32`, `2.0f32`, or `f32::NAN` and the infinities
+/// (which have no literal).
 pub(super) fn f32_literal(v: f32) -> String {
-    let s = format!("{v:?}");
-    if s.contains(['.', 'e', 'N', 'i']) {
-        s
-    } else {
-        format!("{s}.0")
+    float_literal(
+        format!("{v:?}"),
+        v.is_nan(),
+        v.is_infinite(),
+        v < 0.0,
+        "f32",
+    )
+}
+
+/// [`f32_literal`] for `f64`.
+fn f64_literal(v: f64) -> String {
+    float_literal(
+        format!("{v:?}"),
+        v.is_nan(),
+        v.is_infinite(),
+        v < 0.0,
+        "f64",
+    )
+}
+
+fn float_literal(debug: String, nan: bool, infinite: bool, negative: bool, ty: &str) -> String {
+    match (nan, infinite, negative) {
+        (true, _, _) => format!("{ty}::NAN"),
+        (_, true, true) => format!("{ty}::NEG_INFINITY"),
+        (_, true, false) => format!("{ty}::INFINITY"),
+        _ if debug.contains(['.', 'e']) => format!("{debug}{ty}"),
+        _ => format!("{debug}.0{ty}"),
     }
 }
 
@@ -234,28 +258,32 @@ fn slicing(
     sp: &Spelling,
     consts: &HashMap<String, Tensor>,
 ) -> std::result::Result<String, String> {
-    let known = |i: usize, name: &str| -> Option<Vec<i64>> {
+    let computed = |what: &str| format!("the {what} are computed in the graph");
+    // An input's values (`None` when the node omits it: the attribute of older opsets,
+    // if any); an input computed in the graph cannot be written as a literal.
+    let known = |i: usize, name: &str| -> std::result::Result<Option<Vec<i64>>, String> {
         match node.input.get(i).filter(|n| !n.is_empty()) {
-            Some(n) => known_ints(net, consts, n),
-            None => sp.at.ints(name),
+            Some(n) => known_ints(net, consts, n)
+                .map(Some)
+                .ok_or_else(|| computed(name)),
+            None => Ok(sp.at.ints(name)),
         }
     };
     let opt = |v: Option<Vec<i64>>| v.map_or("None".to_string(), |v| format!("Some(&{v:?})"));
-    let computed = |what: &str| format!("the {what} are computed in the graph");
     Ok(match node.op_type.as_str() {
         "Slice" => format!(
             "api::slice(&{}, &{:?}, &{:?}, {}, {})?",
             sp.arg(0)?,
-            known(1, "starts").ok_or_else(|| computed("starts"))?,
-            known(2, "ends").ok_or_else(|| computed("ends"))?,
-            opt(known(3, "axes")),
-            opt(known(4, "steps"))
+            known(1, "starts")?.ok_or_else(|| computed("starts"))?,
+            known(2, "ends")?.ok_or_else(|| computed("ends"))?,
+            opt(known(3, "axes")?),
+            opt(known(4, "steps")?)
         ),
         "Split" => format!(
             "api::split(&{}, {}, &{:?}, {})?",
             sp.arg(0)?,
             sp.at.int("axis", 0),
-            known(1, "split").unwrap_or_default(),
+            known(1, "split")?.unwrap_or_default(),
             node.output.len()
         ),
         "Pad" => {
@@ -269,15 +297,16 @@ fn slicing(
                 None => sp.at.float("value", 0.0) as f64,
             };
             format!(
-                "api::pad(&{}, &{:?}, {}, {:?}, {value:?})?",
+                "api::pad(&{}, &{:?}, {}, {:?}, {})?",
                 sp.arg(0)?,
-                known(1, "pads").ok_or_else(|| computed("pads"))?,
-                opt(known(3, "axes")),
-                sp.at.string("mode", "constant")
+                known(1, "pads")?.ok_or_else(|| computed("pads"))?,
+                opt(known(3, "axes")?),
+                sp.at.string("mode", "constant"),
+                f64_literal(value)
             )
         }
         "OneHot" => {
-            let depth = known(1, "depth")
+            let depth = known(1, "depth")?
                 .filter(|d| d.len() == 1)
                 .ok_or_else(|| computed("depth"))?;
             format!(

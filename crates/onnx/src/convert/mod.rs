@@ -100,22 +100,20 @@ fn literal(t: &Tensor) -> Result<Option<String>> {
     if t.numel() > LITERAL_LIMIT {
         return Ok(None);
     }
-    let (values, suffix): (Vec<String>, &str) = match t.dtype() {
-        DType::F32 => (
-            t.to_vec::<f32>()?.iter().map(|&x| f32_literal(x)).collect(),
-            "f32",
-        ),
-        DType::I64 => (
-            t.to_vec::<i64>()?.iter().map(i64::to_string).collect(),
-            "i64",
-        ),
-        DType::I32 => (
-            t.to_vec::<i32>()?.iter().map(i32::to_string).collect(),
-            "i32",
-        ),
+    let items: Vec<String> = match t.dtype() {
+        DType::F32 => t.to_vec::<f32>()?.into_iter().map(f32_literal).collect(),
+        DType::I64 => t
+            .to_vec::<i64>()?
+            .iter()
+            .map(|v| format!("{v}i64"))
+            .collect(),
+        DType::I32 => t
+            .to_vec::<i32>()?
+            .iter()
+            .map(|v| format!("{v}i32"))
+            .collect(),
         _ => return Ok(None),
     };
-    let items: Vec<String> = values.iter().map(|v| format!("{v}{suffix}")).collect();
     Ok(Some(format!(
         "Tensor::from_vec(vec![{}], &{:?})?",
         items.join(", "),

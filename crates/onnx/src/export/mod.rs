@@ -243,18 +243,31 @@ impl Builder<'_> {
                 self.node(scope, "Pad", vec![a[0].clone(), p, v], out, vec![]);
             }
             Op::StridedSlice { begin, step, len } => {
-                let starts: Vec<i64> = begin.iter().map(|&b| b as i64).collect();
+                // Only the axes the slice changes: an axis taken whole is left to the
+                // input, so the batch axis stays free.
+                let input = &self.g.nodes[args[0]].ty().shape;
+                let axes: Vec<usize> = (0..begin.len())
+                    .filter(|&k| !(begin[k] == 0 && step[k] == 1 && Some(&len[k]) == input.get(k)))
+                    .collect();
+                if axes.is_empty() {
+                    self.node(scope, "Identity", a, out, vec![]);
+                    return Ok(());
+                }
+                let starts: Vec<i64> = axes.iter().map(|&k| begin[k] as i64).collect();
                 // One past the last element taken; below 0 (a backwards slice that ends
                 // at element 0) ONNX reads as "from the end", so INT64_MIN says "before
                 // the start" instead.
-                let ends: Vec<i64> = (0..begin.len())
-                    .map(|k| match begin[k] as i64 + step[k] as i64 * len[k] as i64 {
-                        e if e < 0 => i64::MIN,
-                        e => e,
-                    })
+                let ends: Vec<i64> = axes
+                    .iter()
+                    .map(
+                        |&k| match begin[k] as i64 + step[k] as i64 * len[k] as i64 {
+                            e if e < 0 => i64::MIN,
+                            e => e,
+                        },
+                    )
                     .collect();
-                let axes: Vec<i64> = (0..begin.len() as i64).collect();
-                let steps: Vec<i64> = step.iter().map(|&s| s as i64).collect();
+                let steps: Vec<i64> = axes.iter().map(|&k| step[k] as i64).collect();
+                let axes: Vec<i64> = axes.iter().map(|&k| k as i64).collect();
                 let inputs = vec![
                     a[0].clone(),
                     self.ints(&format!("{scope}/starts"), &starts)?,
@@ -358,6 +371,16 @@ impl Builder<'_> {
                             break;
                         }
                         *d = 0;
+                    }
+                } else {
+                    // Expand broadcasts the input against the target: 1 keeps the input's
+                    // own dimension (the batch included) wherever it already has it.
+                    let input = &self.g.nodes[args[0]].ty().shape;
+                    let lead = shape.len() - input.len().min(shape.len());
+                    for (k, d) in dims.iter_mut().enumerate().skip(lead) {
+                        if input[k - lead] as i64 == *d {
+                            *d = 1;
+                        }
                     }
                 }
                 let s = self.ints(&scope, &dims)?;

@@ -48,7 +48,10 @@ pub(super) fn known(op_type: &str) -> &'static [&'static str] {
         "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => {
             &["axes", "keepdims", "noop_with_empty_axes"]
         }
-        "BatchNormalization" => &["epsilon", "momentum", "training_mode"],
+        // `spatial` (opsets 7 and 8) must be 1, the per-channel normalisation imported.
+        "BatchNormalization" => &["epsilon", "momentum", "training_mode", "spatial"],
+        // Before opset 11 the bounds are attributes.
+        "Clip" => &["min", "max"],
         "LayerNormalization" => &["axis", "epsilon", "stash_type"],
         "Dropout" => &["ratio", "seed"],
         "Reshape" => &["allowzero"],

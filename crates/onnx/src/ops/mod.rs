@@ -104,6 +104,13 @@ fn reshape(node: &NodeProto, opset: i64, args: &[Option<Tensor>]) -> Result<Tens
 }
 
 fn batch_norm(node: &NodeProto, opset: i64, args: &[Option<Tensor>]) -> Result<Tensor> {
+    if Attrs::of(node).int("spatial", 1) == 0 {
+        return Err(fail(
+            node,
+            opset,
+            "spatial = 0 (statistics per element, not per channel) is not supported",
+        ));
+    }
     if Attrs::of(node).int("training_mode", 0) != 0 {
         return Err(fail(
             node,
@@ -250,12 +257,33 @@ fn elementwise(node: &NodeProto, args: &[Option<Tensor>], opset: i64) -> Result<
         }
         "Gelu" => one(x0()?.gelu(at.string("approximate", "none") == "tanh")?),
         "Clip" => {
-            let mut y = x0()?.clone();
-            if let Some(lo) = args.get(1).and_then(|a| a.as_ref()) {
-                y = y.maximum(lo)?;
+            let x = x0()?;
+            let mut y = x.clone();
+            // Before opset 11 the bounds are attributes.
+            let (lo, hi) = if opset < 11 {
+                let bound = |name: &str| -> Result<Option<Tensor>> {
+                    if node.attribute.iter().any(|a| a.name == name) {
+                        Ok(Some(Tensor::full(
+                            &[],
+                            at.float(name, 0.0) as f64,
+                            x.dtype(),
+                        )?))
+                    } else {
+                        Ok(None)
+                    }
+                };
+                (bound("min")?, bound("max")?)
+            } else {
+                (
+                    args.get(1).and_then(|a| a.clone()),
+                    args.get(2).and_then(|a| a.clone()),
+                )
+            };
+            if let Some(lo) = lo {
+                y = y.maximum(&lo)?;
             }
-            if let Some(hi) = args.get(2).and_then(|a| a.as_ref()) {
-                y = y.minimum(hi)?;
+            if let Some(hi) = hi {
+                y = y.minimum(&hi)?;
             }
             one(y)
         }

@@ -38,8 +38,10 @@ fn window_pads(
             for d in 0..2 {
                 let size = input[2 + d];
                 let o = size.div_ceil(stride[d]);
-                let need =
-                    ((o - 1) * stride[d] + (kernel[d] - 1) * dilation[d] + 1).saturating_sub(size);
+                let need = (o.saturating_sub(1).saturating_mul(stride[d])
+                    + kernel[d].saturating_sub(1).saturating_mul(dilation[d])
+                    + 1)
+                .saturating_sub(size);
                 let (small, big) = (need / 2, need - need / 2);
                 let (before, after) = if auto == "SAME_UPPER" {
                     (small, big)
@@ -111,6 +113,19 @@ pub(super) fn pool(
 ) -> Result<Tensor> {
     let x = input(node, opset, args, 0)?;
     let at = Attrs::of(node);
+    if x.rank() != 4 {
+        return Err(fail(
+            node,
+            opset,
+            &format!(
+                "only 2-D pooling (NCHW) is supported, got shape {:?}",
+                x.shape()
+            ),
+        ));
+    }
+    if at.ints("kernel_shape").is_none() {
+        return Err(fail(node, opset, "`kernel_shape` is missing"));
+    }
     let kernel = pair(node, opset, &at, "kernel_shape", 0)?;
     let stride = pair(node, opset, &at, "strides", 1)?;
     if pair(node, opset, &at, "dilations", 1)? != [1, 1] {
@@ -157,10 +172,10 @@ pub(super) fn conv_transpose(
     };
     let auto = at.string("auto_pad", "NOTSET");
     let full = |d: usize| {
-        (x.shape()[2 + d].max(1) - 1) * stride[d]
-            + dilation[d] * (w.shape()[2 + d].max(1) - 1)
-            + 1
-            + output_padding[d]
+        (x.shape()[2 + d].max(1) - 1)
+            .saturating_mul(stride[d])
+            .saturating_add(dilation[d].saturating_mul(w.shape()[2 + d].max(1) - 1))
+            .saturating_add(1 + output_padding[d])
     };
     let target: Option<Vec<i64>> = match (at.ints("output_shape"), auto.as_str()) {
         (Some(s), _) => Some(s.iter().rev().take(2).rev().copied().collect()),

@@ -10,10 +10,18 @@ use spore_nn::prelude::*;
 use crate::{python, read_npy, temp_dir};
 
 fn round_trip(name: &str, net: Arc<dyn Cell>, shape: &[usize]) {
+    round_trip_at(name, net, shape, shape[0]);
+}
+
+/// [`round_trip`] with the model exported for `shape` and run at batch `batch` (the
+/// exported batch axis is symbolic).
+fn round_trip_at(name: &str, net: Arc<dyn Cell>, shape: &[usize], batch: usize) {
     let dir = temp_dir(&format!("export_{name}"));
     let model = dir.join("model.onnx");
     spore_onnx::export(&*net, &[TensorType::new(shape, DType::F32)], &model).unwrap();
-    let x = Tensor::randn(shape, DType::F32, Some(3)).unwrap();
+    let mut run_shape = shape.to_vec();
+    run_shape[0] = batch;
+    let x = Tensor::randn(&run_shape, DType::F32, Some(3)).unwrap();
     std::fs::write(
         dir.join("x.npy"),
         spore_core::debug::npy::encode(&x).unwrap(),
@@ -68,8 +76,8 @@ fn lenet_mlp_and_resnet18_round_trip_through_onnxruntime() {
 }
 
 /// A network made of the operator options ONNX needed: a transposed convolution,
-/// reflect and constant padding with cropping, a reversed strided slice, a convolution
-/// and a ceil-mode max pool.
+/// reflect, constant and replicate padding with cropping, a reversed strided slice, a
+/// convolution and a ceil-mode max pool.
 struct Decoder {
     base: CellBase,
     up: spore_core::Parameter,
@@ -91,7 +99,10 @@ impl Cell for Decoder {
             &[(0, 0), (0, 0), (1, -1), (0, 0)],
             PaddingMode::Constant(0.25),
         )?;
-        let y = y.strided_slice(&[0, 0, -1, 1], &[2, 2, -100, 15], &[1, 1, -2, 1])?;
+        let y = y.pad_with(&[(0, 0), (0, 0), (0, 0), (1, -1)], PaddingMode::Replicate)?;
+        // The batch and channel axes whole (ends past them), the rows reversed in steps
+        // of 2, the columns from 1.
+        let y = y.strided_slice(&[0, 0, -1, 1], &[100, 100, -100, 15], &[1, 1, -2, 1])?;
         let y = y.conv2d(&self.conv.value(), &Default::default())?.relu()?;
         let y = y.max_pool2d(&Pool2dOptions::new(2, 2).ceil_mode(true))?;
         Ok(vec![y.flatten(1)?])
@@ -121,7 +132,8 @@ fn transposed_convolution_padding_slicing_and_ceil_pooling_round_trip() {
         up: weight(&[3, 2, 3, 3], 1, "up"),
         conv: weight(&[4, 2, 3, 3], 2, "conv"),
     });
-    round_trip("decoder", net, &[2, 3, 6, 6]);
+    // Exported at batch 2, run at batch 3: slices and broadcasts leave the batch free.
+    round_trip_at("decoder", net, &[2, 3, 6, 6], 3);
 }
 
 /// Convolution, BatchNorm2d, ReLU, Dense and BatchNorm1d: the two BatchNorm layers the

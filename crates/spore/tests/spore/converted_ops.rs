@@ -46,7 +46,7 @@ impl Cell for OpsOnnx {
         let v_axes = Tensor::from_vec(vec![2i64], &[1])?;
         let v_idx = Tensor::from_vec(vec![1i64, -1i64], &[2])?;
         let v_depth = Tensor::from_vec(vec![3i64], &[1])?;
-        let v_p: Tensor = api::pad(&v_x, &[0, 0, 1, 2, 0, 0, 2, 1], None, "reflect", 0.0)?;
+        let v_p: Tensor = api::pad(&v_x, &[0, 0, 1, 2, 0, 0, 2, 1], None, "reflect", 0.0f64)?;
         let v_ct: Tensor = api::conv_transpose2d(&v_p, &p_up, Some(&p_up_bias), [2, 2], [1, 1, 1, 1], [1, 1], [1, 1], 1)?;
         let [v_a, v_b]: [Tensor; 2] = api::split(&v_ct, 1, &[1, 1], 2)?.try_into().map_err(|_| Error::invalid("OpsOnnx: node Split_a returned the wrong number of outputs"))?;
         let v_a_cut: Tensor = api::slice(&v_a, &[1], &[-1], Some(&[2]), None)?;
