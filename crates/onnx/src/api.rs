@@ -34,6 +34,11 @@ pub fn conv2d(
         groups: groups.max(1),
     };
     let y = apply(Op::Conv2d(attrs), &[x, w], Location::caller())?;
+    add_channel_bias(y, bias)
+}
+
+/// `y` plus one bias value per channel (axis 1 of NCHW), when there is a bias.
+fn add_channel_bias(y: Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     match bias {
         Some(b) => y.add(&b.reshape(&[1, b.numel(), 1, 1])?),
         None => Ok(y),
@@ -189,10 +194,7 @@ pub fn conv_transpose2d(
         groups: groups.max(1),
     };
     let y = x.conv_transpose2d(w, &opts)?;
-    match bias {
-        Some(b) => y.add(&b.reshape(&[1, b.numel(), 1, 1])?),
-        None => Ok(y),
-    }
+    add_channel_bias(y, bias)
 }
 
 /// Normalises ONNX axes (negative counts from the end) for a rank-`rank` tensor.

@@ -172,18 +172,10 @@ fn windows(
         "Conv" => {
             let (s, d, p) = (sp.pair("strides")?, sp.pair("dilations")?, sp.pads()?);
             format!(
-                "api::conv2d(&{}, &{}, {}, [{}, {}], [{}, {}, {}, {}], [{}, {}], {})?",
+                "api::conv2d(&{}, &{}, {}, {s:?}, {p:?}, {d:?}, {})?",
                 sp.arg(0)?,
                 sp.arg(1)?,
                 sp.opt(2),
-                s[0],
-                s[1],
-                p[0],
-                p[1],
-                p[2],
-                p[3],
-                d[0],
-                d[1],
                 sp.at.int("group", 1)
             )
         }
@@ -205,17 +197,9 @@ fn windows(
                 .ok_or("kernel_shape is not 2-D")?;
             let (s, p) = (sp.pair("strides")?, sp.pads()?);
             format!(
-                "api::pool2d(&{}, {}, [{}, {}], [{}, {}], [{}, {}, {}, {}], {}, {})?",
+                "api::pool2d(&{}, {}, {k:?}, {s:?}, {p:?}, {}, {})?",
                 sp.arg(0)?,
                 node.op_type == "MaxPool",
-                k[0],
-                k[1],
-                s[0],
-                s[1],
-                p[0],
-                p[1],
-                p[2],
-                p[3],
                 sp.at.int("count_include_pad", 0) != 0,
                 sp.at.int("ceil_mode", 0) != 0
             )
@@ -230,20 +214,10 @@ fn windows(
                 return Err(format!("output_padding {o:?} is not 2-D"));
             }
             format!(
-                "api::conv_transpose2d(&{}, &{}, {}, [{}, {}], [{}, {}, {}, {}], [{}, {}], [{}, {}], {})?",
+                "api::conv_transpose2d(&{}, &{}, {}, {s:?}, {p:?}, {d:?}, {o:?}, {})?",
                 sp.arg(0)?,
                 sp.arg(1)?,
                 sp.opt(2),
-                s[0],
-                s[1],
-                p[0],
-                p[1],
-                p[2],
-                p[3],
-                d[0],
-                d[1],
-                o[0],
-                o[1],
                 sp.at.int("group", 1)
             )
         }
