@@ -16,6 +16,7 @@
 pub mod activation;
 pub mod container;
 pub mod conv;
+pub mod conv_transpose;
 pub mod dense;
 pub mod dropout;
 pub mod embedding;
@@ -26,6 +27,7 @@ pub mod pool;
 pub use activation::{GELU, ReLU, ReLU6, Sigmoid, Softmax, Tanh};
 pub use container::{CellList, SequentialCell};
 pub use conv::{Conv2d, Conv2dConfig};
+pub use conv_transpose::{Conv2dTranspose, Conv2dTransposeConfig};
 pub use dense::{Dense, DenseConfig};
 pub use dropout::Dropout;
 pub use embedding::{Embedding, EmbeddingConfig};

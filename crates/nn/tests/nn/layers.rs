@@ -325,3 +325,72 @@ fn containers_run_in_order_and_cell_list_is_not_callable() {
         &[1, 2]
     );
 }
+
+/// `Conv2dTranspose` is the adjoint of `Conv2d` with the same weight and geometry
+/// (`<up(y), x> = <y, conv(x)>`), sizes its output by `pad_mode` as MindSpore does, adds
+/// its bias per channel, and names a wrong input.
+#[test]
+fn conv2d_transpose_is_the_adjoint_of_conv2d_and_sizes_its_output_by_pad_mode() {
+    let _s = serial();
+    let up = Conv2dTranspose::config(6, 4, 3)
+        .stride(2)
+        .pad_mode(PadMode::Pad([1, 1, 1, 1]))
+        .output_padding(1)
+        .build()
+        .unwrap();
+    let conv = Conv2d::config(4, 6, 3)
+        .stride(2)
+        .pad_mode(PadMode::Pad([1, 1, 1, 1]))
+        .build()
+        .unwrap();
+    conv.weight.assign(&up.weight.value()).unwrap();
+    let x = Tensor::randn(&[2, 4, 8, 8], DType::F32, Some(1)).unwrap();
+    let y = Tensor::randn(&[2, 6, 4, 4], DType::F32, Some(2)).unwrap();
+    let dot = |a: &Tensor, b: &Tensor| a.mul(b).unwrap().sum(&[], false).unwrap().item().unwrap();
+    let up_y = up.call1(&y).unwrap();
+    assert_eq!(up_y.shape(), &[2, 4, 8, 8]);
+    let (left, right) = (dot(&up_y, &x), dot(&y, &conv.call1(&x).unwrap()));
+    assert!(
+        (left - right).abs() <= 1e-4 * (1.0 + right.abs()),
+        "{left} vs {right}"
+    );
+    let same = Conv2dTranspose::config(6, 4, 3)
+        .stride(2)
+        .has_bias(true)
+        .build()
+        .unwrap();
+    let out = same.call1(&y).unwrap();
+    assert_eq!(out.shape(), &[2, 4, 8, 8], "`same`: input * stride");
+    let no_bias = same
+        .call1(&y)
+        .unwrap()
+        .sub(
+            &same
+                .bias
+                .as_ref()
+                .unwrap()
+                .value()
+                .reshape(&[1, 4, 1, 1])
+                .unwrap(),
+        )
+        .unwrap();
+    let plain = y
+        .conv_transpose2d(&same.weight.value(), same.options())
+        .unwrap();
+    assert_close(&no_bias, &plain, 1e-6, "bias per channel");
+    let valid = Conv2dTranspose::config(6, 4, 3)
+        .stride(2)
+        .pad_mode(PadMode::Valid)
+        .build()
+        .unwrap();
+    assert_eq!(
+        valid.call1(&y).unwrap().shape(),
+        &[2, 4, 9, 9],
+        "`valid`: (4 - 1) * 2 + 3"
+    );
+    let err = valid.call1(&x).unwrap_err().to_string();
+    assert!(
+        err.contains("Conv2dTranspose") && err.contains("in_channels = 6"),
+        "{err}"
+    );
+}
