@@ -341,3 +341,66 @@ pub fn one_hot(indices: &Tensor, depth: usize, values: &Tensor, axis: isize) -> 
     let wrapped = Tensor::select(&negative, &idx.add_scalar(depth as f64)?, &idx)?;
     wrapped.one_hot_with(depth, &on, &off, axis)
 }
+
+/// ONNX's LeakyRelu: `x` where positive, `alpha · x` elsewhere.
+pub fn leaky_relu(x: &Tensor, alpha: f32) -> Result<Tensor> {
+    Tensor::select(
+        &x.greater(&x.zeros_like())?,
+        x,
+        &x.mul_scalar(alpha as f64)?,
+    )
+}
+
+/// ONNX's Clip: `x` bounded below by `lo` and above by `hi` where given.
+pub fn clip(x: &Tensor, lo: Option<&Tensor>, hi: Option<&Tensor>) -> Result<Tensor> {
+    let mut y = x.clone();
+    if let Some(lo) = lo {
+        y = y.maximum(lo)?;
+    }
+    if let Some(hi) = hi {
+        y = y.minimum(hi)?;
+    }
+    Ok(y)
+}
+
+/// ONNX's Expand: broadcasting to `target` aligned on the right with the input's shape
+/// (a 1 in either keeps the other's dimension).
+pub fn expand(x: &Tensor, target: &[i64]) -> Result<Tensor> {
+    let rank = target.len().max(x.rank());
+    let shape: Vec<usize> = (0..rank)
+        .map(|i| {
+            let t = target
+                .len()
+                .checked_sub(rank - i)
+                .map_or(1, |j| target[j].max(1) as usize);
+            let s = x.rank().checked_sub(rank - i).map_or(1, |j| x.shape()[j]);
+            if s == 1 { t } else { s }
+        })
+        .collect();
+    x.broadcast_to(&shape)
+}
+
+/// ONNX's Squeeze: the given axes of length 1 removed (every such axis when `axes` is
+/// empty).
+pub fn squeeze(x: &Tensor, axes: &[i64]) -> Result<Tensor> {
+    let axes: Vec<isize> = if axes.is_empty() {
+        (0..x.rank())
+            .filter(|&i| x.shape()[i] == 1)
+            .map(|i| i as isize)
+            .collect()
+    } else {
+        axes.iter().map(|&a| a as isize).collect()
+    };
+    x.squeeze(&axes)
+}
+
+/// ONNX's Unsqueeze: axes of length 1 inserted at `axes`, positions of the result.
+pub fn unsqueeze(x: &Tensor, axes: &[i64]) -> Result<Tensor> {
+    let mut norm = axes_of("unsqueeze", axes, x.rank() + axes.len())?;
+    norm.sort_unstable();
+    let mut y = x.clone();
+    for a in norm {
+        y = y.unsqueeze(a as isize)?;
+    }
+    Ok(y)
+}

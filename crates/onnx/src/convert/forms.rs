@@ -143,6 +143,36 @@ pub(super) fn expression(
         "Sqrt" => unary("sqrt")?,
         "Erf" => unary("erf")?,
         "Neg" => unary("neg")?,
+        "Abs" => unary("abs")?,
+        "Sign" => unary("sign")?,
+        "Sin" => unary("sin")?,
+        "Cos" => unary("cos")?,
+        "Reciprocal" => format!("{x}.ones_like().div(&{x})?", x = arg(0)?),
+        "Not" => format!("{x}.equal(&{x}.zeros_like())?", x = arg(0)?),
+        "Equal" => binary("equal")?,
+        "Less" => binary("less")?,
+        "Greater" => binary("greater")?,
+        "LessOrEqual" => binary("less_equal")?,
+        "GreaterOrEqual" => binary("greater_equal")?,
+        "Max" if a.len() == 2 => binary("maximum")?,
+        "Min" if a.len() == 2 => binary("minimum")?,
+        "Where" => format!("Tensor::select(&{}, &{}, &{})?", arg(0)?, arg(1)?, arg(2)?),
+        "LeakyRelu" => format!(
+            "api::leaky_relu(&{}, {})?",
+            arg(0)?,
+            f32_literal(at.float("alpha", 0.01))
+        ),
+        "Gather" => format!(
+            "{}.gather(&{}.cast(DType::I64)?, {})?",
+            arg(0)?,
+            arg(1)?,
+            at.int("axis", 0)
+        ),
+        "Cast" => format!(
+            "{}.cast(DType::{:?})?",
+            arg(0)?,
+            crate::tensor::dtype_of(at.int("to", 1) as i32).map_err(|e| e.to_string())?
+        ),
         "Identity" | "Dropout" => format!("{}.clone()", arg(0)?),
         "Gelu" => format!(
             "{}.gelu({})?",
@@ -291,6 +321,43 @@ fn slicing(
                 sp.at.int("axis", -1)
             )
         }
+        "Clip" => {
+            // Before opset 11 the bounds are attributes, written as scalars.
+            let bound = |i: usize, name: &str| {
+                if net.opset >= 11 {
+                    sp.opt(i)
+                } else if node.attribute.iter().any(|a| a.name == name) {
+                    let v = f32_literal(sp.at.float(name, 0.0));
+                    format!("Some(&Tensor::scalar({v}))")
+                } else {
+                    "None".to_string()
+                }
+            };
+            format!(
+                "api::clip(&{}, {}, {})?",
+                sp.arg(0)?,
+                bound(1, "min"),
+                bound(2, "max")
+            )
+        }
+        "Squeeze" | "Unsqueeze" => {
+            let axes = if net.opset >= 13 {
+                known(1, "axes")?
+            } else {
+                sp.at.ints("axes")
+            };
+            format!(
+                "api::{}(&{}, &{:?})?",
+                node.op_type.to_lowercase(),
+                sp.arg(0)?,
+                axes.unwrap_or_default()
+            )
+        }
+        "Expand" => format!(
+            "api::expand(&{}, &{:?})?",
+            sp.arg(0)?,
+            known(1, "shape")?.ok_or_else(|| computed("shape"))?
+        ),
         _ => return shapes(net, node, sp, consts),
     })
 }
@@ -325,22 +392,29 @@ fn shapes(
                 .ok_or("Transpose without perm is not converted")?;
             format!("{}.permute(&{perm:?})?", sp.arg(0)?)
         }
-        "ReduceMean" | "ReduceSum" => {
-            let axes = sp
-                .at
-                .ints("axes")
-                .or_else(|| node.input.get(1).and_then(|n| known_ints(net, consts, n)))
-                .ok_or("the axes are computed in the graph")?;
-            let m = if node.op_type == "ReduceMean" {
-                "mean"
-            } else {
-                "sum"
+        "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => {
+            let axes = match node.input.get(1).filter(|n| !n.is_empty()) {
+                Some(n) => {
+                    Some(known_ints(net, consts, n).ok_or("the axes are computed in the graph")?)
+                }
+                None => sp.at.ints("axes"),
             };
-            format!(
-                "{}.{m}(&{axes:?}, {})?",
-                sp.arg(0)?,
-                sp.at.int("keepdims", 1) != 0
-            )
+            if axes.is_none() && sp.at.int("noop_with_empty_axes", 0) != 0 {
+                return Ok(format!("{}.clone()", sp.arg(0)?));
+            }
+            let m = match node.op_type.as_str() {
+                "ReduceMean" => "mean",
+                "ReduceMax" => "max",
+                "ReduceMin" => "min",
+                _ => "sum",
+            };
+            // No axes: every axis.
+            let x = sp.arg(0)?;
+            let axes = axes.map_or_else(
+                || format!("(0..{x}.rank() as isize).collect::<Vec<_>>()"),
+                |a| format!("{a:?}"),
+            );
+            format!("{x}.{m}(&{axes}, {})?", sp.at.int("keepdims", 1) != 0)
         }
         "Concat" => {
             let xs: Vec<String> = sp.a.iter().map(|s| format!("&{s}")).collect();

@@ -158,24 +158,6 @@ fn binary(
     )?])
 }
 
-/// ONNX's `Expand`: broadcasting to a shape aligned on the right with the input's.
-fn expand(node: &NodeProto, opset: i64, args: &[Option<Tensor>]) -> Result<Tensor> {
-    let x = input(node, opset, args, 0)?;
-    let target = ints_of(input(node, opset, args, 1)?)?;
-    let rank = target.len().max(x.rank());
-    let shape: Vec<usize> = (0..rank)
-        .map(|i| {
-            let t = target
-                .len()
-                .checked_sub(rank - i)
-                .map_or(1, |j| target[j].max(1) as usize);
-            let s = x.rank().checked_sub(rank - i).map_or(1, |j| x.shape()[j]);
-            if s == 1 { t } else { s }
-        })
-        .collect();
-    x.broadcast_to(&shape)
-}
-
 /// Runs one node on its inputs (`None` for omitted optional inputs).
 pub fn run_node(node: &NodeProto, args: &[Option<Tensor>], opset: i64) -> Result<Vec<Tensor>> {
     if !node.domain.is_empty() && node.domain != "ai.onnx" {
@@ -245,20 +227,10 @@ fn elementwise(node: &NodeProto, args: &[Option<Tensor>], opset: i64) -> Result<
         "LessOrEqual" => binary(node, opset, args, |a, b| a.less_equal(b)),
         "GreaterOrEqual" => binary(node, opset, args, |a, b| a.greater_equal(b)),
         "Abs" => unary(node, opset, args, |x| x.abs()),
-        "LeakyRelu" => {
-            let x = x0()?;
-            let alpha = at.float("alpha", 0.01) as f64;
-            let zero = x.zeros_like();
-            one(Tensor::select(
-                &x.greater(&zero)?,
-                x,
-                &x.mul_scalar(alpha)?,
-            )?)
-        }
+        "LeakyRelu" => one(api::leaky_relu(x0()?, at.float("alpha", 0.01))?),
         "Gelu" => one(x0()?.gelu(at.string("approximate", "none") == "tanh")?),
         "Clip" => {
             let x = x0()?;
-            let mut y = x.clone();
             // Before opset 11 the bounds are attributes.
             let (lo, hi) = if opset < 11 {
                 let bound = |name: &str| -> Result<Option<Tensor>> {
@@ -279,13 +251,7 @@ fn elementwise(node: &NodeProto, args: &[Option<Tensor>], opset: i64) -> Result<
                     args.get(2).and_then(|a| a.clone()),
                 )
             };
-            if let Some(lo) = lo {
-                y = y.maximum(&lo)?;
-            }
-            if let Some(hi) = hi {
-                y = y.minimum(&hi)?;
-            }
-            one(y)
+            one(api::clip(x, lo.as_ref(), hi.as_ref())?)
         }
         _ => network(node, args, opset),
     }
@@ -351,7 +317,7 @@ fn structural(node: &NodeProto, args: &[Option<Tensor>], opset: i64) -> Result<V
     let x0 = || input(node, opset, args, 0);
     let one = |t: Tensor| Ok(vec![t]);
     match node.op_type.as_str() {
-        "Expand" => one(expand(node, opset, args)?),
+        "Expand" => one(api::expand(x0()?, &ints_of(input(node, opset, args, 1)?)?)?),
         "Identity" => one(x0()?.clone()),
         "Dropout" => one(x0()?.clone()),
         "Flatten" => {
@@ -380,27 +346,9 @@ fn structural(node: &NodeProto, args: &[Option<Tensor>], opset: i64) -> Result<V
                 at.ints("axes").unwrap_or_default()
             };
             if node.op_type == "Squeeze" {
-                let axes: Vec<isize> = if axes.is_empty() {
-                    (0..x.rank())
-                        .filter(|&i| x.shape()[i] == 1)
-                        .map(|i| i as isize)
-                        .collect()
-                } else {
-                    axes.iter().map(|&a| a as isize).collect()
-                };
-                one(x.squeeze(&axes)?)
+                one(api::squeeze(x, &axes)?)
             } else {
-                let rank = x.rank() + axes.len();
-                let mut norm: Vec<usize> = axes
-                    .iter()
-                    .map(|&a| norm_axis(node, opset, a, rank))
-                    .collect::<Result<_>>()?;
-                norm.sort_unstable();
-                let mut y = x.clone();
-                for a in norm {
-                    y = y.unsqueeze(a as isize)?;
-                }
-                one(y)
+                one(api::unsqueeze(x, &axes).map_err(|e| fail(node, opset, &e.to_string()))?)
             }
         }
         "Concat" => {

@@ -151,82 +151,86 @@ fn spore_convert_writes_a_cell_that_builds_and_loads_its_checkpoint() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The committed conversion of [`ops_model`] (regenerated like `converted_lenet.rs`).
+/// The committed conversion of [`ops_model::model`] (regenerated like
+/// `converted_lenet.rs`).
 #[rustfmt::skip]
 #[path = "converted_ops.rs"]
 mod converted_ops;
 
-/// A model of the operators whose converted forms need known indices and sizes: Pad
-/// (reflect), ConvTranspose with a bias, Split, Slice and OneHot.
-fn ops_model() -> spore::onnx::proto::ModelProto {
+mod ops_model {
+    //! A hand-built ONNX model for the converter test.
     use spore::onnx::proto::{
-        AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, ValueInfoProto,
+        AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
+        ValueInfoProto,
     };
     use spore::onnx::tensor::from_tensor;
-    let ints = |name: &str, v: &[i64]| {
+    use spore::prelude::*;
+
+    fn ints(name: &str, v: &[i64]) -> TensorProto {
         from_tensor(name, &Tensor::from_vec(v.to_vec(), &[v.len()]).unwrap()).unwrap()
-    };
-    let floats = |name: &str, shape: &[usize], seed| {
-        let t = Tensor::randn(shape, DType::F32, Some(seed))
-            .unwrap()
-            .mul_scalar(0.3)
-            .unwrap();
-        from_tensor(name, &t).unwrap()
-    };
-    let attr_ints = |name: &str, v: &[i64]| AttributeProto {
-        name: name.into(),
-        r#type: 7,
-        ints: v.to_vec(),
-        ..Default::default()
-    };
-    let attr_int = |name: &str, v: i64| AttributeProto {
-        name: name.into(),
-        r#type: 2,
-        i: v,
-        ..Default::default()
-    };
-    let attr_str = |name: &str, v: &str| AttributeProto {
-        name: name.into(),
-        r#type: 3,
-        s: v.as_bytes().to_vec(),
-        ..Default::default()
-    };
-    let node = |op: &str, ins: &[&str], outs: &[&str], attribute: Vec<AttributeProto>| NodeProto {
-        name: format!("{op}_{}", outs[0]),
-        op_type: op.into(),
-        input: ins.iter().map(|s| s.to_string()).collect(),
-        output: outs.iter().map(|s| s.to_string()).collect(),
-        attribute,
-        ..Default::default()
-    };
-    let value = |name: &str| ValueInfoProto {
-        name: name.into(),
-        ..Default::default()
-    };
-    let graph = GraphProto {
-        name: "ops".into(),
-        node: vec![
+    }
+
+    fn floats(name: &str, shape: &[usize], seed: u64) -> TensorProto {
+        let t = Tensor::randn(shape, DType::F32, Some(seed)).unwrap();
+        from_tensor(name, &t.mul_scalar(0.3).unwrap()).unwrap()
+    }
+
+    /// An attribute: `ints`, or an int, a float or a string.
+    fn attr(name: &str, value: Attr) -> AttributeProto {
+        let mut a = AttributeProto {
+            name: name.into(),
+            ..Default::default()
+        };
+        match value {
+            Attr::Ints(v) => (a.r#type, a.ints) = (7, v.to_vec()),
+            Attr::Int(v) => (a.r#type, a.i) = (2, v),
+            Attr::Float(v) => (a.r#type, a.f) = (1, v),
+            Attr::Str(v) => (a.r#type, a.s) = (3, v.as_bytes().to_vec()),
+        }
+        a
+    }
+
+    enum Attr {
+        Ints(&'static [i64]),
+        Int(i64),
+        Float(f32),
+        Str(&'static str),
+    }
+
+    fn node(op: &str, ins: &[&str], outs: &[&str], attrs: Vec<(&str, Attr)>) -> NodeProto {
+        NodeProto {
+            name: format!("{op}_{}", outs[0]),
+            op_type: op.into(),
+            input: ins.iter().map(|s| s.to_string()).collect(),
+            output: outs.iter().map(|s| s.to_string()).collect(),
+            attribute: attrs.into_iter().map(|(n, v)| attr(n, v)).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn nodes() -> Vec<NodeProto> {
+        vec![
             node(
                 "Pad",
                 &["x", "pads"],
                 &["p"],
-                vec![attr_str("mode", "reflect")],
+                vec![("mode", Attr::Str("reflect"))],
             ),
             node(
                 "ConvTranspose",
                 &["p", "up", "up_bias"],
                 &["ct"],
                 vec![
-                    attr_ints("strides", &[2, 2]),
-                    attr_ints("pads", &[1, 1, 1, 1]),
-                    attr_ints("output_padding", &[1, 1]),
+                    ("strides", Attr::Ints(&[2, 2])),
+                    ("pads", Attr::Ints(&[1, 1, 1, 1])),
+                    ("output_padding", Attr::Ints(&[1, 1])),
                 ],
             ),
             node(
                 "Split",
                 &["ct", "sizes"],
                 &["a", "b"],
-                vec![attr_int("axis", 1)],
+                vec![("axis", Attr::Int(1))],
             ),
             node(
                 "Slice",
@@ -245,33 +249,76 @@ fn ops_model() -> spore::onnx::proto::ModelProto {
                 "OneHot",
                 &["idx", "depth", "vals"],
                 &["hot"],
-                vec![attr_int("axis", 0)],
+                vec![("axis", Attr::Int(0))],
             ),
-        ],
-        initializer: vec![
-            ints("pads", &[0, 0, 1, 2, 0, 0, 2, 1]),
-            floats("up", &[3, 2, 3, 3], 11),
-            floats("up_bias", &[2], 12),
-            ints("sizes", &[1, 1]),
-            ints("starts", &[1]),
-            ints("ends", &[-1]),
-            ints("axes", &[2]),
-            ints("idx", &[1, -1]),
-            ints("depth", &[3]),
-            floats("vals", &[2], 13),
-        ],
-        input: vec![value("x")],
-        output: vec![value("y"), value("hot")],
-        ..Default::default()
-    };
-    ModelProto {
-        ir_version: 8,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: 17,
-        }],
-        graph: Some(graph),
-        ..Default::default()
+            node(
+                "LeakyRelu",
+                &["y"],
+                &["lr"],
+                vec![("alpha", Attr::Float(0.2))],
+            ),
+            node("Clip", &["lr", "lo", "hi"], &["cl"], vec![]),
+            node("Greater", &["cl", "lr"], &["gt"], vec![]),
+            node("Where", &["gt", "cl", "lr"], &["w"], vec![]),
+            node(
+                "ReduceMax",
+                &["w"],
+                &["rm"],
+                vec![("axes", Attr::Ints(&[2, 3])), ("keepdims", Attr::Int(0))],
+            ),
+            node(
+                "Gather",
+                &["rm", "gidx"],
+                &["g"],
+                vec![("axis", Attr::Int(0))],
+            ),
+            node("Cast", &["g"], &["gc"], vec![("to", Attr::Int(1))]),
+            node("Unsqueeze", &["hot", "uaxes"], &["hot3"], vec![]),
+            node("Expand", &["hot3", "eshape"], &["hot_big"], vec![]),
+        ]
+    }
+
+    /// The model of the operators whose converted forms need known indices and sizes
+    /// (Pad, ConvTranspose with a bias, Split, Slice, OneHot, ReduceMax, Gather,
+    /// Unsqueeze, Expand) and of LeakyRelu, Clip, Greater, Where and Cast.
+    pub fn model() -> ModelProto {
+        let value = |name: &str| ValueInfoProto {
+            name: name.into(),
+            ..Default::default()
+        };
+        let graph = GraphProto {
+            name: "ops".into(),
+            node: nodes(),
+            initializer: vec![
+                ints("pads", &[0, 0, 1, 2, 0, 0, 2, 1]),
+                floats("up", &[3, 2, 3, 3], 11),
+                floats("up_bias", &[2], 12),
+                ints("sizes", &[1, 1]),
+                ints("starts", &[1]),
+                ints("ends", &[-1]),
+                ints("axes", &[2]),
+                ints("idx", &[1, -1]),
+                ints("depth", &[3]),
+                floats("vals", &[2], 13),
+                from_tensor("lo", &Tensor::scalar(-0.05f32)).unwrap(),
+                from_tensor("hi", &Tensor::scalar(0.05f32)).unwrap(),
+                ints("gidx", &[1, 0]),
+                ints("uaxes", &[0]),
+                ints("eshape", &[2, 3, 2]),
+            ],
+            input: vec![value("x")],
+            output: ["y", "hot", "w", "gc", "hot_big"].map(value).to_vec(),
+            ..Default::default()
+        };
+        ModelProto {
+            ir_version: 8,
+            opset_import: vec![OperatorSetIdProto {
+                domain: String::new(),
+                version: 17,
+            }],
+            graph: Some(graph),
+            ..Default::default()
+        }
     }
 }
 
@@ -282,7 +329,7 @@ fn converted_pad_conv_transpose_split_slice_and_one_hot_build_and_match_the_impo
     let dir = std::env::temp_dir().join(format!("spore_onnx_convert_ops_{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let model = dir.join("ops.onnx");
-    std::fs::write(&model, ops_model().encode_to_vec()).unwrap();
+    std::fs::write(&model, ops_model::model().encode_to_vec()).unwrap();
     let out = dir.join("converted");
     let c = spore::onnx::convert::convert_file(&model, &out, "OpsOnnx").unwrap();
     assert!(c.not_converted.is_empty(), "{}", c.report);
@@ -306,9 +353,10 @@ fn converted_pad_conv_transpose_split_slice_and_one_hot_build_and_match_the_impo
         net.call(std::slice::from_ref(&x)).unwrap(),
         imported.call(&[x]).unwrap(),
     );
-    assert_eq!(a.len(), 2);
+    assert_eq!(a.len(), 5);
     assert_eq!(a[0].shape(), &[2, 1, 16, 18]);
     assert_eq!(a[1].shape(), &[3, 2]);
+    assert_eq!(a[4].shape(), &[2, 3, 2]);
     for (p, q) in a.iter().zip(&b) {
         assert_eq!(p.to_vec::<f32>().unwrap(), q.to_vec::<f32>().unwrap());
     }
