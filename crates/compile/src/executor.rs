@@ -174,7 +174,16 @@ impl Executable {
             let _awake = spore_core::threads::keep_workers_awake();
             self.run_pooled(inputs, outputs, iteration)
         } else {
-            rayon::scope(|_| self.run_pooled(inputs, outputs, iteration))
+            // The run moves to a pool thread: the caller's frozen weights go with it.
+            use spore_core::prims::filter_cache::{frozen_weights, with_frozen_weights};
+            let frozen = frozen_weights();
+            rayon::scope(|_| {
+                if frozen {
+                    with_frozen_weights(|| self.run_pooled(inputs, outputs, iteration))
+                } else {
+                    self.run_pooled(inputs, outputs, iteration)
+                }
+            })
         };
         // Everything dumped during the run reaches the disk, whether the run failed or not.
         let flushed = dumper.map(|d| d.flush()).unwrap_or(Ok(()));

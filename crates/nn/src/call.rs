@@ -137,7 +137,7 @@ fn dispatch<C: Cell + ?Sized, R>(
         }
         Ok(out)
     };
-    within_call(scope, || {
+    let call = || {
         if trace::is_tracing() || !hooks.is_empty() || FORCE_EAGER.with(|e| e.get()) {
             return eager(run(inputs)?);
         }
@@ -150,5 +150,13 @@ fn dispatch<C: Cell + ?Sized, R>(
             return compiled(jit);
         }
         eager(cell.construct(inputs)?)
-    })
+    };
+    // A root call in evaluation mode keeps its weights: convolutions may reuse their
+    // prepared filters (`spore_core::prims::filter_cache`).
+    if !nested && !base.training() {
+        return within_call(scope, || {
+            spore_core::prims::filter_cache::with_frozen_weights(call)
+        });
+    }
+    within_call(scope, call)
 }

@@ -187,6 +187,13 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Stor
             }
         };
     }
+    // In evaluation mode a weight's prepared filters are reused across calls.
+    if let (Op::Conv2d(a) | Op::Conv2dRelu(a), Buffer::F32(x)) = (op, &*p) {
+        let relu = matches!(op, Op::Conv2dRelu(_));
+        if let Some(y) = super::filter_cache::forward(x, &q, &geometry(a, pd, qd), relu) {
+            return Ok(Storage::contiguous(Buffer::F32(y), &out.shape));
+        }
+    }
     let buf = match op {
         Op::Conv2d(a) => {
             let g = geometry(a, pd, qd);

@@ -6,6 +6,7 @@ pub mod conv;
 pub mod conv_transpose;
 pub mod custom;
 pub mod elementwise;
+pub mod filter_cache;
 pub mod fused;
 pub mod fused_reduce;
 pub mod in_place;

@@ -23,6 +23,7 @@ mod implicit;
 mod lowering;
 mod panels;
 pub mod plan;
+pub mod prepared;
 mod transposed;
 mod winograd;
 
@@ -52,17 +53,21 @@ fn is_f32<T: Num>() -> bool {
 /// "Figures moved from code comments").
 pub fn conv2d_relu<T: Num>(x: &[T], w: &[T], g: &ConvGeometry) -> Vec<T> {
     let (mut y, applied) = convolve(x, w, g, true);
-    if applied {
-        return y;
+    if !applied {
+        relu_in_place(&mut y);
     }
+    y
+}
+
+/// ReLU over a convolution's output, in parallel blocks when it is large.
+fn relu_in_place<T: Num>(y: &mut [T]) {
     let relu = |chunk: &mut [T]| chunk.iter_mut().for_each(|v| *v = v.unary(UnaryFn::Relu));
     if y.len() < crate::layout::PARALLEL_THRESHOLD {
-        relu(&mut y);
+        relu(y);
     } else {
         y.par_chunks_mut(crate::layout::PARALLEL_THRESHOLD / 4)
             .for_each(relu);
     }
-    y
 }
 
 /// Forward convolution: x [N, C, H, W] contiguous, w [O, C/g, KH, KW] contiguous ->

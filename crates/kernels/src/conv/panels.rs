@@ -357,11 +357,24 @@ pub(crate) fn packed_filters(w: &[f32], g: &ConvGeometry, transposed: bool) -> (
 
 /// Forward pass into `y` ([N, O, OH, OW]); the caller checked [`applies`] and the sizes.
 pub(crate) fn forward(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32]) {
+    let (filters, filter_len) = packed_filters(w, g, false);
+    forward_packed(x, &filters, filter_len, g, y);
+    arena::recycle(Buffer::F32(filters));
+}
+
+/// [`forward`] with the filters already packed by [`packed_filters`] (`filter_len`
+/// values per group).
+pub(crate) fn forward_packed(
+    x: &[f32],
+    filters: &[f32],
+    filter_len: usize,
+    g: &ConvGeometry,
+    y: &mut [f32],
+) {
     let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
     let out_len = g.o * ohw;
     let (blocks, per) = batch_blocks(g.n);
     let nb = images_per_gemm(g, per);
-    let (filters, filter_len) = packed_filters(w, g, false);
     // Several images per GEMM: the product lands here, then goes to each image's planes.
     // Per block: the padded images, and the product of several images (which then goes
     // to each image's planes).
@@ -399,7 +412,6 @@ pub(crate) fn forward(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32]) {
             }
         });
     arena::recycle(Buffer::F32(scratch));
-    arena::recycle(Buffer::F32(filters));
 }
 
 /// Weight gradient into `dw` ([O, C/groups, KH, KW]); the caller checked [`applies`] and

@@ -14,6 +14,7 @@ mod layers;
 mod losses;
 mod modes;
 mod optim;
+mod prepared_filters;
 mod zoo;
 
 use std::path::PathBuf;

@@ -90,6 +90,28 @@ pub(super) fn forward(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32]) {
     plan::forward(x, w, g, y, BLOCK_BYTES);
 }
 
+/// The transformed filters of `w` for [`forward_transformed`] (`U`, four times `w`).
+pub(super) fn transform_filters(w: &[f32], g: &ConvGeometry) -> Vec<f32> {
+    assert!(
+        winograd_applies(g) && w.len() >= g.o * g.c * 9,
+        "winograd::transform_filters: {g:?} does not apply or the weight is too small"
+    );
+    #[cfg(target_arch = "x86_64")]
+    return plan::transform_filters(w, g, rayon::current_num_threads());
+    #[cfg(not(target_arch = "x86_64"))]
+    Vec::new()
+}
+
+/// [`forward`] with the filters [`transform_filters`] made.
+pub(super) fn forward_transformed(x: &[f32], u: &[f32], g: &ConvGeometry, y: &mut [f32]) {
+    assert!(
+        winograd_applies(g) && x.len() >= g.n * g.c * g.h * g.w && y.len() >= g.n * g.o * g.h * g.w,
+        "winograd::forward_transformed: buffers too small for {g:?}"
+    );
+    #[cfg(target_arch = "x86_64")]
+    plan::forward_transformed(x, u, g, y, &plan::Plan::new(g, BLOCK_BYTES));
+}
+
 /// `dw = conv2d_backward_filter(dy, x)` for a geometry where the planner chose `Winograd`: dy [N, O,
 /// H, W], x [N, C, H, W], dw [O, C, 3, 3]. The gradient of the Winograd form is exact
 /// (the form equals the convolution), so it runs the same way backwards:

@@ -13,23 +13,25 @@ use crate::sgemm::{MR, PanelsA, blocked_with, pack_b_panel, prepacked_a_len};
 
 /// [`super::forward`] in blocks of images whose `V` and `M` take about `block_bytes`.
 pub(super) fn forward(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32], block_bytes: usize) {
-    let (c, o) = (g.c, g.o);
     let plan = Plan::new(g, block_bytes);
-    let threads = plan.threads;
-    // Every buffer from the pool, taken on this thread (see `arena`).
-    // U: each ξ's filters packed once for the GEMM, as `sgemm::prepack_a` lays them
-    // out. Why: packing them per product was a second pass over 37 MB in ResNet's
-    // last stage, a large share of its forward pass (measured: BENCHMARKS.md, "Figures
-    // moved from code comments").
+    let u = transform_filters(w, g, plan.threads);
+    forward_transformed(x, &u, g, y, &plan);
+    arena::recycle(crate::Buffer::F32(u));
+}
+
+/// U: each ξ's filters packed for the GEMM, as `sgemm::prepack_a` lays them out, split
+/// among `threads`. Why packed once per call: packing them per product was a second
+/// pass over 37 MB in ResNet's last stage, a large share of its forward pass (measured:
+/// BENCHMARKS.md, "Figures moved from code comments").
+pub(super) fn transform_filters(w: &[f32], g: &ConvGeometry, threads: usize) -> Vec<f32> {
+    let (c, o) = (g.c, g.o);
     let packed = prepacked_a_len(o, c);
+    // From the pool, taken on this thread (see `arena`).
     let mut u = arena::for_overwrite::<f32>(XI * packed);
-    let mut v = arena::for_overwrite::<f32>(c * XI * plan.max_cols);
-    let mut m = arena::for_overwrite::<f32>(XI * o * plan.max_cols);
-    let mut scratch = arena::for_overwrite::<f32>(threads * plan.scratch_len);
     let panels = o.div_ceil(MR);
-    let per = panels.div_ceil(threads);
+    let per = panels.div_ceil(threads.max(1));
     let filters = Dst(u.as_mut_ptr());
-    (0..threads).into_par_iter().for_each(|t| {
+    (0..threads.max(1)).into_par_iter().for_each(|t| {
         let filters = &filters; // the whole `Dst` (Sync), not its raw pointer field
         for panel in (t * per).min(panels)..((t + 1) * per).min(panels) {
             // SAFETY: the planner checked that the CPU has AVX2 and FMA; each row
@@ -37,12 +39,30 @@ pub(super) fn forward(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32], blo
             unsafe { transform_filter_panel(w, o, c, panel, filters.0) };
         }
     });
+    u
+}
+
+/// The forward pass with the filters already transformed by [`transform_filters`].
+pub(super) fn forward_transformed(
+    x: &[f32],
+    u: &[f32],
+    g: &ConvGeometry,
+    y: &mut [f32],
+    plan: &Plan,
+) {
+    let (c, o) = (g.c, g.o);
+    let threads = plan.threads;
+    let packed = prepacked_a_len(o, c);
+    // Every buffer from the pool, taken on this thread (see `arena`).
+    let mut v = arena::for_overwrite::<f32>(c * XI * plan.max_cols);
+    let mut m = arena::for_overwrite::<f32>(XI * o * plan.max_cols);
+    let mut scratch = arena::for_overwrite::<f32>(threads * plan.scratch_len);
     let dst = Dst(y.as_mut_ptr());
     for block in plan.blocks(g) {
         let v = &mut v[..c * XI * block.cols];
         transform_inputs(x, &block, v, &mut scratch, plan.scratch_len);
         let m = &mut m[..XI * o * block.cols];
-        let (v, u) = (&*v, &*u);
+        let v = &*v;
         m.par_chunks_mut(o * block.cols)
             .enumerate()
             .for_each(|(xi, mx)| {
@@ -68,7 +88,7 @@ pub(super) fn forward(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32], blo
             }
         });
     }
-    for buf in [u, v, m, scratch] {
+    for buf in [v, m, scratch] {
         arena::recycle(crate::Buffer::F32(buf));
     }
 }
@@ -162,7 +182,7 @@ pub(super) struct Plan {
 }
 
 impl Plan {
-    fn new(g: &ConvGeometry, block_bytes: usize) -> Plan {
+    pub(super) fn new(g: &ConvGeometry, block_bytes: usize) -> Plan {
         let (th, tw) = tiles(g);
         let per_block = images_per_block(g, block_bytes);
         let padded_len = per_block * (g.h + 2) * (g.w + 2) + SLACK;
