@@ -187,21 +187,21 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Stor
             }
         };
     }
-    // In evaluation mode a weight's prepared filters are reused across calls.
-    if let (Op::Conv2d(a) | Op::Conv2dRelu(a), Buffer::F32(x)) = (op, &*p) {
-        let relu = matches!(op, Op::Conv2dRelu(_));
-        if let Some(y) = super::filter_cache::forward(x, &q, &geometry(a, pd, qd), relu) {
-            return Ok(Storage::contiguous(Buffer::F32(y), &out.shape));
-        }
-    }
     let buf = match op {
-        Op::Conv2d(a) => {
+        Op::Conv2d(a) | Op::Conv2dRelu(a) => {
             let g = geometry(a, pd, qd);
-            run!(|x, w| k::conv2d(x, w, &g))
-        }
-        Op::Conv2dRelu(a) => {
-            let g = geometry(a, pd, qd);
-            run!(|x, w| k::conv2d_relu(x, w, &g))
+            let relu = matches!(op, Op::Conv2dRelu(_));
+            // In evaluation mode a weight's prepared filters are reused across calls.
+            if let Buffer::F32(x) = &*p
+                && let Some(y) = super::filter_cache::forward(x, &q, &g, relu)
+            {
+                return Ok(Storage::contiguous(Buffer::F32(y), &out.shape));
+            }
+            if relu {
+                run!(|x, w| k::conv2d_relu(x, w, &g))
+            } else {
+                run!(|x, w| k::conv2d(x, w, &g))
+            }
         }
         Op::Conv2dBackpropInput { attrs, input_shape } => {
             let g = geometry(attrs, *input_shape, qd);

@@ -15,10 +15,10 @@
 use std::sync::Arc;
 
 use spore_core::ops::{Conv2dOptions, PadMode};
-use spore_core::{DType, Error, Parameter, Result, Tensor};
+use spore_core::{DType, Parameter, Result, Tensor};
 
-use super::{label, positive, single};
-use crate::cell::{Cell, CellBase, param};
+use super::{add_channel_bias, check_conv_args, nchw_input, weight_and_bias_params};
+use crate::cell::{Cell, CellBase};
 use crate::init::Initializer;
 
 /// A 2-D convolution layer.
@@ -97,26 +97,14 @@ impl Conv2dConfig {
     }
 
     pub fn build(self) -> Result<Arc<Conv2d>> {
-        positive(
+        check_conv_args(
             "Conv2d",
-            &[
-                ("in_channels", self.in_channels),
-                ("out_channels", self.out_channels),
-                ("kernel height", self.kernel_size[0]),
-                ("kernel width", self.kernel_size[1]),
-                ("stride", self.stride[0].min(self.stride[1])),
-                ("dilation", self.dilation[0].min(self.dilation[1])),
-                ("group", self.group),
-            ],
+            [self.in_channels, self.out_channels],
+            self.kernel_size,
+            self.stride,
+            self.dilation,
+            self.group,
         )?;
-        if !self.in_channels.is_multiple_of(self.group)
-            || !self.out_channels.is_multiple_of(self.group)
-        {
-            return Err(Error::invalid(format!(
-                "Conv2d: in_channels={} and out_channels={} must both be divisible by group={}",
-                self.in_channels, self.out_channels, self.group
-            )));
-        }
         let shape = [
             self.out_channels,
             self.in_channels / self.group,
@@ -176,27 +164,12 @@ impl Conv2d {
 
 impl Cell for Conv2d {
     fn construct(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        let x = single(&self.base, "Conv2d", inputs)?;
-        if x.rank() != 4 || x.shape()[1] != self.in_channels {
-            return Err(Error::invalid(format!(
-                "{}: expected an NCHW input with C = in_channels = {}, got shape {:?}",
-                label(&self.base, "Conv2d"),
-                self.in_channels,
-                x.shape()
-            )));
-        }
-        let mut y = x.conv2d(&self.weight.value(), &self.options)?;
-        if let Some(b) = &self.bias {
-            y = y.add(&b.value().reshape(&[1, self.out_channels, 1, 1])?)?;
-        }
-        Ok(vec![y])
+        let x = nchw_input(&self.base, "Conv2d", inputs, self.in_channels)?;
+        let y = x.conv2d(&self.weight.value(), &self.options)?;
+        Ok(vec![add_channel_bias(y, self.bias.as_ref())?])
     }
     fn params(&self) -> Vec<(String, Parameter)> {
-        let mut v = vec![param("weight", &self.weight)];
-        if let Some(b) = &self.bias {
-            v.push(param("bias", b));
-        }
-        v
+        weight_and_bias_params(&self.weight, self.bias.as_ref())
     }
     fn base(&self) -> &CellBase {
         &self.base

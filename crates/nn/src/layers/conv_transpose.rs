@@ -17,10 +17,10 @@
 use std::sync::Arc;
 
 use spore_core::ops::{ConvTranspose2dOptions, PadMode};
-use spore_core::{DType, Error, Parameter, Result, Tensor};
+use spore_core::{DType, Parameter, Result, Tensor};
 
-use super::{label, positive, single};
-use crate::cell::{Cell, CellBase, param};
+use super::{add_channel_bias, check_conv_args, nchw_input, weight_and_bias_params};
+use crate::cell::{Cell, CellBase};
 use crate::init::Initializer;
 
 /// A transposed 2-D convolution layer.
@@ -91,25 +91,14 @@ impl Conv2dTransposeConfig {
 
     pub fn build(self) -> Result<Arc<Conv2dTranspose>> {
         let o = &self.options;
-        positive(
+        check_conv_args(
             "Conv2dTranspose",
-            &[
-                ("in_channels", self.in_channels),
-                ("out_channels", self.out_channels),
-                ("kernel height", self.kernel_size[0]),
-                ("kernel width", self.kernel_size[1]),
-                ("stride", o.stride[0].min(o.stride[1])),
-                ("dilation", o.dilation[0].min(o.dilation[1])),
-                ("group", o.groups),
-            ],
+            [self.in_channels, self.out_channels],
+            self.kernel_size,
+            o.stride,
+            o.dilation,
+            o.groups,
         )?;
-        if !self.in_channels.is_multiple_of(o.groups) || !self.out_channels.is_multiple_of(o.groups)
-        {
-            return Err(Error::invalid(format!(
-                "Conv2dTranspose: in_channels={} and out_channels={} must both be divisible by group={}",
-                self.in_channels, self.out_channels, o.groups
-            )));
-        }
         let shape = [
             self.in_channels,
             self.out_channels / o.groups,
@@ -172,27 +161,12 @@ impl Conv2dTranspose {
 
 impl Cell for Conv2dTranspose {
     fn construct(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        let x = single(&self.base, "Conv2dTranspose", inputs)?;
-        if x.rank() != 4 || x.shape()[1] != self.in_channels {
-            return Err(Error::invalid(format!(
-                "{}: expected an NCHW input with C = in_channels = {}, got shape {:?}",
-                label(&self.base, "Conv2dTranspose"),
-                self.in_channels,
-                x.shape()
-            )));
-        }
-        let mut y = x.conv_transpose2d(&self.weight.value(), &self.options)?;
-        if let Some(b) = &self.bias {
-            y = y.add(&b.value().reshape(&[1, self.out_channels, 1, 1])?)?;
-        }
-        Ok(vec![y])
+        let x = nchw_input(&self.base, "Conv2dTranspose", inputs, self.in_channels)?;
+        let y = x.conv_transpose2d(&self.weight.value(), &self.options)?;
+        Ok(vec![add_channel_bias(y, self.bias.as_ref())?])
     }
     fn params(&self) -> Vec<(String, Parameter)> {
-        let mut v = vec![param("weight", &self.weight)];
-        if let Some(b) = &self.bias {
-            v.push(param("bias", b));
-        }
-        v
+        weight_and_bias_params(&self.weight, self.bias.as_ref())
     }
     fn base(&self) -> &CellBase {
         &self.base

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use spore_core::{DType, Error, Parameter, Result, Tensor};
 
 use super::{label, positive, single};
-use crate::cell::{Cell, CellBase, CellCall, param};
+use crate::cell::{Cell, CellBase, CellCall};
 use crate::init::Initializer;
 
 /// A fully connected layer.
@@ -142,11 +142,7 @@ impl Cell for Dense {
         Ok(vec![y])
     }
     fn params(&self) -> Vec<(String, Parameter)> {
-        let mut v = vec![param("weight", &self.weight)];
-        if let Some(b) = &self.bias {
-            v.push(param("bias", b));
-        }
-        v
+        super::weight_and_bias_params(&self.weight, self.bias.as_ref())
     }
     fn cells(&self) -> Vec<(String, Arc<dyn Cell>)> {
         self.activation

@@ -71,6 +71,78 @@ pub(crate) fn positive(class: &str, what: &[(&str, usize)]) -> Result<()> {
     Ok(())
 }
 
+/// What a convolution layer's configuration must satisfy: positive sizes, and channels
+/// that divide by the group count.
+pub(crate) fn check_conv_args(
+    class: &str,
+    channels: [usize; 2],
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    dilation: [usize; 2],
+    group: usize,
+) -> Result<()> {
+    let [in_channels, out_channels] = channels;
+    positive(
+        class,
+        &[
+            ("in_channels", in_channels),
+            ("out_channels", out_channels),
+            ("kernel height", kernel[0]),
+            ("kernel width", kernel[1]),
+            ("stride", stride[0].min(stride[1])),
+            ("dilation", dilation[0].min(dilation[1])),
+            ("group", group),
+        ],
+    )?;
+    if !in_channels.is_multiple_of(group) || !out_channels.is_multiple_of(group) {
+        return Err(Error::invalid(format!(
+            "{class}: in_channels={in_channels} and out_channels={out_channels} must both be divisible by group={group}"
+        )));
+    }
+    Ok(())
+}
+
+/// The single NCHW input of a convolution layer, with `channels` channels.
+pub(crate) fn nchw_input<'a>(
+    base: &CellBase,
+    class: &str,
+    inputs: &'a [Tensor],
+    channels: usize,
+) -> Result<&'a Tensor> {
+    let x = single(base, class, inputs)?;
+    if x.rank() != 4 || x.shape()[1] != channels {
+        return Err(Error::invalid(format!(
+            "{}: expected an NCHW input with C = in_channels = {channels}, got shape {:?}",
+            label(base, class),
+            x.shape()
+        )));
+    }
+    Ok(x)
+}
+
+/// `y` plus the per-channel `bias` (axis 1), when the layer has one.
+pub(crate) fn add_channel_bias(y: Tensor, bias: Option<&spore_core::Parameter>) -> Result<Tensor> {
+    match bias {
+        Some(b) => {
+            let b = b.value();
+            y.add(&b.reshape(&[1, b.numel(), 1, 1])?)
+        }
+        None => Ok(y),
+    }
+}
+
+/// `weight` and, when present, `bias`, under those names.
+pub(crate) fn weight_and_bias_params(
+    weight: &spore_core::Parameter,
+    bias: Option<&spore_core::Parameter>,
+) -> Vec<(String, spore_core::Parameter)> {
+    let mut v = vec![crate::cell::param("weight", weight)];
+    if let Some(b) = bias {
+        v.push(crate::cell::param("bias", b));
+    }
+    v
+}
+
 /// A layer's `weight` of `shape` and, with `has_bias`, its `bias` of `[out]`: from the
 /// given initializers, or MindSpore's defaults (HeUniform(sqrt 5) weight, Uniform bias
 /// bounded by `1 / sqrt(fan_in)`). Shared by Dense and Conv2d.

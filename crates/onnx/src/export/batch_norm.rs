@@ -48,20 +48,35 @@ fn state_of(cell: &dyn Cell) -> Option<&BatchNormState> {
 /// The BatchNorm layers of `net` whose traced chain in `g` has one data input and one
 /// result read outside it. A layer called twice, or never, stays as its chain.
 pub(super) fn find<C: Cell + ?Sized>(net: &C, g: &Graph, training: bool) -> Vec<BatchNormNode> {
+    // Who reads each node, once for all layers.
+    let mut readers: Vec<Vec<usize>> = vec![vec![]; g.nodes.len()];
+    for (j, n) in g.nodes.iter().enumerate() {
+        if let NodeKind::Op { args, .. } = &n.kind {
+            for &a in args {
+                readers[a].push(j);
+            }
+        }
+    }
     let mut out = vec![];
     for (name, cell) in net.cells_and_names() {
         let Some(state) = state_of(&*cell) else {
             continue;
         };
         let scope = format!("Default/{}/", name.replace('.', "/"));
-        if let Some(node) = chain(g, &scope, state, training) {
+        if let Some(node) = chain(g, &readers, &scope, state, training) {
             out.push(node);
         }
     }
     out
 }
 
-fn chain(g: &Graph, scope: &str, state: &BatchNormState, training: bool) -> Option<BatchNormNode> {
+fn chain(
+    g: &Graph,
+    readers: &[Vec<usize>],
+    scope: &str,
+    state: &BatchNormState,
+    training: bool,
+) -> Option<BatchNormNode> {
     let inside = |i: usize| g.nodes[i].name.starts_with(scope);
     let ops: Vec<(usize, &Vec<usize>)> = g
         .nodes
@@ -84,12 +99,7 @@ fn chain(g: &Graph, scope: &str, state: &BatchNormState, training: bool) -> Opti
     let read_outside: Vec<usize> = ops
         .iter()
         .map(|&(i, _)| i)
-        .filter(|&i| {
-            g.outputs.contains(&i)
-                || g.nodes.iter().enumerate().any(|(j, n)| {
-                    !inside(j) && matches!(&n.kind, NodeKind::Op { args, .. } if args.contains(&i))
-                })
-        })
+        .filter(|&i| g.outputs.contains(&i) || readers[i].iter().any(|&j| !inside(j)))
         .collect();
     let ([input], [output]) = (inputs.as_slice(), read_outside.as_slice()) else {
         return None;

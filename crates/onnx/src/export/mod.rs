@@ -99,11 +99,13 @@ struct Builder<'g> {
     names: Vec<String>,
     nodes: Vec<NodeProto>,
     initializers: Vec<TensorProto>,
+    /// The initializers' names, which ONNX needs unique.
+    initializer_names: std::collections::HashSet<String>,
 }
 
 impl Builder<'_> {
     fn constant(&mut self, name: String, t: &Tensor) -> Result<String> {
-        if self.initializers.iter().any(|i| i.name == name) {
+        if !self.initializer_names.insert(name.clone()) {
             return Err(Error::invalid(format!(
                 "onnx export: two parameters or constants are named {name:?}; ONNX needs unique initializer names"
             )));
@@ -496,6 +498,7 @@ fn graph_with_batch_norms(g: &Graph, bns: &HashMap<usize, BatchNormNode>) -> Res
         names: g.nodes.iter().map(|n| n.name.clone()).collect(),
         nodes: vec![],
         initializers: vec![],
+        initializer_names: Default::default(),
     };
     let live = batch_norm::live(g, bns);
     let mut inputs = vec![];

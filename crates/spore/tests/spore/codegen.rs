@@ -11,10 +11,7 @@ use spore::datasets::{bundled_mnist, create_dataset};
 use spore::prelude::*;
 
 fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("spore_cli_codegen_{name}_{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    crate::temp_dir("codegen", name)
 }
 
 fn run(cmd: &mut Command) -> String {
@@ -83,21 +80,9 @@ fn cortex_m_size(dir: &Path) -> (usize, usize, usize) {
 
 #[test]
 fn trained_lenet_generates_float32_and_int8_c_for_x86_and_cortex_m() {
-    set_context(ContextUpdate::new().mode(Mode::Graph).seed(1)).unwrap();
-    spore_data::config::set_seed(1);
     let work = temp_dir("lenet");
-    // Seed 001's recipe, shortened: a LeNet well above 90 %, so accuracy changes mean something.
-    let train = create_dataset(bundled_mnist().join("train"), 32, 1, 2, true).unwrap();
-    let net = LeNet5::new(10).unwrap();
-    let loss = SoftmaxCrossEntropyWithLogits::new(true, Reduction::Mean);
-    let opt = Momentum::new(net.trainable_params(), 0.01, 0.9).unwrap();
-    let mut model = Model::new(net.clone(), loss, opt);
-    model
-        .train(5, &train, &mut [], TrainConfig::sink(1000))
-        .unwrap();
-    set_context(ContextUpdate::new().mode(Mode::PyNative)).unwrap();
-    let ckpt = work.join("lenet.ckpt");
-    spore::nn::checkpoint::save_checkpoint(&*net, &ckpt).unwrap();
+    // A LeNet well above 90 %, so accuracy changes mean something.
+    let (net, ckpt) = crate::trained_lenet(5, &work);
 
     // The 1,000 test digits as LeNet sees them, in one file.
     let test = create_dataset(bundled_mnist().join("test"), 1000, 1, 2, false).unwrap();

@@ -4,33 +4,17 @@
 use std::path::PathBuf;
 
 use spore::cli::{args::parse, execute};
-use spore::datasets::{bundled_mnist, create_dataset};
-use spore::prelude::*;
+use spore::datasets::bundled_mnist;
 use spore_data::mnist::{Mnist, Usage};
 
 fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("spore_cli_explain_{name}_{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    crate::temp_dir("explain", name)
 }
 
 #[test]
 fn trained_lenet_explanations_are_written_and_scored() {
-    set_context(ContextUpdate::new().mode(Mode::Graph).seed(1)).unwrap();
-    spore_data::config::set_seed(1);
     let work = temp_dir("lenet");
-    let train = create_dataset(bundled_mnist().join("train"), 32, 1, 2, true).unwrap();
-    let net = LeNet5::new(10).unwrap();
-    let loss = SoftmaxCrossEntropyWithLogits::new(true, Reduction::Mean);
-    let opt = Momentum::new(net.trainable_params(), 0.01, 0.9).unwrap();
-    let mut model = Model::new(net.clone(), loss, opt);
-    model
-        .train(3, &train, &mut [], TrainConfig::sink(1000))
-        .unwrap();
-    set_context(ContextUpdate::new().mode(Mode::PyNative)).unwrap();
-    let ckpt = work.join("lenet.ckpt");
-    spore::nn::checkpoint::save_checkpoint(&*net, &ckpt).unwrap();
+    let (_, ckpt) = crate::trained_lenet(3, &work);
 
     let images = work.join("digits");
     std::fs::create_dir_all(&images).unwrap();
