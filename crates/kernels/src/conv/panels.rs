@@ -371,6 +371,10 @@ pub(crate) fn forward_packed(
     g: &ConvGeometry,
     y: &mut [f32],
 ) {
+    let threads = rayon::current_num_threads();
+    if g.n < threads {
+        return forward_split_products(x, filters, filter_len, g, y, threads);
+    }
     let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
     let out_len = g.o * ohw;
     let (blocks, per) = batch_blocks(g.n);
@@ -412,6 +416,33 @@ pub(crate) fn forward_packed(
             }
         });
     arena::recycle(Buffer::F32(scratch));
+}
+
+/// [`forward_packed`] for a batch smaller than the thread count, where a block of the
+/// batch per thread would leave threads idle: the images one after another, each group's
+/// product split among the threads (`sgemm::blocked_with_threads`), which pack their own
+/// panels from the shared (padded) image.
+fn forward_split_products(
+    x: &[f32],
+    filters: &[f32],
+    filter_len: usize,
+    g: &ConvGeometry,
+    y: &mut [f32],
+    threads: usize,
+) {
+    let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
+    let mut padded = arena::for_overwrite::<f32>(padded_len(g, 1).max(1));
+    for (s, ys) in y.chunks_mut(g.o * ohw).take(g.n).enumerate() {
+        for group in 0..g.groups {
+            let cols = ImageColumns::new(x, g, group, (s, 1), &mut padded);
+            let panels =
+                |dst: &mut [f32], p0, kc, j0, width| cols.pack_positions(dst, p0, kc, j0, width);
+            let a = PanelsA::Prepacked(&filters[group * filter_len..][..filter_len]);
+            let yg = &mut ys[group * og * ohw..][..og * ohw];
+            sgemm::blocked_with_threads(yg, false, (og, ohw, ckk), a, &panels, threads);
+        }
+    }
+    arena::recycle(Buffer::F32(padded));
 }
 
 /// Weight gradient into `dw` ([O, C/groups, KH, KW]); the caller checked [`applies`] and

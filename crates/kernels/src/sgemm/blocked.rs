@@ -139,6 +139,65 @@ pub(crate) fn blocked_with(
     a: PanelsA,
     b: PanelsB,
 ) {
+    let product = product_into(c, accumulate, (m, n, k), a);
+    part(&product, a, b, 0..m.div_ceil(MR), 0..n.div_ceil(NR));
+}
+
+/// [`blocked_with`] with C cut into a grid of parts, one per thread: column panels
+/// first (each thread packs its own B panels and reads all of A), then, where there are
+/// fewer column panels than threads, row panels too. `b` writes panels for several
+/// threads at once. Products below [`PARALLEL_PRODUCT_MIN`] multiply-adds run on this
+/// thread.
+///
+/// Why: a convolution of one image is one product, and the batch split that keeps the
+/// other threads busy has nothing to split (ResNet-18's 8x8 and 4x4 layers at batch 1).
+/// Splitting the rows first, so that each thread reads half of A, was slower on the 8x8
+/// layers (BENCHMARKS.md, "ONNX").
+pub(crate) fn blocked_with_threads(
+    c: &mut [f32],
+    accumulate: bool,
+    (m, n, k): (usize, usize, usize),
+    a: PanelsA,
+    b: &(dyn Fn(&mut [f32], usize, usize, usize, usize) + Sync),
+    threads: usize,
+) {
+    let product = product_into(c, accumulate, (m, n, k), a);
+    let (panels_m, panels_n) = (m.div_ceil(MR), n.div_ceil(NR));
+    let threads = threads.max(1);
+    let (cols, rows) = if m * n * k < PARALLEL_PRODUCT_MIN {
+        (1, 1)
+    } else {
+        let cols = panels_n.min(threads);
+        (cols, panels_m.min(threads / cols).max(1))
+    };
+    let run = |t: usize| {
+        let (ci, ri) = (t % cols, t / cols);
+        let mut panels = |dst: &mut [f32], p0, kc, j0, width| b(dst, p0, kc, j0, width);
+        let (row_range, col_range) = (split(panels_m, rows, ri), split(panels_n, cols, ci));
+        part(&product, a, &mut panels, row_range, col_range);
+    };
+    if cols * rows == 1 {
+        run(0);
+    } else {
+        (0..cols * rows)
+            .into_par_iter()
+            .with_max_len(1)
+            .for_each(run);
+    }
+}
+
+/// Multiply-adds from which [`blocked_with_threads`] splits a product: below this the
+/// fork costs more than the second thread saves.
+pub(crate) const PARALLEL_PRODUCT_MIN: usize = 1 << 18;
+
+/// The product that [`blocked_with`] and [`blocked_with_threads`] compute, with their
+/// checks of the sizes.
+fn product_into<'a>(
+    c: &'a mut [f32],
+    accumulate: bool,
+    (m, n, k): (usize, usize, usize),
+    a: PanelsA,
+) -> Product<'a> {
     assert!(
         m > 0 && n > 0 && k > 0 && c.len() >= m * n,
         "blocked_with: sizes"
@@ -149,7 +208,7 @@ pub(crate) fn blocked_with(
             "blocked_with: packed A"
         );
     }
-    let product = Product {
+    Product {
         dst: Dst(c.as_mut_ptr()),
         accumulate,
         epilogue: None,
@@ -160,8 +219,7 @@ pub(crate) fn blocked_with(
         ma: MatRef::default(),
         b: &[],
         mb: MatRef::default(),
-    };
-    part(&product, a, b, 0..m.div_ceil(MR), 0..n.div_ceil(NR));
+    }
 }
 
 /// Row panels `rows` x column panels `cols` of C, on this thread (`p` gives C and the

@@ -521,3 +521,56 @@ fn vectorised_2x2_max_pool_matches_the_scalar_rule_with_ties_nan_and_signed_zero
         );
     }
 }
+
+/// A batch smaller than the thread count splits each image's product among the threads
+/// (by columns, and by rows where an image has fewer column panels than threads): the
+/// result equals the naive loops and, bit for bit, the same convolution on one thread
+/// (each output's sum runs in the same order however the product is cut).
+#[test]
+fn small_batches_split_each_product_among_the_threads() {
+    let cases = [
+        // ResNet-18's 8x8 and 4x4 layers at batch 1 (4 and 1 column panels).
+        ConvGeometry::new([1, 32, 8, 8], [96, 32, 3, 3], [1, 1], [1, 1], [1; 4], 1),
+        ConvGeometry::new([1, 64, 4, 4], [64, 64, 3, 3], [1, 1], [1, 1], [1; 4], 1),
+        // Two images on three threads, strided and grouped; and one too small to split.
+        ConvGeometry::new(
+            [2, 16, 21, 19],
+            [96, 8, 3, 3],
+            [2, 1],
+            [1, 1],
+            [1, 0, 1, 1],
+            2,
+        ),
+        ConvGeometry::new([1, 4, 5, 5], [20, 4, 3, 3], [1, 1], [1, 1], [1; 4], 1),
+    ];
+    let pool = |threads| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("a thread pool")
+    };
+    if spore_kernels::matmul::own_f32_gemm() {
+        assert!(
+            cases
+                .iter()
+                .all(|g| takes(Pass::Forward, ConvPath::Panels, g)),
+            "the cases no longer take the panel path that splits products"
+        );
+    }
+    for g in cases {
+        pool(3).install(|| assert_f32_conv_matches_naive(&g));
+        let x: Vec<f32> = values(g.n * g.c * g.h * g.w, 9)
+            .iter()
+            .map(|&v| v as f32)
+            .collect();
+        let w: Vec<f32> = values(g.o * (g.c / g.groups) * g.kh * g.kw, 10)
+            .iter()
+            .map(|&v| v as f32)
+            .collect();
+        let one = pool(1).install(|| conv2d(&x, &w, &g));
+        for threads in [2, 3, 4] {
+            let split = pool(threads).install(|| conv2d(&x, &w, &g));
+            assert_eq!(split, one, "{g:?} on {threads} threads");
+        }
+    }
+}
