@@ -48,6 +48,9 @@ pub(crate) enum PanelsA<'a> {
 /// rows of [`NR`] values; columns past `width` must be written too, any value).
 pub(crate) type PanelsB<'a> = &'a mut dyn FnMut(&mut [f32], usize, usize, usize, usize);
 
+/// [`PanelsB`] for a product split among threads: one function all of them call.
+pub(crate) type SharedPanelsB<'a> = &'a (dyn Fn(&mut [f32], usize, usize, usize, usize) + Sync);
+
 /// Values [`prepack_a`] writes for an `m x k` A.
 pub(crate) fn prepacked_a_len(m: usize, k: usize) -> usize {
     m.div_ceil(MR) * MR * k
@@ -158,7 +161,7 @@ pub(crate) fn blocked_with_threads(
     accumulate: bool,
     (m, n, k): (usize, usize, usize),
     a: PanelsA,
-    b: &(dyn Fn(&mut [f32], usize, usize, usize, usize) + Sync),
+    b: SharedPanelsB,
     threads: usize,
 ) {
     let product = product_into(c, accumulate, (m, n, k), a);
