@@ -36,6 +36,12 @@ if ! python3 -c "import numpy" >/dev/null 2>&1; then
     python3 -m pip install --quiet numpy
 fi
 
+# ml_dtypes reads the bfloat16 .npy files back (spore-core's half tests).
+if ! python3 -c "import ml_dtypes" >/dev/null 2>&1; then
+    echo "installing ml_dtypes (the bfloat16 reference)"
+    python3 -m pip install --quiet ml_dtypes
+fi
+
 # onnx and onnxruntime make and check the ONNX fixtures (spore-onnx's tests).
 if ! python3 -c "import onnx, onnxruntime" >/dev/null 2>&1; then
     echo "installing onnx and onnxruntime (the ONNX tests' reference)"

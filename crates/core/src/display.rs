@@ -20,7 +20,12 @@ const EDGE_ITEMS: usize = 3;
 fn format_value(v: f64, dtype: DType) -> String {
     match dtype {
         DType::Bool => if v != 0.0 { "True" } else { "False" }.to_string(),
-        DType::F32 | DType::F64 => {
+        DType::F32 | DType::F64 | DType::F16 | DType::BF16 => {
+            let v = if dtype.is_half() {
+                shortest_in(v, dtype)
+            } else {
+                v
+            };
             if v.is_nan() {
                 "nan".into()
             } else if v.is_infinite() {
@@ -34,6 +39,19 @@ fn format_value(v: f64, dtype: DType) -> String {
         }
         _ => format!("{}", v as i64),
     }
+}
+
+/// The number with the fewest significant digits that rounds to the same 16-bit value as
+/// `v`, as NumPy prints float16 (`0.1`, not float32's `0.099975586`).
+fn shortest_in(v: f64, dtype: DType) -> f64 {
+    if !v.is_finite() {
+        return v;
+    }
+    let same = |p: f64| spore_kernels::Buffer::from_f64(dtype, &[p]).to_f64_vec()[0] == v;
+    (1..=17)
+        .filter_map(|digits| format!("{v:.*e}", digits - 1).parse::<f64>().ok())
+        .find(|&p| same(p))
+        .unwrap_or(v)
 }
 
 fn write_axis(

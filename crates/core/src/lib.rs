@@ -47,5 +47,5 @@ pub use autodiff::{ValueAndGrad, grad, value_and_grad};
 pub use depth::{is_grad_enabled, no_grad, with_grad_enabled};
 pub use error::{Error, Result};
 pub use parameter::Parameter;
-pub use spore_kernels::{DType, Element};
+pub use spore_kernels::{DType, Element, bf16, f16};
 pub use tensor::{Tensor, TensorType};

@@ -28,6 +28,14 @@ macro_rules! with_dtype {
                 type $T = f64;
                 $body
             }
+            spore_core::DType::F16 => {
+                type $T = spore_core::f16;
+                $body
+            }
+            spore_core::DType::BF16 => {
+                type $T = spore_core::bf16;
+                $body
+            }
             spore_core::DType::I32 => {
                 type $T = i32;
                 $body

@@ -13,6 +13,8 @@ use crate::dtype::DType;
 pub enum Buffer {
     F32(Vec<f32>),
     F64(Vec<f64>),
+    F16(Vec<half::f16>),
+    BF16(Vec<half::bf16>),
     I32(Vec<i32>),
     I64(Vec<i64>),
     U8(Vec<u8>),
@@ -26,6 +28,8 @@ macro_rules! with_buffer {
         match $buf {
             $crate::Buffer::F32($v) => $body,
             $crate::Buffer::F64($v) => $body,
+            $crate::Buffer::F16($v) => $body,
+            $crate::Buffer::BF16($v) => $body,
             $crate::Buffer::I32($v) => $body,
             $crate::Buffer::I64($v) => $body,
             $crate::Buffer::U8($v) => $body,
@@ -39,6 +43,8 @@ impl Buffer {
         match self {
             Buffer::F32(_) => DType::F32,
             Buffer::F64(_) => DType::F64,
+            Buffer::F16(_) => DType::F16,
+            Buffer::BF16(_) => DType::BF16,
             Buffer::I32(_) => DType::I32,
             Buffer::I64(_) => DType::I64,
             Buffer::U8(_) => DType::U8,
@@ -64,6 +70,8 @@ impl Buffer {
         match dtype {
             DType::F32 => Buffer::F32(vec![value as f32; n]),
             DType::F64 => Buffer::F64(vec![value; n]),
+            DType::F16 => Buffer::F16(vec![Element::from_f64(value); n]),
+            DType::BF16 => Buffer::BF16(vec![Element::from_f64(value); n]),
             DType::I32 => Buffer::I32(vec![value as i32; n]),
             DType::I64 => Buffer::I64(vec![value as i64; n]),
             DType::U8 => Buffer::U8(vec![value as u8; n]),
@@ -78,6 +86,8 @@ impl Buffer {
         match dtype {
             DType::F32 => Buffer::F32(conv(values)),
             DType::F64 => Buffer::F64(conv(values)),
+            DType::F16 => Buffer::F16(conv(values)),
+            DType::BF16 => Buffer::BF16(conv(values)),
             DType::I32 => Buffer::I32(conv(values)),
             DType::I64 => Buffer::I64(conv(values)),
             DType::U8 => Buffer::U8(conv(values)),
@@ -160,6 +170,70 @@ impl_element!(f64, DType::F64, F64);
 impl_element!(i32, DType::I32, I32);
 impl_element!(i64, DType::I64, I64);
 impl_element!(u8, DType::U8, U8);
+
+/// float16 and bfloat16: from `f64` rounded to nearest, ties to even, as if in one step;
+/// NaN, infinities and subnormals exact. Through float32 rounded to odd
+/// ([`f32_round_to_odd`]), then `half`'s float32 conversion: rounding to odd keeps the
+/// information that a later rounding to fewer bits needs. (`half`'s own conversions from
+/// `f64` round some values just above a tie down: bf16's for `1 + 2^-8 + 2^-23`.)
+macro_rules! impl_element_half {
+    ($t:ty, $d:expr, $variant:ident) => {
+        impl Element for $t {
+            const DTYPE: DType = $d;
+            fn into_buffer(v: Vec<Self>) -> Buffer {
+                Buffer::$variant(v)
+            }
+            fn slice_of(b: &Buffer) -> Option<&[Self]> {
+                match b {
+                    Buffer::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn vec_of(b: Buffer) -> Option<Vec<Self>> {
+                match b {
+                    Buffer::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            #[inline(always)]
+            fn to_f64(self) -> f64 {
+                self.to_f64()
+            }
+            #[inline(always)]
+            fn from_f64(v: f64) -> Self {
+                <$t>::from_f32(f32_round_to_odd(v))
+            }
+            #[inline(always)]
+            fn zero() -> Self {
+                <$t>::ZERO
+            }
+            #[inline(always)]
+            fn one() -> Self {
+                <$t>::ONE
+            }
+        }
+    };
+}
+/// `v` as float32, rounded to odd: exact values stay, any other becomes the float32 next
+/// to it toward zero with its last mantissa bit set (past float32's range, `±f32::MAX`).
+/// A value rounded to odd with at least two more bits than the final format then rounds
+/// to nearest-even exactly as `v` itself would (Boldo and Melquiond, 2008).
+pub fn f32_round_to_odd(v: f64) -> f32 {
+    let r = v as f32;
+    if v.is_nan() || r as f64 == v {
+        return r;
+    }
+    // The neighbour toward zero: `r` itself, or one step back when `r` rounded away.
+    let toward_zero = if r.is_infinite() || (r as f64).abs() > v.abs() {
+        f32::from_bits(r.to_bits() - 1)
+    } else {
+        r
+    };
+    f32::from_bits(toward_zero.to_bits() | 1)
+}
+
+impl_element_half!(half::f16, DType::F16, F16);
+impl_element_half!(half::bf16, DType::BF16, BF16);
 
 impl Element for bool {
     const DTYPE: DType = DType::Bool;

@@ -14,6 +14,10 @@ use std::fmt;
 pub enum DType {
     F32,
     F64,
+    /// IEEE binary16 (`half::f16`): 5 exponent bits, 10 mantissa bits.
+    F16,
+    /// bfloat16 (`half::bf16`): float32's 8 exponent bits, 7 mantissa bits.
+    BF16,
     I32,
     I64,
     U8,
@@ -22,9 +26,11 @@ pub enum DType {
 
 impl DType {
     /// Every dtype, in declaration order.
-    pub const ALL: [DType; 6] = [
+    pub const ALL: [DType; 8] = [
         DType::F32,
         DType::F64,
+        DType::F16,
+        DType::BF16,
         DType::I32,
         DType::I64,
         DType::U8,
@@ -36,6 +42,8 @@ impl DType {
         match self {
             DType::F32 => "Float32",
             DType::F64 => "Float64",
+            DType::F16 => "Float16",
+            DType::BF16 => "BFloat16",
             DType::I32 => "Int32",
             DType::I64 => "Int64",
             DType::U8 => "UInt8",
@@ -43,11 +51,15 @@ impl DType {
         }
     }
 
-    /// NumPy's type string (`<f4`, ...), used by `.npy` writers.
+    /// NumPy's type string (`<f4`, ...), used by `.npy` writers. NumPy has no bfloat16:
+    /// its values are written as `<V2` (two raw bytes each), as `ml_dtypes` writes them
+    /// (`np.load(f).view(ml_dtypes.bfloat16)` reads them back).
     pub fn numpy_descr(self) -> &'static str {
         match self {
             DType::F32 => "<f4",
             DType::F64 => "<f8",
+            DType::F16 => "<f2",
+            DType::BF16 => "<V2",
             DType::I32 => "<i4",
             DType::I64 => "<i8",
             DType::U8 => "|u1",
@@ -59,12 +71,18 @@ impl DType {
         match self {
             DType::F32 | DType::I32 => 4,
             DType::F64 | DType::I64 => 8,
+            DType::F16 | DType::BF16 => 2,
             DType::U8 | DType::Bool => 1,
         }
     }
 
     pub fn is_float(self) -> bool {
-        matches!(self, DType::F32 | DType::F64)
+        matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
+    }
+
+    /// float16 or bfloat16: stored in 16 bits, computed in float32 (see `crate::half`).
+    pub fn is_half(self) -> bool {
+        matches!(self, DType::F16 | DType::BF16)
     }
 
     pub fn is_int(self) -> bool {

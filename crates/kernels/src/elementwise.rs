@@ -200,6 +200,24 @@ macro_rules! impl_num_float {
 impl_num_float!(f32, libm::erff);
 impl_num_float!(f64, libm::erf);
 
+/// float16 and bfloat16 compute each step in float32 and round the result once.
+macro_rules! impl_num_half {
+    ($t:ty) => {
+        impl Num for $t {
+            #[inline(always)]
+            fn unary(self, f: UnaryFn) -> Self {
+                <$t>::from_f32(self.to_f32().unary(f))
+            }
+            #[inline(always)]
+            fn binary(self, f: BinaryFn, y: Self) -> Self {
+                <$t>::from_f32(self.to_f32().binary(f, y.to_f32()))
+            }
+        }
+    };
+}
+impl_num_half!(half::f16);
+impl_num_half!(half::bf16);
+
 macro_rules! impl_num_int {
     ($t:ty) => {
         impl Num for $t {
@@ -438,6 +456,8 @@ pub fn unary(f: UnaryFn, src: &Buffer, layout: &Layout) -> Result<Buffer, String
     Ok(match src {
         Buffer::F32(s) => Buffer::F32(go(f, s, layout)),
         Buffer::F64(s) => Buffer::F64(go(f, s, layout)),
+        Buffer::F16(s) => Buffer::F16(go(f, s, layout)),
+        Buffer::BF16(s) => Buffer::BF16(go(f, s, layout)),
         Buffer::I32(s) => Buffer::I32(go(f, s, layout)),
         Buffer::I64(s) => Buffer::I64(go(f, s, layout)),
         Buffer::U8(s) => Buffer::U8(go(f, s, layout)),
@@ -463,6 +483,8 @@ pub fn binary(
     Ok(match (a, b) {
         (Buffer::F32(a), Buffer::F32(b)) => Buffer::F32(go(f, a, la, b, lb, shape)),
         (Buffer::F64(a), Buffer::F64(b)) => Buffer::F64(go(f, a, la, b, lb, shape)),
+        (Buffer::F16(a), Buffer::F16(b)) => Buffer::F16(go(f, a, la, b, lb, shape)),
+        (Buffer::BF16(a), Buffer::BF16(b)) => Buffer::BF16(go(f, a, la, b, lb, shape)),
         (Buffer::I32(a), Buffer::I32(b)) => Buffer::I32(go(f, a, la, b, lb, shape)),
         (Buffer::I64(a), Buffer::I64(b)) => Buffer::I64(go(f, a, la, b, lb, shape)),
         (Buffer::U8(a), Buffer::U8(b)) => Buffer::U8(go(f, a, la, b, lb, shape)),
@@ -496,6 +518,8 @@ pub fn compare(
     Ok(Buffer::Bool(match (a, b) {
         (Buffer::F32(a), Buffer::F32(b)) => go(f, a, la, b, lb, shape),
         (Buffer::F64(a), Buffer::F64(b)) => go(f, a, la, b, lb, shape),
+        (Buffer::F16(a), Buffer::F16(b)) => go(f, a, la, b, lb, shape),
+        (Buffer::BF16(a), Buffer::BF16(b)) => go(f, a, la, b, lb, shape),
         (Buffer::I32(a), Buffer::I32(b)) => go(f, a, la, b, lb, shape),
         (Buffer::I64(a), Buffer::I64(b)) => go(f, a, la, b, lb, shape),
         (Buffer::U8(a), Buffer::U8(b)) => go(f, a, la, b, lb, shape),
@@ -589,6 +613,8 @@ pub fn select(
     Ok(match (a, b) {
         (Buffer::F32(a), Buffer::F32(b)) => Buffer::F32(go(c, lc, a, la, b, lb, shape)),
         (Buffer::F64(a), Buffer::F64(b)) => Buffer::F64(go(c, lc, a, la, b, lb, shape)),
+        (Buffer::F16(a), Buffer::F16(b)) => Buffer::F16(go(c, lc, a, la, b, lb, shape)),
+        (Buffer::BF16(a), Buffer::BF16(b)) => Buffer::BF16(go(c, lc, a, la, b, lb, shape)),
         (Buffer::I32(a), Buffer::I32(b)) => Buffer::I32(go(c, lc, a, la, b, lb, shape)),
         (Buffer::I64(a), Buffer::I64(b)) => Buffer::I64(go(c, lc, a, la, b, lb, shape)),
         (Buffer::U8(a), Buffer::U8(b)) => Buffer::U8(go(c, lc, a, la, b, lb, shape)),
@@ -597,7 +623,9 @@ pub fn select(
     })
 }
 
-/// Converts a view to `dtype` (Rust `as` semantics; to Bool means `!= 0`).
+/// Converts a view to `dtype` (Rust `as` semantics; to Bool means `!= 0`; to float16 and
+/// bfloat16 rounded to nearest, ties to even, from the exact value: see
+/// [`Element::from_f64`]).
 pub fn cast(src: &Buffer, layout: &Layout, dtype: DType) -> Buffer {
     fn to<T: Element, U: Element>(s: &[T], l: &Layout) -> Vec<U> {
         map_unary(s, l, |x| U::from_f64(x.to_f64()))
@@ -606,6 +634,8 @@ pub fn cast(src: &Buffer, layout: &Layout, dtype: DType) -> Buffer {
         match dtype {
             DType::F32 => Buffer::F32(to(s, l)),
             DType::F64 => Buffer::F64(to(s, l)),
+            DType::F16 => Buffer::F16(to(s, l)),
+            DType::BF16 => Buffer::BF16(to(s, l)),
             DType::I32 => Buffer::I32(to(s, l)),
             DType::I64 => Buffer::I64(to(s, l)),
             DType::U8 => Buffer::U8(to(s, l)),

@@ -18,6 +18,7 @@ pub mod buffer;
 pub mod conv;
 pub mod dtype;
 pub mod elementwise;
+pub mod half_float;
 pub mod index;
 pub mod layout;
 pub mod matmul;
@@ -33,5 +34,7 @@ mod sgemm;
 pub use buffer::{Buffer, Element};
 pub use dtype::DType;
 pub use elementwise::{BinaryFn, CompareFn, Num, UnaryFn};
+/// The 16-bit float types (the `half` crate's), for tensors of `DType::F16` and `DType::BF16`.
+pub use half::{bf16, f16};
 pub use layout::{Dims, Layout, Strides};
 pub use reduce::{ArgReduceFn, ReduceFn};

@@ -209,6 +209,10 @@ pub fn reduce(
     Ok(match src {
         Buffer::F32(s) => Buffer::F32(go(f, s, layout, axes)?),
         Buffer::F64(s) => Buffer::F64(go(f, s, layout, axes)?),
+        // Sums of 16-bit values accumulate in float32.
+        Buffer::F16(_) | Buffer::BF16(_) => {
+            return crate::half_float::through_f32(src, layout, |w, l| reduce(f, w, l, axes));
+        }
         Buffer::I32(s) => Buffer::I32(go(f, s, layout, axes)?),
         Buffer::I64(s) => Buffer::I64(go(f, s, layout, axes)?),
         Buffer::U8(s) => Buffer::U8(go(f, s, layout, axes)?),

@@ -11,7 +11,7 @@
 
 use std::path::Path;
 
-use spore_core::{DType, Error, Result, Tensor};
+use spore_core::{DType, Error, Result, Tensor, bf16, f16};
 
 use crate::proto::{AttributeProto, NodeProto, TensorProto};
 
@@ -22,7 +22,9 @@ pub mod data_type {
     pub const INT32: i32 = 6;
     pub const INT64: i32 = 7;
     pub const BOOL: i32 = 9;
+    pub const FLOAT16: i32 = 10;
     pub const DOUBLE: i32 = 11;
+    pub const BFLOAT16: i32 = 16;
 }
 
 /// The Spore dtype of an ONNX element type.
@@ -30,13 +32,15 @@ pub fn dtype_of(t: i32) -> Result<DType> {
     Ok(match t {
         data_type::FLOAT => DType::F32,
         data_type::DOUBLE => DType::F64,
+        data_type::FLOAT16 => DType::F16,
+        data_type::BFLOAT16 => DType::BF16,
         data_type::INT32 => DType::I32,
         data_type::INT64 => DType::I64,
         data_type::UINT8 => DType::U8,
         data_type::BOOL => DType::Bool,
         other => {
             return Err(Error::invalid(format!(
-                "onnx: element type {other} is not supported (float32, float64, int32, int64, uint8, bool are)"
+                "onnx: element type {other} is not supported (float32, float64, float16, bfloat16, int32, int64, uint8, bool are)"
             )));
         }
     })
@@ -47,11 +51,18 @@ pub fn onnx_type(d: DType) -> Result<i32> {
     Ok(match d {
         DType::F32 => data_type::FLOAT,
         DType::F64 => data_type::DOUBLE,
+        DType::F16 => data_type::FLOAT16,
+        DType::BF16 => data_type::BFLOAT16,
         DType::I32 => data_type::INT32,
         DType::I64 => data_type::INT64,
         DType::U8 => data_type::UINT8,
         DType::Bool => data_type::BOOL,
     })
+}
+
+/// 16-bit values from their bit patterns in `int32_data` (the low 16 bits of each).
+fn bits<T>(data: &[i32], from_bits: fn(u16) -> T) -> Vec<T> {
+    data.iter().map(|&x| from_bits(x as u16)).collect()
 }
 
 fn chunks<const N: usize>(raw: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
@@ -171,6 +182,9 @@ pub fn to_tensor(t: &TensorProto, dir: Option<&Path>) -> Result<Tensor> {
     match dtype {
         DType::F32 => build!(f32, 4, t.float_data.clone()),
         DType::F64 => build!(f64, 8, t.double_data.clone()),
+        // Typed 16-bit values are their bit patterns, one per `int32_data` entry.
+        DType::F16 => build!(f16, 2, bits(&t.int32_data, f16::from_bits)),
+        DType::BF16 => build!(bf16, 2, bits(&t.int32_data, bf16::from_bits)),
         DType::I64 => build!(i64, 8, t.int64_data.clone()),
         DType::I32 => build!(i32, 4, t.int32_data.clone()),
         DType::U8 => {
@@ -208,6 +222,16 @@ pub fn from_tensor(name: &str, t: &Tensor) -> Result<TensorProto> {
             .collect(),
         DType::F64 => t
             .to_vec::<f64>()?
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect(),
+        DType::F16 => t
+            .to_vec::<f16>()?
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect(),
+        DType::BF16 => t
+            .to_vec::<bf16>()?
             .iter()
             .flat_map(|v| v.to_le_bytes())
             .collect(),

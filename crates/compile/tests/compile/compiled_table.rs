@@ -24,6 +24,37 @@ fn every_row_compiled_equals_eager() {
     }
 }
 
+/// float16 and bfloat16 rows compiled round every op as eager mode does (the compiler
+/// fuses no 16-bit ops), so the results are equal bit for bit.
+#[test]
+fn every_row_in_f16_and_bf16_compiled_equals_eager_exactly() {
+    for (k, row) in rows().into_iter().enumerate() {
+        let inputs: Vec<_> = [DType::F16, DType::BF16]
+            .into_iter()
+            .map(|float| (float, make_inputs(&row, 700 + k as u64, float).1))
+            .collect();
+        let run = std::sync::Arc::new(row.run);
+        for (float, ts) in inputs {
+            let eager = run(&ts).unwrap();
+            let name = row.name;
+            let run = run.clone();
+            let f = jit(name, move |x: &[Tensor]| Ok(vec![run(x)?]));
+            let compiled = f
+                .call(&ts)
+                .unwrap_or_else(|e| panic!("{name} ({float}): {e}"));
+            assert_eq!(compiled[0].dtype(), eager.dtype(), "{name} ({float})");
+            let bits = |t: &Tensor| {
+                t.to_f64_vec()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(bits(&compiled[0]), bits(&eager), "{name} ({float})");
+        }
+    }
+}
+
 #[test]
 fn compiled_gradients_equal_eager_gradients() {
     for (k, row) in rows().into_iter().enumerate().filter(|(_, r)| r.grad) {

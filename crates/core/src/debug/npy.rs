@@ -55,6 +55,12 @@ pub fn encode(t: &Tensor) -> Result<Vec<u8>> {
         Buffer::I64(v) => v
             .iter()
             .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Buffer::F16(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
+        Buffer::BF16(v) => v
+            .iter()
+            .for_each(|x| out.extend_from_slice(&x.to_le_bytes())),
         Buffer::U8(v) => out.extend_from_slice(v),
         Buffer::Bool(v) => out.extend(v.iter().map(|&b| b as u8)),
     }
@@ -144,6 +150,16 @@ pub fn decode(bytes: &[u8]) -> Result<Tensor> {
         DType::I64 => Buffer::I64(
             chunks
                 .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                .collect(),
+        ),
+        DType::F16 => Buffer::F16(
+            chunks
+                .map(|c| spore_kernels::f16::from_le_bytes([c[0], c[1]]))
+                .collect(),
+        ),
+        DType::BF16 => Buffer::BF16(
+            chunks
+                .map(|c| spore_kernels::bf16::from_le_bytes([c[0], c[1]]))
                 .collect(),
         ),
         DType::U8 => Buffer::U8(body.to_vec()),

@@ -22,6 +22,8 @@ fn short(d: DType) -> &'static str {
     match d {
         DType::F32 => "F32",
         DType::F64 => "F64",
+        DType::F16 => "F16",
+        DType::BF16 => "BF16",
         DType::I32 => "I32",
         DType::I64 => "I64",
         DType::U8 => "U8",

@@ -75,6 +75,10 @@ pub fn accepts_lent_buffer(op: &Op, args: &[&Tensor], out: &TensorType, r: usize
     let Some(arg) = args.get(r) else {
         return false;
     };
+    // 16-bit values go through float32 kernels, which write a buffer of their own.
+    if out.dtype.is_half() {
+        return false;
+    }
     if arg.tensor_type() != out || arg.is_symbolic() {
         return false;
     }

@@ -140,6 +140,8 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Stor
             with_indices(inputs[0], |idx| match dtype {
                 DType::F32 => hot::<f32>(idx, *depth),
                 DType::F64 => hot::<f64>(idx, *depth),
+                DType::F16 => hot::<spore_kernels::f16>(idx, *depth),
+                DType::BF16 => hot::<spore_kernels::bf16>(idx, *depth),
                 DType::I32 => hot::<i32>(idx, *depth),
                 DType::I64 => hot::<i64>(idx, *depth),
                 DType::U8 => hot::<u8>(idx, *depth),

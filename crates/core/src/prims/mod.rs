@@ -9,6 +9,7 @@ pub mod elementwise;
 pub mod filter_cache;
 pub mod fused;
 pub mod fused_reduce;
+mod half_compute;
 pub mod in_place;
 pub mod index;
 pub mod matmul;
@@ -88,6 +89,9 @@ pub(crate) fn eval(
     out: &TensorType,
     ctx: &mut EvalContext,
 ) -> Result<Storage, String> {
+    if half_compute::goes_through_f32(op, inputs, out) {
+        return half_compute::eval_through_f32(op, inputs, out);
+    }
     match op.row().family {
         Family::Elementwise => elementwise::eval(op, inputs, out),
         Family::Reduce => reduce::eval(op, inputs, out),

@@ -167,6 +167,8 @@ fn write_view(
     match (dst, src) {
         (Buffer::F32(d), Buffer::F32(s)) => go(d, dst_layout, s, src_layout),
         (Buffer::F64(d), Buffer::F64(s)) => go(d, dst_layout, s, src_layout),
+        (Buffer::F16(d), Buffer::F16(s)) => go(d, dst_layout, s, src_layout),
+        (Buffer::BF16(d), Buffer::BF16(s)) => go(d, dst_layout, s, src_layout),
         (Buffer::I32(d), Buffer::I32(s)) => go(d, dst_layout, s, src_layout),
         (Buffer::I64(d), Buffer::I64(s)) => go(d, dst_layout, s, src_layout),
         (Buffer::U8(d), Buffer::U8(s)) => go(d, dst_layout, s, src_layout),

@@ -4,6 +4,7 @@ mod autodiff;
 mod custom;
 mod errors;
 mod fused_in_place;
+mod half;
 mod op_table;
 mod readers;
 mod reference;

@@ -55,6 +55,38 @@ fn forward_matches_reference_in_f32_and_f64() {
     }
 }
 
+/// Every row in float16 and bfloat16: inputs rounded to the format, computed in float32,
+/// each op's result rounded once. The tolerance is a few units in the last place of the
+/// format (2^-11 and 2^-8 relative), for the roundings of the ops a row chains.
+#[test]
+fn forward_matches_reference_in_f16_and_bf16() {
+    let mut failures = vec![];
+    for (k, row) in rows().iter().enumerate() {
+        for (float, tol) in [(DType::F16, 4e-3), (DType::BF16, 3e-2)] {
+            let (nds, ts) = make_inputs(row, 100 + k as u64, float);
+            let checked = (row.run)(&ts).map_err(|e| e.to_string()).and_then(|out| {
+                let want = row.out_dtype.unwrap_or(float);
+                if out.dtype() != want {
+                    return Err(format!("dtype {} instead of {want}", out.dtype()));
+                }
+                let expected = (row.reference)(&nds);
+                if out.shape() != expected.shape.as_slice() {
+                    return Err(format!("shape {:?} vs {:?}", out.shape(), expected.shape));
+                }
+                close(
+                    &out.to_f64_vec().map_err(|e| e.to_string())?,
+                    &expected.data,
+                    tol,
+                )
+            });
+            if let Err(e) = checked {
+                failures.push(format!("{} ({float}): {e}", row.name));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 #[test]
 fn inferred_type_matches_actual_result() {
     for (k, row) in rows().iter().enumerate() {

@@ -107,7 +107,8 @@ pub fn bool_of(v: bool) -> f64 {
 }
 
 /// Generates a row's inputs as f64 values (rounded to f32 so both precisions see the same
-/// numbers) and builds tensors with floats in `float`.
+/// numbers) and builds tensors with floats in `float`. The reference gets the values the
+/// tensors hold (float16 and bfloat16 round them once more).
 pub fn make_inputs(row: &Row, seed: u64, float: DType) -> (Vec<Nd>, Vec<Tensor>) {
     let mut rng = Lcg(seed);
     let mut nds = vec![];
@@ -146,8 +147,9 @@ pub fn make_inputs(row: &Row, seed: u64, float: DType) -> (Vec<Nd>, Vec<Tensor>)
                 DType::Bool,
             ),
         };
-        nds.push(Nd::new(shape, values.clone()));
-        ts.push(Tensor::from_f64(&values, shape, dtype).unwrap());
+        let t = Tensor::from_f64(&values, shape, dtype).unwrap();
+        nds.push(Nd::new(shape, t.to_f64_vec().unwrap()));
+        ts.push(t);
     }
     (nds, ts)
 }

@@ -32,7 +32,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 use safetensors::tensor::{Dtype, SafeTensors, View};
-use spore_core::{DType, Error, Result, Tensor, trace};
+use spore_core::{DType, Error, Result, Tensor, bf16, f16, trace};
 
 use crate::cell::{Cell, CellExt};
 use atomic::write_atomic;
@@ -118,6 +118,8 @@ fn entry(name: &str, t: &Tensor) -> Result<Entry> {
     let (dtype, bytes) = match t.dtype() {
         DType::F32 => (Dtype::F32, le_bytes::<f32, 4>(t, f32::to_le_bytes)?),
         DType::F64 => (Dtype::F64, le_bytes::<f64, 8>(t, f64::to_le_bytes)?),
+        DType::F16 => (Dtype::F16, le_bytes::<f16, 2>(t, f16::to_le_bytes)?),
+        DType::BF16 => (Dtype::BF16, le_bytes::<bf16, 2>(t, bf16::to_le_bytes)?),
         DType::I32 => (Dtype::I32, le_bytes::<i32, 4>(t, i32::to_le_bytes)?),
         DType::I64 => (Dtype::I64, le_bytes::<i64, 8>(t, i64::to_le_bytes)?),
         DType::U8 => (Dtype::U8, t.to_vec::<u8>()?),
@@ -254,13 +256,15 @@ fn decode_checkpoint(bytes: &[u8], options: LoadOptions) -> std::result::Result<
         let t = match view.dtype() {
             Dtype::F32 => decode(data, shape, f32::from_le_bytes),
             Dtype::F64 => decode(data, shape, f64::from_le_bytes),
+            Dtype::F16 => decode(data, shape, f16::from_le_bytes),
+            Dtype::BF16 => decode(data, shape, bf16::from_le_bytes),
             Dtype::I32 => decode(data, shape, i32::from_le_bytes),
             Dtype::I64 => decode(data, shape, i64::from_le_bytes),
             Dtype::U8 => Tensor::from_vec(data.to_vec(), shape),
             Dtype::BOOL => Tensor::from_vec(data.iter().map(|&b| b != 0).collect(), shape),
             other => {
                 return Err(format!(
-                    "tensor {name:?} has dtype {other:?}; Spore reads F32, F64, I32, I64, U8 and BOOL"
+                    "tensor {name:?} has dtype {other:?}; Spore reads F32, F64, F16, BF16, I32, I64, U8 and BOOL"
                 ));
             }
         }

@@ -154,9 +154,29 @@ fn round_trip_keeps_names_dtypes_and_values() {
             Tensor::from_vec(vec![true, false], &[2]).unwrap(),
         ),
         ("scalar".to_string(), Tensor::scalar(3.0f32)),
+        (
+            "f16".to_string(),
+            Tensor::from_vec(vec![1.5f32, -65504.0, 6e-8], &[3])
+                .and_then(|t| t.cast(DType::F16))
+                .unwrap(),
+        ),
+        (
+            "bf16".to_string(),
+            Tensor::from_vec(vec![1.5f32, -3e38, 1e-40], &[3])
+                .and_then(|t| t.cast(DType::BF16))
+                .unwrap(),
+        ),
     ];
     let p2 = dir.join("mixed.safetensors");
     save_tensors(&mixed, &p2).unwrap();
+    // safetensors' own dtype names, as other readers expect them.
+    let file = std::fs::read(&p2).unwrap();
+    let header_len = u64::from_le_bytes(file[..8].try_into().unwrap()) as usize;
+    let header = String::from_utf8_lossy(&file[8..8 + header_len]).to_string();
+    assert!(
+        header.contains(r#""dtype":"F16""#) && header.contains(r#""dtype":"BF16""#),
+        "{header}"
+    );
     let back = load_checkpoint(&p2).unwrap();
     for (n, t) in &mixed {
         assert_same(&back[n], t, n);

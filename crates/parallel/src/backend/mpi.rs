@@ -12,7 +12,7 @@ use mpi::collective::SystemOperation;
 use mpi::environment::Universe;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
-use spore_kernels::Buffer;
+use spore_kernels::{Buffer, Layout, half_float};
 
 use super::{Backend, CommIndex, ReduceOp};
 
@@ -38,6 +38,7 @@ macro_rules! with_pair {
             (Buffer::I64($s), Buffer::I64($r)) => $body,
             (Buffer::U8($s), Buffer::U8($r)) => $body,
             (Buffer::Bool($s), Buffer::Bool($r)) => $body,
+            // Widened to float32 before they get here (`half_through_f32`).
             (s, r) => {
                 return Err(format!(
                     "internal: buffers of {} and {} in one collective",
@@ -59,8 +60,28 @@ macro_rules! with_slice {
             Buffer::I64($v) => $body,
             Buffer::U8($v) => $body,
             Buffer::Bool($v) => $body,
+            b => {
+                return Err(format!(
+                    "internal: a {} buffer reached MPI unwidened",
+                    b.dtype()
+                ));
+            }
         }
     };
+}
+
+/// MPI has no 16-bit float types: float16 and bfloat16 buffers travel as float32 (exact
+/// both ways), are reduced there, and `recv` is rounded back once.
+fn half_through_f32(
+    send: &Buffer,
+    recv: &mut Buffer,
+    run: impl FnOnce(&Buffer, &mut Buffer) -> Result<(), String>,
+) -> Result<(), String> {
+    let wide = |b: &Buffer| half_float::widen(b, &Layout::contiguous(&[b.len()]));
+    let mut wide_recv = wide(recv);
+    run(&wide(send), &mut wide_recv)?;
+    *recv = half_float::narrow(&wide_recv, recv.dtype());
+    Ok(())
 }
 
 fn system_op(op: ReduceOp) -> SystemOperation {
@@ -145,6 +166,9 @@ impl Backend for Mpi {
         recv: &mut Buffer,
         op: ReduceOp,
     ) -> Result<(), String> {
+        if send.dtype().is_half() {
+            return half_through_f32(send, recv, |s, r| self.all_reduce(comm, s, r, op));
+        }
         let c = self.comm(comm)?;
         with_pair!(send, recv, |s, r| c.all_reduce_into(
             &s[..],
@@ -160,6 +184,9 @@ impl Backend for Mpi {
         send: &Buffer,
         recv: &mut Buffer,
     ) -> Result<(), String> {
+        if send.dtype().is_half() {
+            return half_through_f32(send, recv, |s, r| self.all_gather(comm, s, r));
+        }
         let c = self.comm(comm)?;
         with_pair!(send, recv, |s, r| c.all_gather_into(&s[..], &mut r[..]));
         Ok(())
@@ -172,6 +199,9 @@ impl Backend for Mpi {
         recv: &mut Buffer,
         op: ReduceOp,
     ) -> Result<(), String> {
+        if send.dtype().is_half() {
+            return half_through_f32(send, recv, |s, r| self.reduce_scatter(comm, s, r, op));
+        }
         let c = self.comm(comm)?;
         with_pair!(send, recv, |s, r| c.reduce_scatter_block_into(
             &s[..],
@@ -182,6 +212,10 @@ impl Backend for Mpi {
     }
 
     fn broadcast(&mut self, comm: CommIndex, data: &mut Buffer, root: usize) -> Result<(), String> {
+        if data.dtype().is_half() {
+            let send = data.clone();
+            return half_through_f32(&send, data, |_, r| self.broadcast(comm, r, root));
+        }
         let c = self.comm(comm)?;
         let root = c.process_at_rank(rank_of(root)?);
         with_slice!(data, |v| root.broadcast_into(&mut v[..]));
@@ -194,6 +228,9 @@ impl Backend for Mpi {
         send: &Buffer,
         recv: &mut Buffer,
     ) -> Result<(), String> {
+        if send.dtype().is_half() {
+            return half_through_f32(send, recv, |s, r| self.all_to_all(comm, s, r));
+        }
         let c = self.comm(comm)?;
         with_pair!(send, recv, |s, r| c.all_to_all_into(&s[..], &mut r[..]));
         Ok(())
@@ -206,6 +243,10 @@ impl Backend for Mpi {
         dest: usize,
         tag: i32,
     ) -> Result<(), String> {
+        if data.dtype().is_half() {
+            let wide = half_float::widen(data, &Layout::contiguous(&[data.len()]));
+            return self.send(comm, &wide, dest, tag);
+        }
         let c = self.comm(comm)?;
         let to = c.process_at_rank(rank_of(dest)?);
         with_slice!(data, |v| to.send_with_tag(&v[..], tag));
@@ -219,6 +260,10 @@ impl Backend for Mpi {
         src: usize,
         tag: i32,
     ) -> Result<(), String> {
+        if data.dtype().is_half() {
+            let send = data.clone();
+            return half_through_f32(&send, data, |_, r| self.recv(comm, r, src, tag));
+        }
         let c = self.comm(comm)?;
         let from = c.process_at_rank(rank_of(src)?);
         with_slice!(data, |v| {

@@ -65,6 +65,8 @@ pub fn dtype_name(t: &Tensor) -> &'static str {
     match t.dtype() {
         spore_kernels::DType::F32 => "float32",
         spore_kernels::DType::F64 => "float64",
+        spore_kernels::DType::F16 => "float16",
+        spore_kernels::DType::BF16 => "bfloat16",
         spore_kernels::DType::I32 => "int32",
         spore_kernels::DType::I64 => "int64",
         spore_kernels::DType::U8 => "uint8",

@@ -1,0 +1,96 @@
+//! float16 and bfloat16 tensors through ops whose kernels compute in float32: matrix
+//! products, convolutions, pooling, reductions, fused programs, indexing. Their 16-bit
+//! inputs are widened (exactly), the float32 kernel runs, and each 16-bit output is
+//! rounded once, to nearest with ties to even. Elementwise and movement ops handle
+//! 16-bit buffers themselves (per element in float32, or by copying), with the same
+//! rounding.
+//!
+//! ```
+//! use spore_core::{DType, Tensor};
+//! let a = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap().cast(DType::BF16).unwrap();
+//! let p = a.matmul(&a).unwrap();
+//! assert_eq!(p.dtype(), DType::BF16);
+//! assert_eq!(p.cast(DType::F32).unwrap().to_vec::<f32>().unwrap(), vec![7.0, 10.0, 15.0, 22.0]);
+//! ```
+//!
+//! Why here and not in each kernel: one place gives every op the same rule (accumulate
+//! in float32, round once), which is what PyTorch and MindSpore do on CPUs without 16-bit
+//! arithmetic; kernels that read 16-bit values while packing (issue #39's bf16 GEMM)
+//! take over op by op.
+
+use spore_kernels::half_float::widen;
+
+use spore_kernels::DType;
+
+use super::in_place::EvalContext;
+use crate::op::program::FusedProgram;
+use crate::op::{Family, Op};
+use crate::tensor::{Storage, Tensor, TensorType};
+
+/// Whether `op` on these types goes through float32 here: some input or the output is
+/// 16-bit and the op's family does not handle 16-bit buffers itself.
+pub(crate) fn goes_through_f32(op: &Op, inputs: &[&Tensor], out: &TensorType) -> bool {
+    let half = out.dtype.is_half() || inputs.iter().any(|t| t.dtype().is_half());
+    half && !matches!(
+        op.row().family,
+        Family::Elementwise | Family::Movement | Family::Print | Family::Custom
+    )
+}
+
+/// Runs `op` on the float32 values of its 16-bit inputs and rounds its 16-bit output.
+pub(crate) fn eval_through_f32(
+    op: &Op,
+    inputs: &[&Tensor],
+    out: &TensorType,
+) -> Result<Storage, String> {
+    let wide: Vec<Tensor> = inputs
+        .iter()
+        .map(|t| {
+            if !t.dtype().is_half() {
+                return Ok((*t).clone());
+            }
+            let s = t.buf();
+            Tensor::from_buffer(widen(&s.buffer, &s.layout), t.shape()).map_err(|e| e.to_string())
+        })
+        .collect::<Result<_, String>>()?;
+    let refs: Vec<&Tensor> = wide.iter().collect();
+    let wide_out = if out.dtype.is_half() {
+        TensorType::new(&out.shape, DType::F32)
+    } else {
+        out.clone()
+    };
+    let op = widened_program(op);
+    let result = super::eval(&op, &refs, &wide_out, &mut EvalContext::default())?;
+    if !out.dtype.is_half() {
+        return Ok(result);
+    }
+    let narrow = spore_kernels::elementwise::cast(&result.buffer, &result.layout, out.dtype);
+    Ok(Storage::contiguous(narrow, &out.shape))
+}
+
+/// A fused program over 16-bit values computes in float32 here: its registers, and its
+/// result until the one rounding at the end. (The compiler fuses no 16-bit ops, so that
+/// Graph mode rounds each op as PyNative mode does; a program built by hand gets this.)
+fn widened_program(op: &Op) -> std::borrow::Cow<'_, Op> {
+    let widen = |p: &FusedProgram| {
+        let wide = |d: DType| if d.is_half() { DType::F32 } else { d };
+        FusedProgram {
+            compute: wide(p.compute),
+            out_dtype: wide(p.out_dtype),
+            ..p.clone()
+        }
+    };
+    match op {
+        Op::Fused(p) => std::borrow::Cow::Owned(Op::Fused(widen(p))),
+        Op::FusedReduceSum {
+            program,
+            axes,
+            keep_dims,
+        } => std::borrow::Cow::Owned(Op::FusedReduceSum {
+            program: widen(program),
+            axes: axes.clone(),
+            keep_dims: *keep_dims,
+        }),
+        other => std::borrow::Cow::Borrowed(other),
+    }
+}

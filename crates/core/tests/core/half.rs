@@ -1,0 +1,96 @@
+//! float16 and bfloat16 tensors: creation and casts, printing, `.npy` files that NumPy
+//! and ml_dtypes read back, and gradients that reach float32 master weights through Cast.
+
+use spore_core::debug::npy;
+use spore_core::{DType, Tensor, bf16, f16, grad};
+
+#[test]
+fn half_tensors_are_created_cast_and_printed() {
+    let x = Tensor::from_vec(vec![1.0f32, 65504.0, 70000.0, 1e-8, -0.0, f32::NAN], &[6]).unwrap();
+    let h = x.cast(DType::F16).unwrap();
+    assert_eq!(h.dtype(), DType::F16);
+    let back = h.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
+    // 65504 is float16's largest value; 70000 overflows; 1e-8 is below half its
+    // smallest subnormal (2^-24 ≈ 6e-8) and rounds to zero.
+    assert_eq!(&back[..5], &[1.0, 65504.0, f32::INFINITY, 0.0, -0.0]);
+    assert!(back[5].is_nan());
+    let b = x.cast(DType::BF16).unwrap();
+    assert_eq!(b.to_vec::<bf16>().unwrap()[2], bf16::from_f32(70000.0));
+    assert_eq!(
+        b.cast(DType::F32).unwrap().to_vec::<f32>().unwrap()[2],
+        70144.0
+    );
+    let shown = Tensor::from_vec(vec![f16::from_f32(1.5), f16::from_f32(0.1)], &[2]).unwrap();
+    // As NumPy prints float16: the shortest digits that give the same value.
+    assert_eq!(
+        shown.to_string(),
+        "Tensor(shape=[2], dtype=Float16, value=[ 1.5  0.1])"
+    );
+    assert_eq!(DType::BF16.to_string(), "BFloat16");
+}
+
+#[test]
+fn npy_files_of_half_tensors_read_back_in_numpy_and_ml_dtypes() {
+    let dir = std::env::temp_dir().join(format!("spore_half_npy_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let values = [1.5f32, -2.25, 65504.0, 3.0e-5];
+    let x = Tensor::from_vec(values.to_vec(), &[2, 2]).unwrap();
+    for (dtype, name) in [(DType::F16, "float16"), (DType::BF16, "bfloat16")] {
+        let t = x.cast(dtype).unwrap();
+        let path = dir.join(format!("{name}.npy"));
+        std::fs::write(&path, npy::encode(&t).unwrap()).unwrap();
+        // Spore reads its own file back bit for bit.
+        let again = npy::decode(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(again.dtype(), dtype);
+        assert_eq!(again.to_f64_vec().unwrap(), t.to_f64_vec().unwrap());
+        // NumPy reads float16 natively; bfloat16 as two raw bytes viewed by ml_dtypes.
+        let script = "import sys, numpy, ml_dtypes\n\
+                      a = numpy.load(sys.argv[1])\n\
+                      if sys.argv[2] == 'bfloat16': a = a.view(ml_dtypes.bfloat16)\n\
+                      print(a.dtype, a.shape, ' '.join(repr(float(v)) for v in a.ravel()))";
+        let out = std::process::Command::new("python3")
+            .args(["-c", script])
+            .arg(&path)
+            .arg(name)
+            .output()
+            .unwrap_or_else(|e| panic!("this check needs python3 with numpy and ml_dtypes (scripts/test.sh installs them): {e}"));
+        assert!(
+            out.status.success(),
+            "numpy/ml_dtypes could not read {} (scripts/test.sh installs them): {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let mut words = stdout.split_whitespace();
+        assert_eq!(words.next(), Some(name), "{stdout}");
+        let read: Vec<f64> = stdout
+            .split(')')
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .map(|v| v.parse().unwrap())
+            .collect();
+        assert_eq!(read, t.to_f64_vec().unwrap(), "{name}: {stdout}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A float32 weight cast to 16 bits for the product gets a float32 gradient: the
+/// 16-bit gradient widened by Cast's rule (what mixed precision's master weights need).
+#[test]
+fn gradients_reach_float32_weights_through_casts() {
+    let w = Tensor::from_vec(vec![0.5f32, -1.0, 2.0, 0.25], &[2, 2]).unwrap();
+    let x = Tensor::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], &[2, 2]).unwrap();
+    for dtype in [DType::F16, DType::BF16] {
+        let xs = x.cast(dtype).unwrap();
+        let loss = move |a: &[Tensor]| {
+            xs.matmul(&a[0].cast(dtype)?)?
+                .cast(DType::F32)?
+                .sum(&[], false)
+        };
+        let g = grad(loss, &[0])(std::slice::from_ref(&w)).unwrap();
+        assert_eq!(g[0].dtype(), DType::F32);
+        // d/dW sum(X W) = Xᵀ 1: column sums of X, every one exact in both formats.
+        assert_eq!(g[0].to_vec::<f32>().unwrap(), vec![4.0, 4.0, 6.0, 6.0]);
+    }
+}
