@@ -37,6 +37,18 @@ pub(crate) fn op_error(op: &Op, message: String, inputs: &[&Tensor], loc: Source
 /// Applies `op` to `inputs`: computes it (PyNative), or records it into the active trace
 /// when an input is symbolic. `loc` is the user's call site, reported in errors and IR.
 pub fn apply(op: Op, inputs: &[&Tensor], loc: SourceLocation) -> Result<Tensor> {
+    if let Some(d) = crate::autocast::cast_target(&op, inputs) {
+        // Mixed precision: float inputs of another type are cast first (see `autocast`).
+        let cast: Vec<Tensor> = inputs
+            .iter()
+            .map(|t| match t.dtype().is_float() && t.dtype() != d {
+                true => apply(Op::Cast(d), &[t], loc),
+                false => Ok((*t).clone()),
+            })
+            .collect::<Result<_>>()?;
+        let refs: SmallVec<[&Tensor; 8]> = cast.iter().collect();
+        return apply(op, &refs, loc);
+    }
     apply_observed(
         Cow::Owned(op),
         inputs,

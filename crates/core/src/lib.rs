@@ -20,6 +20,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod apply;
+pub mod autocast;
 pub mod autodiff;
 mod composite;
 pub mod context;

@@ -141,7 +141,7 @@ fn dispatch<C: Cell + ?Sized, R>(
         if trace::is_tracing() || !hooks.is_empty() || FORCE_EAGER.with(|e| e.get()) {
             return eager(run(inputs)?);
         }
-        if base.is_jit() || spore_core::context::mode() == Mode::Graph {
+        if (base.is_jit() || spore_core::context::mode() == Mode::Graph) && cell.compiles() {
             let training = base.training();
             if prefer_eager(cell, training, inputs)? {
                 return eager(cell.construct(inputs)?);
@@ -151,6 +151,8 @@ fn dispatch<C: Cell + ?Sized, R>(
         }
         eager(cell.construct(inputs)?)
     };
+    // A cell given `to_float` computes in that dtype (its children inherit it).
+    let call = || spore_core::autocast::with_compute_dtype(base.float_type(), call);
     // A root call in evaluation mode keeps its weights: convolutions may reuse their
     // prepared filters (`spore_core::prims::filter_cache`).
     if !nested && !base.training() {

@@ -36,11 +36,11 @@
 //! ```
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use spore_compile::Jit;
-use spore_core::{Parameter, Result, Tensor, TensorType};
+use spore_core::{DType, Error, Parameter, Result, Tensor, TensorType};
 
 /// A network component: parameters, children and a `construct` computation.
 pub trait Cell: Send + Sync + 'static {
@@ -68,6 +68,12 @@ pub trait Cell: Send + Sync + 'static {
     /// attribute name as a prefix. Wrappers (`WithLossCell`, `TrainOneStepCell`) answer
     /// false so that a wrapped network keeps the names `conv1.weight`.
     fn auto_prefix(&self) -> bool {
+        true
+    }
+    /// Whether the cell's `construct` compiles in Graph mode (or under `set_jit`); a
+    /// cell that reads values on the host between its parts says no, and its children
+    /// compile on their own.
+    fn compiles(&self) -> bool {
         true
     }
     /// Runs once, before the cell's first call from outside any other cell (before any
@@ -106,6 +112,9 @@ pub struct CellBase {
     hooks: Mutex<Vec<(u64, ForwardHook)>>,
     /// Whether `hooks` is non-empty: calls check this instead of locking.
     hooked: AtomicBool,
+    /// The float dtype `to_float` gave this cell, as 1 + its index in `DType::ALL` (0:
+    /// none, the enclosing cell's applies).
+    compute_dtype: AtomicU8,
 }
 
 /// A forward hook: called with a cell's outputs each time it runs eagerly.
@@ -131,6 +140,37 @@ impl CellBase {
             purity: Mutex::new(HashMap::new()),
             hooks: Mutex::new(Vec::new()),
             hooked: AtomicBool::new(false),
+            compute_dtype: AtomicU8::new(0),
+        }
+    }
+
+    /// MindSpore's `Cell.to_float`: this cell's ops, and those of the children that set
+    /// none of their own, compute in `dtype` (float inputs of another float type are
+    /// cast to it; see `spore_core::autocast`). Parameters stay as they are (the float32
+    /// master weights of mixed precision) and receive gradients of their own type.
+    /// An error once the cell has compiled a graph (the graph holds the old casts): call
+    /// it before the first call.
+    pub fn to_float(&self, dtype: DType) -> Result<()> {
+        if !dtype.is_float() {
+            return Err(Error::invalid(format!(
+                "to_float: {dtype} is not a float type (Float16, BFloat16, Float32 or Float64)"
+            )));
+        }
+        if self.compiled.iter().any(|c| c.get().is_some()) {
+            return Err(Error::invalid(format!(
+                "to_float({dtype}): the cell has already compiled its graph in Graph mode; call to_float before its first call"
+            )));
+        }
+        let index = DType::ALL.iter().position(|&d| d == dtype).unwrap_or(0);
+        self.compute_dtype.store(index as u8 + 1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The dtype [`CellBase::to_float`] set, if any.
+    pub fn float_type(&self) -> Option<DType> {
+        match self.compute_dtype.load(Ordering::Relaxed) {
+            0 => None,
+            k => DType::ALL.get(k as usize - 1).copied(),
         }
     }
 

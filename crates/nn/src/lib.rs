@@ -20,6 +20,7 @@
 // on invariants the code guarantees, each allowed where it stands with the reason.
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod amp;
 pub mod call;
 pub mod cell;
 pub mod checkpoint;

@@ -82,9 +82,18 @@ impl Cell for WithLossCell {
 
 /// Holds an optimizer's state as the parameters of a cell, so that the state appears in
 /// `parameters_and_names` (and checkpoints) after the network's parameters.
-struct OptimizerState {
+pub(crate) struct OptimizerState {
     base: CellBase,
     optimizer: Arc<dyn Optimizer>,
+}
+
+impl OptimizerState {
+    pub(crate) fn new(optimizer: Arc<dyn Optimizer>) -> Arc<OptimizerState> {
+        Arc::new(OptimizerState {
+            base: CellBase::new(),
+            optimizer,
+        })
+    }
 }
 
 impl Cell for OptimizerState {
@@ -124,10 +133,7 @@ impl TrainOneStepCell {
         let cell = Arc::new(TrainOneStepCell {
             base: CellBase::new(),
             network,
-            state: Arc::new(OptimizerState {
-                base: CellBase::new(),
-                optimizer: optimizer.clone(),
-            }),
+            state: OptimizerState::new(optimizer.clone()),
             optimizer,
         });
         cell.set_train(true);

@@ -5,6 +5,7 @@
 //! The execution mode and the global seed are process-wide, so every test takes
 //! [`serial`] first.
 
+mod amp;
 mod cells;
 mod checkpoint_integrity;
 mod checkpoints;

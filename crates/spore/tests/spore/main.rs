@@ -2,6 +2,7 @@
 //! `spore` command line.
 
 mod accuracy;
+mod amp;
 mod bench_harness;
 mod cli;
 mod codegen;

@@ -1,0 +1,193 @@
+//! Loss scaling (MindSpore's `FixedLossScaleManager` and `DynamicLossScaleManager`): the
+//! loss is multiplied by a scale before the backward pass so that small float16
+//! gradients do not flush to zero, and the gradients are divided by it before the
+//! update. A step whose gradients overflowed (an infinity or NaN anywhere) is skipped
+//! when the manager says so.
+//!
+//! ```
+//! use spore_nn::amp::{DynamicLossScaleManager, LossScaleManager};
+//! let m = DynamicLossScaleManager::new(1024.0, 2.0, 2).unwrap();
+//! assert!(!m.update(true)); // overflow: halve, skip the update
+//! assert_eq!(m.loss_scale(), 512.0);
+//! assert!(m.update(false) && m.update(false)); // two clean steps: double
+//! assert_eq!(m.loss_scale(), 1024.0);
+//! ```
+//!
+//! The dynamic rule is MindSpore's `DynamicLossScaleUpdateCell`, step by step: with
+//! `cur_iter` from 1 and `last_overflow_iter` from 0, an overflow sets the scale to
+//! `max(scale / factor, 1)`; when `cur_iter - last_overflow_iter >= scale_window` the
+//! scale is multiplied by `factor` (unless the step overflowed); either event sets
+//! `last_overflow_iter = cur_iter`; then `cur_iter += 1`.
+
+use std::sync::Mutex;
+
+use spore_core::{Error, Result, Tensor};
+use spore_kernels::Buffer;
+
+/// Decides the loss scale of each step and whether an overflowed step updates.
+pub trait LossScaleManager: Send + Sync {
+    /// The scale for the next step.
+    fn loss_scale(&self) -> f64;
+    /// Records a step's outcome; returns whether its update is applied (false: an
+    /// overflowed step is dropped).
+    fn update(&self, overflow: bool) -> bool;
+    /// MindSpore's name for the manager.
+    fn class_name(&self) -> &'static str;
+}
+
+/// A constant scale (MindSpore's default 128); with `drop_overflow_update`, an
+/// overflowed step is skipped.
+pub struct FixedLossScaleManager {
+    scale: f64,
+    drop_overflow_update: bool,
+}
+
+impl FixedLossScaleManager {
+    pub fn new(loss_scale: f64, drop_overflow_update: bool) -> Result<FixedLossScaleManager> {
+        if !(loss_scale >= 1.0 && loss_scale.is_finite()) {
+            return Err(Error::invalid(format!(
+                "FixedLossScaleManager: loss_scale must be a finite number >= 1, got {loss_scale}"
+            )));
+        }
+        Ok(FixedLossScaleManager {
+            scale: loss_scale,
+            drop_overflow_update,
+        })
+    }
+}
+
+impl LossScaleManager for FixedLossScaleManager {
+    fn loss_scale(&self) -> f64 {
+        self.scale
+    }
+    fn update(&self, overflow: bool) -> bool {
+        !(overflow && self.drop_overflow_update)
+    }
+    fn class_name(&self) -> &'static str {
+        "FixedLossScaleManager"
+    }
+}
+
+/// A scale that halves on overflow and doubles after `scale_window` clean steps
+/// (MindSpore's defaults: `2**24`, 2, 2000); overflowed steps are always skipped.
+pub struct DynamicLossScaleManager {
+    factor: f64,
+    window: u64,
+    state: Mutex<DynamicState>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct DynamicState {
+    scale: f64,
+    cur_iter: u64,
+    last_overflow_iter: u64,
+}
+
+impl DynamicLossScaleManager {
+    pub fn new(
+        init_loss_scale: f64,
+        scale_factor: f64,
+        scale_window: u64,
+    ) -> Result<DynamicLossScaleManager> {
+        if !(init_loss_scale >= 1.0 && init_loss_scale.is_finite()) {
+            return Err(Error::invalid(format!(
+                "DynamicLossScaleManager: init_loss_scale must be a finite number >= 1, got {init_loss_scale}"
+            )));
+        }
+        if !(scale_factor > 1.0 && scale_factor.is_finite()) {
+            return Err(Error::invalid(format!(
+                "DynamicLossScaleManager: scale_factor must be a finite number > 1, got {scale_factor}"
+            )));
+        }
+        if scale_window == 0 {
+            return Err(Error::invalid(
+                "DynamicLossScaleManager: scale_window must be a positive integer, got 0",
+            ));
+        }
+        Ok(DynamicLossScaleManager {
+            factor: scale_factor,
+            window: scale_window,
+            state: Mutex::new(DynamicState {
+                scale: init_loss_scale,
+                cur_iter: 1,
+                last_overflow_iter: 0,
+            }),
+        })
+    }
+
+    /// MindSpore's defaults: `init_loss_scale = 2**24`, `scale_factor = 2`,
+    /// `scale_window = 2000`.
+    pub fn default_mindspore() -> DynamicLossScaleManager {
+        DynamicLossScaleManager {
+            factor: 2.0,
+            window: 2000,
+            state: Mutex::new(DynamicState {
+                scale: (1u64 << 24) as f64,
+                cur_iter: 1,
+                last_overflow_iter: 0,
+            }),
+        }
+    }
+}
+
+impl LossScaleManager for DynamicLossScaleManager {
+    fn loss_scale(&self) -> f64 {
+        self.state.lock().map(|s| s.scale).unwrap_or(1.0)
+    }
+    fn update(&self, overflow: bool) -> bool {
+        let Ok(mut s) = self.state.lock() else {
+            return !overflow;
+        };
+        let scale = if overflow {
+            (s.scale / self.factor).max(1.0)
+        } else {
+            s.scale
+        };
+        let should_grow = s.cur_iter - s.last_overflow_iter >= self.window;
+        if overflow || should_grow {
+            s.last_overflow_iter = s.cur_iter;
+        }
+        s.scale = if should_grow && !overflow {
+            scale * self.factor
+        } else {
+            scale
+        };
+        s.cur_iter += 1;
+        !overflow
+    }
+    fn class_name(&self) -> &'static str {
+        "DynamicLossScaleManager"
+    }
+}
+
+/// Whether every value of every tensor is finite, in one pass over the buffers that
+/// stops at the first infinity or NaN (the overflow check of a loss-scaled step).
+pub fn all_finite(tensors: &[Tensor]) -> Result<bool> {
+    for t in tensors {
+        let Some(s) = t.storage() else {
+            return Err(Error::invalid(
+                "all_finite: a traced value has no numbers to check (run the check outside compiled graphs)",
+            ));
+        };
+        let whole = s.layout.offset == 0 && s.layout.is_contiguous() && s.buffer.len() == t.numel();
+        if !whole {
+            // A view of part of a buffer: only its own values count.
+            if t.to_f64_vec()?.iter().any(|x| !x.is_finite()) {
+                return Ok(false);
+            }
+            continue;
+        }
+        let finite = match &*s.buffer {
+            Buffer::F32(v) => v.iter().all(|x| x.is_finite()),
+            Buffer::F64(v) => v.iter().all(|x| x.is_finite()),
+            Buffer::F16(v) => v.iter().all(|x| x.is_finite()),
+            Buffer::BF16(v) => v.iter().all(|x| x.is_finite()),
+            // Integers and booleans cannot overflow to infinity.
+            _ => true,
+        };
+        if !finite {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}

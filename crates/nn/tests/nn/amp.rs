@@ -1,0 +1,168 @@
+//! Mixed precision at the cell level: `to_float` makes a cell's ops compute in 16 bits
+//! with float32 master weights; the levels set BatchNorm and the loss as MindSpore does;
+//! the casts are ops in the compiled graph under the layers' scope names; Graph mode
+//! computes what PyNative mode computes; loss scaling skips overflowed steps.
+
+use std::sync::Arc;
+
+use spore_core::context::Mode;
+use spore_core::{DType, Tensor};
+use spore_nn::amp::{
+    AmpLevel, DynamicLossScaleManager, FixedLossScaleManager, LossScaleManager,
+    TrainOneStepWithLossScaleCell, auto_mixed_precision,
+};
+use spore_nn::prelude::*;
+
+use super::{serial, set_mode};
+
+fn small_net() -> Arc<dyn Cell> {
+    SequentialCell::new(vec![
+        Conv2d::new(1, 4, 3).unwrap(),
+        BatchNorm2d::new(4).unwrap(),
+        ReLU::new(),
+        Flatten::new(),
+        Dense::new(4 * 8 * 8, 3).unwrap(),
+    ])
+}
+
+#[test]
+fn levels_set_the_compute_dtypes_mindspore_names() {
+    let _s = serial();
+    let dtypes = |net: &Arc<dyn Cell>| -> Vec<(String, Option<DType>)> {
+        net.cells_and_names()
+            .into_iter()
+            .map(|(n, c)| (n, c.base().float_type()))
+            .collect()
+    };
+    let net = small_net();
+    auto_mixed_precision(&net, AmpLevel::O2, DType::F16).unwrap();
+    assert_eq!(net.base().float_type(), Some(DType::F16));
+    let d = dtypes(&net);
+    assert!(
+        d.contains(&("1".to_string(), Some(DType::F32))),
+        "O2 keeps BatchNorm in float32: {d:?}"
+    );
+    let net = small_net();
+    auto_mixed_precision(&net, AmpLevel::O1, DType::BF16).unwrap();
+    let d = dtypes(&net);
+    for (name, want) in [
+        ("0", Some(DType::BF16)),
+        ("1", None),
+        ("2", Some(DType::BF16)),
+        ("4", Some(DType::BF16)),
+    ] {
+        assert!(
+            d.contains(&(name.to_string(), want)),
+            "O1 white list: {name} {want:?} in {d:?}"
+        );
+    }
+    assert_eq!(
+        net.base().float_type(),
+        Some(DType::F32),
+        "O1 runs the rest in float32"
+    );
+    let err = auto_mixed_precision(&small_net(), AmpLevel::O2, DType::F32)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("Float16 or BFloat16"), "{err}");
+    let err = "O4".parse::<AmpLevel>().unwrap_err().to_string();
+    assert!(
+        err.contains("'O0', 'O1', 'O2', 'O3', 'auto'") && err.contains("O4"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_cell_in_float16_casts_its_inputs_and_weights_and_graph_mode_agrees() {
+    let _s = serial();
+    let x = Tensor::randn(&[2, 1, 8, 8], DType::F32, Some(3)).unwrap();
+    let run = |mode: Mode| {
+        set_mode(mode);
+        spore_core::rng::set_seed(5);
+        let net = small_net();
+        auto_mixed_precision(&net, AmpLevel::O2, DType::F16).unwrap();
+        let y = net.call1(&x).unwrap();
+        let graph = net
+            .base()
+            .compiled(false)
+            .and_then(|j| j.graph_for(&[x.tensor_type().clone()]));
+        set_mode(Mode::PyNative);
+        (y, graph)
+    };
+    let (eager, _) = run(Mode::PyNative);
+    let (compiled, graph) = run(Mode::Graph);
+    assert_eq!(eager.dtype(), DType::F16);
+    assert_eq!(
+        compiled.to_f64_vec().unwrap(),
+        eager.to_f64_vec().unwrap(),
+        "Graph equals PyNative"
+    );
+    let ir = graph.expect("the compiled graph").to_ir();
+    // The convolution's weight is cast under its scope; BatchNorm computes in float32.
+    let casts: Vec<&str> = ir.lines().filter(|l| l.contains("Cast")).collect();
+    assert!(
+        casts
+            .iter()
+            .any(|l| l.contains("Default/0/") && l.contains("F16")),
+        "{ir}"
+    );
+    assert!(
+        casts
+            .iter()
+            .any(|l| l.contains("Default/1/") && l.contains("F32")),
+        "{ir}"
+    );
+}
+
+#[test]
+fn loss_scaled_steps_skip_overflow_and_follow_mindspores_rule() {
+    let _s = serial();
+    // The state machine with overflows at chosen steps: window 3, factor 2.
+    let m = DynamicLossScaleManager::new(8.0, 2.0, 3).unwrap();
+    let overflow_at = [
+        false, false, true, false, false, false, false, false, true, true,
+    ];
+    let mut seen = vec![];
+    for &o in &overflow_at {
+        let applied = m.update(o);
+        assert_eq!(applied, !o);
+        seen.push(m.loss_scale());
+    }
+    // Grows when cur_iter - last_overflow_iter >= 3 (first at step 3, which overflowed
+    // instead), halves on overflow, never below 1.
+    assert_eq!(seen, [8.0, 8.0, 4.0, 4.0, 4.0, 8.0, 8.0, 8.0, 4.0, 2.0]);
+    assert!(DynamicLossScaleManager::new(0.5, 2.0, 10).is_err());
+    assert!(FixedLossScaleManager::new(f64::NAN, true).is_err());
+
+    // A step whose gradients overflow leaves the weights as they were.
+    let net = Dense::new(2, 1).unwrap();
+    let before = net.weight.value().to_vec::<f32>().unwrap();
+    let loss = MSELoss::new(Reduction::Mean);
+    let opt = SGD::new(net.trainable_params(), 0.1).unwrap();
+    let step = TrainOneStepWithLossScaleCell::new(
+        WithLossCell::new(net.clone(), loss),
+        opt,
+        FixedLossScaleManager::new(1e38, true).unwrap(),
+    );
+    let x = Tensor::from_vec(vec![1e3f32, 1e3], &[1, 2]).unwrap();
+    let y = Tensor::from_vec(vec![0.0f32], &[1, 1]).unwrap();
+    let out = step.call(&[x.clone(), y.clone()]).unwrap();
+    assert_eq!(out[1].item().unwrap(), 1.0, "the scaled gradients overflow");
+    assert_eq!(
+        net.weight.value().to_vec::<f32>().unwrap(),
+        before,
+        "the update was dropped"
+    );
+    let step = TrainOneStepWithLossScaleCell::new(
+        WithLossCell::new(net.clone(), MSELoss::new(Reduction::Mean)),
+        SGD::new(net.trainable_params(), 1e-7).unwrap(),
+        FixedLossScaleManager::new(4.0, true).unwrap(),
+    );
+    let out = step.call(&[x, y]).unwrap();
+    assert_eq!(out[1].item().unwrap(), 0.0);
+    assert_ne!(
+        net.weight.value().to_vec::<f32>().unwrap(),
+        before,
+        "a clean step updates"
+    );
+}
