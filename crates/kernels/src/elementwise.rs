@@ -624,8 +624,8 @@ pub fn select(
 }
 
 /// Converts a view to `dtype` (Rust `as` semantics; to Bool means `!= 0`; to float16 and
-/// bfloat16 rounded to nearest, ties to even, from the exact value: see
-/// [`Element::from_f64`]).
+/// bfloat16 rounded once to nearest, ties to even, from the value as float64, which is
+/// exact for every float and for integers up to 2^53: see [`Element::from_f64`]).
 pub fn cast(src: &Buffer, layout: &Layout, dtype: DType) -> Buffer {
     fn to<T: Element, U: Element>(s: &[T], l: &Layout) -> Vec<U> {
         map_unary(s, l, |x| U::from_f64(x.to_f64()))

@@ -149,7 +149,8 @@ impl CellBase {
     /// cast to it; see `spore_core::autocast`). Parameters stay as they are (the float32
     /// master weights of mixed precision) and receive gradients of their own type.
     /// An error once the cell has compiled a graph (the graph holds the old casts): call
-    /// it before the first call.
+    /// it before the first call. A child's `to_float` after its parent compiled is not
+    /// seen by the parent's graph: set the whole tree first (`amp::auto_mixed_precision`).
     pub fn to_float(&self, dtype: DType) -> Result<()> {
         if !dtype.is_float() {
             return Err(Error::invalid(format!(

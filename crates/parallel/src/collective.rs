@@ -220,6 +220,13 @@ fn divide_by(data: &mut Buffer, n: usize) -> std::result::Result<(), String> {
     match data {
         Buffer::F32(v) => v.iter_mut().for_each(|x| *x /= n as f32),
         Buffer::F64(v) => v.iter_mut().for_each(|x| *x /= n as f64),
+        // 16-bit values: divided in float32, rounded once.
+        Buffer::F16(v) => v
+            .iter_mut()
+            .for_each(|x| *x = spore_kernels::f16::from_f32(x.to_f32() / n as f32)),
+        Buffer::BF16(v) => v
+            .iter_mut()
+            .for_each(|x| *x = spore_kernels::bf16::from_f32(x.to_f32() / n as f32)),
         other => {
             return Err(format!(
                 "a mean needs floating-point data, got {}",

@@ -165,9 +165,13 @@ impl Tensor {
         self.reduce(ReduceFn::Min, axes, keep_dims)
     }
 
-    /// Mean over `axes` (empty = all axes); floats only.
+    /// Mean over `axes` (empty = all axes); floats only. Of 16-bit values, computed in
+    /// float32 and rounded once (their sum, or the count, may not fit 16 bits).
     #[track_caller]
     pub fn mean(&self, axes: &[isize], keep_dims: bool) -> Result<Tensor> {
+        if self.dtype().is_half() {
+            return in_f32(self, |x| x.mean(axes, keep_dims));
+        }
         let s = self.sum(axes, keep_dims)?;
         let count = (self.numel() / s.numel().max(1)).max(1);
         s.div_scalar(count as f64)
@@ -176,6 +180,9 @@ impl Tensor {
     /// Variance over `axes`; `ddof = 1` gives the unbiased estimate.
     #[track_caller]
     pub fn var(&self, axes: &[isize], keep_dims: bool, ddof: usize) -> Result<Tensor> {
+        if self.dtype().is_half() {
+            return in_f32(self, |x| x.var(axes, keep_dims, ddof));
+        }
         let m = self.mean(axes, true)?;
         let d = self.sub(&m)?;
         let s = d.mul(&d)?.sum(axes, keep_dims)?;
@@ -214,4 +221,12 @@ impl Tensor {
     pub fn argmin(&self, axis: isize, keep_dims: bool) -> Result<Tensor> {
         self.arg_reduce(ArgReduceFn::ArgMin, axis, keep_dims)
     }
+}
+
+/// `f` of `x` (16-bit) computed in float32, the result rounded back to `x`'s type. The
+/// inner ops run with float32 as the compute dtype, so that mixed precision does not
+/// cast them back to 16 bits.
+fn in_f32(x: &Tensor, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
+    let wide = crate::autocast::with_compute_dtype(Some(DType::F32), || f(&x.cast(DType::F32)?))?;
+    wide.cast(x.dtype())
 }

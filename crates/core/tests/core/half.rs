@@ -94,3 +94,17 @@ fn gradients_reach_float32_weights_through_casts() {
         assert_eq!(g[0].to_vec::<f32>().unwrap(), vec![4.0, 4.0, 6.0, 6.0]);
     }
 }
+
+/// A mean of 16-bit values is computed in float32: neither the sum (70,000 here) nor
+/// the count fits float16, yet the mean (1) does.
+#[test]
+fn means_of_many_16_bit_values_do_not_overflow() {
+    for dtype in [DType::F16, DType::BF16] {
+        let x = Tensor::ones(&[70_000], dtype).unwrap();
+        let m = x.mean(&[], false).unwrap();
+        assert_eq!(m.dtype(), dtype);
+        assert_eq!(m.cast(DType::F32).unwrap().item().unwrap(), 1.0, "{dtype}");
+        let v = x.var(&[], false, 1).unwrap();
+        assert_eq!(v.cast(DType::F32).unwrap().item().unwrap(), 0.0, "{dtype}");
+    }
+}

@@ -372,7 +372,9 @@ pub(crate) fn forward_packed(
     y: &mut [f32],
 ) {
     let threads = rayon::current_num_threads();
-    if g.n < threads {
+    // One image: its product is split. (Two or more run as a block per thread, several
+    // images per product: measured at batch 1 only.)
+    if g.n == 1 && threads > 1 {
         return forward_split_products(x, filters, filter_len, g, y, threads);
     }
     let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
@@ -418,9 +420,8 @@ pub(crate) fn forward_packed(
     arena::recycle(Buffer::F32(scratch));
 }
 
-/// [`forward_packed`] for a batch smaller than the thread count, where a block of the
-/// batch per thread would leave threads idle: the images one after another, each group's
-/// product split among the threads (`sgemm::blocked_with_threads`), which pack their own
+/// [`forward_packed`] for one image, where a block of the batch per thread would leave
+/// threads idle: each group's product split among the threads (`sgemm::blocked_with_threads`), which pack their own
 /// panels from the shared (padded) image.
 fn forward_split_products(
     x: &[f32],

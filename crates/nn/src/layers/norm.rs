@@ -185,19 +185,24 @@ impl BatchNormState {
             let centred = x.sub(&mean_b.stop_gradient()?)?;
             let var = centred.mul(&centred)?.mean(axes, false)?;
             let mean = mean_b.reshape(&[c])?;
-            // Moving statistics: unbiased variance, MindSpore's momentum convention.
+            // Moving statistics: unbiased variance, MindSpore's momentum convention, in
+            // the statistics' own dtype (float32 under mixed precision).
             let m = self.momentum;
             let unbiased = var.stop_gradient()?.mul_scalar(n as f64 / (n - 1) as f64)?;
-            let mm = self
-                .moving_mean
-                .value()
-                .mul_scalar(m)?
-                .add(&mean.stop_gradient()?.mul_scalar(1.0 - m)?)?;
-            let mv = self
-                .moving_variance
-                .value()
-                .mul_scalar(m)?
-                .add(&unbiased.mul_scalar(1.0 - m)?)?;
+            let stats = Some(self.moving_mean.value().dtype());
+            let (mm, mv) = spore_core::autocast::with_compute_dtype(stats, || {
+                let mm = self
+                    .moving_mean
+                    .value()
+                    .mul_scalar(m)?
+                    .add(&mean.stop_gradient()?.mul_scalar(1.0 - m)?)?;
+                let mv = self
+                    .moving_variance
+                    .value()
+                    .mul_scalar(m)?
+                    .add(&unbiased.mul_scalar(1.0 - m)?)?;
+                Ok::<_, Error>((mm, mv))
+            })?;
             self.moving_mean.assign(&mm)?;
             self.moving_variance.assign(&mv)?;
             (mean, var)

@@ -114,6 +114,50 @@ fn a_cell_in_float16_casts_its_inputs_and_weights_and_graph_mode_agrees() {
     );
 }
 
+/// O3 runs BatchNorm in 16 bits too; training it still updates its float32 moving
+/// statistics (their momentum update computes in their own dtype).
+#[test]
+fn batchnorm_trains_in_16_bits_and_keeps_float32_statistics() {
+    let _s = serial();
+    for mode in [Mode::PyNative, Mode::Graph] {
+        set_mode(mode);
+        let net = small_net();
+        let loss = SoftmaxCrossEntropyWithLogits::new(true, Reduction::Mean);
+        let opt = Momentum::new(net.trainable_params(), 0.01, 0.9).unwrap();
+        let step = spore_nn::amp::build_train_network(
+            net.clone(),
+            opt,
+            Some(loss),
+            AmpLevel::O3,
+            Default::default(),
+        )
+        .unwrap();
+        let x = Tensor::randn(&[4, 1, 8, 8], DType::F32, Some(7)).unwrap();
+        let y = Tensor::from_vec(vec![0i32, 1, 2, 1], &[4]).unwrap();
+        let first = step.call(&[x.clone(), y.clone()]).unwrap()[0]
+            .item()
+            .unwrap();
+        for _ in 0..5 {
+            step.call(&[x.clone(), y.clone()]).unwrap();
+        }
+        let last = step.call(&[x, y]).unwrap()[0].item().unwrap();
+        assert!(
+            last < first,
+            "{mode:?}: the loss fell from {first} to {last}"
+        );
+        let stats: Vec<_> = net
+            .parameters_and_names()
+            .into_iter()
+            .filter(|(n, _)| n.contains("moving_"))
+            .collect();
+        assert_eq!(stats.len(), 2);
+        for (name, p) in stats {
+            assert_eq!(p.value().dtype(), DType::F32, "{name}");
+        }
+        set_mode(Mode::PyNative);
+    }
+}
+
 #[test]
 fn loss_scaled_steps_skip_overflow_and_follow_mindspores_rule() {
     let _s = serial();

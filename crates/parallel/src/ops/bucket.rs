@@ -87,6 +87,8 @@ fn flatten(grads: &[&Tensor]) -> std::result::Result<Buffer, String> {
         match (&mut flat, &*part) {
             (Buffer::F32(a), Buffer::F32(b)) => a[at..at + n].copy_from_slice(b),
             (Buffer::F64(a), Buffer::F64(b)) => a[at..at + n].copy_from_slice(b),
+            (Buffer::F16(a), Buffer::F16(b)) => a[at..at + n].copy_from_slice(b),
+            (Buffer::BF16(a), Buffer::BF16(b)) => a[at..at + n].copy_from_slice(b),
             (a, b) => {
                 return Err(format!(
                     "a bucket's gradients must share one floating-point dtype, got {} and {}",

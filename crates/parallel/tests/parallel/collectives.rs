@@ -90,6 +90,31 @@ fn rank_collectives() {
         &mean,
         "AllReduce mean",
     );
+    // 16-bit values travel and are reduced as float32, then rounded once.
+    for dtype in [DType::F16, DType::BF16] {
+        let x16 = x.cast(dtype).unwrap();
+        let want16 = |v: &[f32]| -> Vec<f32> {
+            let t = tensor(v.to_vec(), &shape).cast(dtype).unwrap();
+            t.cast(DType::F32).unwrap().to_vec::<f32>().unwrap()
+        };
+        let inputs16: Vec<Vec<f32>> = all.iter().map(|v| want16(v)).collect();
+        let sum16: Vec<f32> = (0..len)
+            .map(|i| inputs16.iter().map(|v| v[i]).sum())
+            .collect();
+        let mean16: Vec<f32> = sum16.iter().map(|s| s / n as f32).collect();
+        for (op, want, what) in [
+            (ReduceOp::Sum, &sum16, "sum"),
+            (ReduceOp::Mean, &mean16, "mean"),
+        ] {
+            let got = ops::all_reduce(&x16, op, None).unwrap();
+            assert_eq!(got.dtype(), dtype, "AllReduce {what} {dtype}");
+            close(
+                &got.cast(DType::F32).unwrap(),
+                &want16(want),
+                &format!("AllReduce {what} {dtype}"),
+            );
+        }
+    }
     let max = fold(f32::max);
     let min = fold(f32::min);
     close(
