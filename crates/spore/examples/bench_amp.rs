@@ -1,0 +1,77 @@
+//! LeNet5 training steps at each mixed-precision level against float32, in alternating
+//! rounds on the bundled digits (BENCHMARKS.md, "Mixed precision"). Each level's loss
+//! after its timed steps is printed beside its time, so a fast wrong step shows.
+//!
+//! ```sh
+//! cargo run --release -p spore --example bench_amp -- --steps 100 --rounds 3
+//! ```
+
+use std::time::Instant;
+
+use spore::datasets::{bundled_mnist, create_dataset};
+use spore::nn::amp::{AmpLevel, AmpOptions, build_train_network};
+use spore::prelude::*;
+
+fn arg(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Milliseconds per step over `steps` steps of a fresh LeNet5 at `level`, and the mean
+/// loss of the last ten.
+fn time_level(level: AmpLevel, dtype: DType, steps: usize) -> (f64, f64) {
+    set_context(ContextUpdate::new().mode(Mode::Graph).seed(1)).unwrap();
+    let data = create_dataset(bundled_mnist().join("train"), 32, 1, 2, true).unwrap();
+    let rows: Vec<Vec<Tensor>> = data
+        .create_tuple_iterator(1)
+        .take(steps + 5)
+        .map(|r| r.unwrap())
+        .collect();
+    let net = LeNet5::new(10).unwrap();
+    let loss = SoftmaxCrossEntropyWithLogits::new(true, Reduction::Mean);
+    let opt = Momentum::new(net.trainable_params(), 0.01, 0.9).unwrap();
+    let options = AmpOptions {
+        dtype: Some(dtype),
+        ..AmpOptions::default()
+    };
+    let step = build_train_network(net, opt, Some(loss), level, options).unwrap();
+    for row in &rows[..5] {
+        step.call(row).unwrap();
+    }
+    let start = Instant::now();
+    let mut last = vec![];
+    for row in &rows[5..] {
+        last.push(step.call(row).unwrap()[0].item().unwrap());
+    }
+    let ms = start.elapsed().as_secs_f64() * 1e3 / steps as f64;
+    let tail = &last[last.len().saturating_sub(10)..];
+    (ms, tail.iter().sum::<f64>() / tail.len().max(1) as f64)
+}
+
+fn main() {
+    let (steps, rounds) = (arg("--steps", 100), arg("--rounds", 3));
+    println!(
+        "LeNet5 train step, batch 32, Graph mode, ms per step (mean loss of the last ten steps)"
+    );
+    let levels = [
+        ("O0", AmpLevel::O0, DType::F16),
+        ("O1 f16", AmpLevel::O1, DType::F16),
+        ("O2 f16", AmpLevel::O2, DType::F16),
+        ("O2 bf16", AmpLevel::O2, DType::BF16),
+        ("O3 f16", AmpLevel::O3, DType::F16),
+    ];
+    for round in 1..=rounds {
+        let cells: Vec<String> = levels
+            .iter()
+            .map(|&(name, level, dtype)| {
+                let (ms, loss) = time_level(level, dtype, steps);
+                format!("{name} {ms:.2} ({loss:.3})")
+            })
+            .collect();
+        println!("round {round}: {}", cells.join("   "));
+    }
+}
