@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use spore_core::debug::{self, profiler};
 use spore_core::{Error, Result, Tensor};
 use spore_data::Dataset;
+use spore_nn::amp::{AmpLevel, AmpOptions, build_train_network};
 use spore_nn::cell::{Cell, CellCall, CellExt};
 use spore_nn::optim::Optimizer;
 use spore_nn::wrap::{TrainOneStepCell, WithLossCell};
@@ -92,7 +93,9 @@ pub struct Model {
     eval_network: Option<Arc<dyn Cell>>,
     loss_fn: Option<Arc<dyn Cell>>,
     optimizer: Option<Arc<dyn Optimizer>>,
-    train_net: Option<Arc<TrainOneStepCell>>,
+    train_net: Option<Arc<dyn Cell>>,
+    /// MindSpore's `amp_level` and the mixed-precision keyword arguments.
+    amp: Option<(AmpLevel, AmpOptions)>,
     metrics: Vec<Box<dyn Metric>>,
     /// Counters of the latest `train` call.
     pub stats: TrainStats,
@@ -123,6 +126,7 @@ impl Model {
             loss_fn,
             optimizer,
             train_net: None,
+            amp: None,
             metrics: vec![],
             stats: TrainStats::default(),
             eval_samples: 0,
@@ -139,6 +143,20 @@ impl Model {
         &self.network
     }
 
+    /// MindSpore's `Model(..., amp_level=...)`: trains with automatic mixed precision
+    /// (see `spore_nn::amp`); the level's defaults for the 16-bit type (float16), BatchNorm
+    /// and loss scaling.
+    pub fn amp_level(self, level: AmpLevel) -> Self {
+        self.amp(level, AmpOptions::default())
+    }
+
+    /// [`Model::amp_level`] with MindSpore's keyword arguments (`cast_model_type`,
+    /// `keep_batchnorm_fp32`, `loss_scale_manager`) and the 16-bit type.
+    pub fn amp(mut self, level: AmpLevel, options: AmpOptions) -> Self {
+        self.amp = Some((level, options));
+        self
+    }
+
     /// Evaluates and predicts with `net` instead of the trained network (it should share
     /// the trained parameters, e.g. the backbone with a different head).
     pub fn eval_network(mut self, net: Arc<dyn Cell>) -> Self {
@@ -152,8 +170,10 @@ impl Model {
             .unwrap_or_else(|| self.network.clone())
     }
 
-    /// The training cell (network + loss + optimizer), built on first use.
-    pub fn train_network(&mut self) -> Result<Arc<TrainOneStepCell>> {
+    /// The training cell (network + loss + optimizer), built on first use: a
+    /// `TrainOneStepCell`, or with [`Model::amp_level`] what `amp::build_train_network`
+    /// builds for the level.
+    pub fn train_network(&mut self) -> Result<Arc<dyn Cell>> {
         if let Some(t) = &self.train_net {
             return Ok(t.clone());
         }
@@ -162,10 +182,19 @@ impl Model {
                 "Model::train needs a loss function and an optimizer (Model::new(network, loss_fn, optimizer))",
             ));
         };
-        let t = TrainOneStepCell::new_dyn(
-            WithLossCell::new_dyn(self.network.clone(), loss.clone()),
-            opt.clone(),
-        );
+        let t: Arc<dyn Cell> = match &self.amp {
+            Some((level, options)) => build_train_network(
+                self.network.clone(),
+                opt.clone(),
+                Some(loss.clone()),
+                *level,
+                options.clone(),
+            )?,
+            None => TrainOneStepCell::new_dyn(
+                WithLossCell::new_dyn(self.network.clone(), loss.clone()),
+                opt.clone(),
+            ),
+        };
         self.train_net = Some(t.clone());
         Ok(t)
     }
@@ -260,21 +289,21 @@ impl Model {
     }
 
     /// One training step on a `(data, label)` row; returns the loss.
-    fn step(&mut self, net: &Arc<TrainOneStepCell>, row: &[Tensor]) -> Result<f64> {
+    fn step(&mut self, net: &Arc<dyn Cell>, row: &[Tensor]) -> Result<f64> {
         if row.len() < 2 {
             return Err(Error::invalid(format!(
                 "Model::train: each dataset row must hold (data, label), got {} column(s)",
                 row.len()
             )));
         }
-        let loss = net.step(&row[0], &row[1])?.item()?;
+        let loss = net.call_first(&row[..2])?.item()?;
         self.stats.steps += 1;
         Ok(loss)
     }
 
     fn train_stepwise(
         &mut self,
-        net: &Arc<TrainOneStepCell>,
+        net: &Arc<dyn Cell>,
         epoch: usize,
         dataset: &Dataset,
         callbacks: &mut [&mut dyn Callback],
@@ -320,7 +349,7 @@ impl Model {
 
     fn train_sinking(
         &mut self,
-        net: &Arc<TrainOneStepCell>,
+        net: &Arc<dyn Cell>,
         epoch: usize,
         dataset: &Dataset,
         callbacks: &mut [&mut dyn Callback],

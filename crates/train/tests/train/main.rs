@@ -1,6 +1,7 @@
 //! spore-train's integration tests: sinking semantics, resuming, callbacks, metrics,
 //! bad input.
 
+mod amp;
 mod callbacks;
 mod metrics;
 mod resume;
