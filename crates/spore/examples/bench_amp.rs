@@ -1,6 +1,9 @@
 //! LeNet5 training steps at each mixed-precision level against float32, in alternating
 //! rounds on the bundled digits (BENCHMARKS.md, "Mixed precision"). Each level's loss
-//! after its timed steps is printed beside its time, so a fast wrong step shows.
+//! after its timed steps is printed beside its time, so a fast wrong step shows. For the
+//! levels whose whole step compiles (O0, O1, O3), the peak bytes of values live in the
+//! step's graph (parameters, their 16-bit copies, activations, gradients) are printed
+//! too, from the graph's memory plan.
 //!
 //! ```sh
 //! cargo run --release -p spore --example bench_amp -- --steps 100 --rounds 3
@@ -21,9 +24,9 @@ fn arg(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-/// Milliseconds per step over `steps` steps of a fresh LeNet5 at `level`, and the mean
-/// loss of the last ten.
-fn time_level(level: AmpLevel, dtype: DType, steps: usize) -> (f64, f64) {
+/// Milliseconds per step over `steps` steps of a fresh LeNet5 at `level`, the mean loss
+/// of the last ten, and the peak live bytes of the compiled step (when it compiles).
+fn time_level(level: AmpLevel, dtype: DType, steps: usize) -> (f64, f64, Option<usize>) {
     set_context(ContextUpdate::new().mode(Mode::Graph).seed(1)).unwrap();
     let data = create_dataset(bundled_mnist().join("train"), 32, 1, 2, true).unwrap();
     let rows: Vec<Vec<Tensor>> = data
@@ -49,13 +52,24 @@ fn time_level(level: AmpLevel, dtype: DType, steps: usize) -> (f64, f64) {
     }
     let ms = start.elapsed().as_secs_f64() * 1e3 / steps as f64;
     let tail = &last[last.len().saturating_sub(10)..];
-    (ms, tail.iter().sum::<f64>() / tail.len().max(1) as f64)
+    let types: Vec<spore::core::TensorType> =
+        rows[0].iter().map(|t| t.tensor_type().clone()).collect();
+    let peak = step
+        .base()
+        .compiled(true)
+        .and_then(|jit| jit.graph_for(&types))
+        .map(|g| spore::compile::plan::MemoryPlan::new(&g).peak_bytes);
+    (
+        ms,
+        tail.iter().sum::<f64>() / tail.len().max(1) as f64,
+        peak,
+    )
 }
 
 fn main() {
     let (steps, rounds) = (arg("--steps", 100), arg("--rounds", 3));
     println!(
-        "LeNet5 train step, batch 32, Graph mode, ms per step (mean loss of the last ten steps)"
+        "LeNet5 train step, batch 32, Graph mode: ms per step (mean loss of the last ten steps), peak live bytes of the compiled step"
     );
     let levels = [
         ("O0", AmpLevel::O0, DType::F16),
@@ -68,8 +82,9 @@ fn main() {
         let cells: Vec<String> = levels
             .iter()
             .map(|&(name, level, dtype)| {
-                let (ms, loss) = time_level(level, dtype, steps);
-                format!("{name} {ms:.2} ({loss:.3})")
+                let (ms, loss, peak) = time_level(level, dtype, steps);
+                let peak = peak.map_or(String::new(), |b| format!(" {:.0} KiB", b as f64 / 1024.0));
+                format!("{name} {ms:.2} ({loss:.3}){peak}")
             })
             .collect();
         println!("round {round}: {}", cells.join("   "));
