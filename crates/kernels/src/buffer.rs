@@ -127,25 +127,32 @@ pub trait Element: Copy + Send + Sync + PartialOrd + std::fmt::Debug + 'static {
     fn vec_of(b: Buffer) -> Option<Vec<Self>>;
 }
 
+/// `into_buffer`, `slice_of` and `vec_of` of an [`Element`] held in `Buffer::$variant`.
+macro_rules! buffer_variant {
+    ($variant:ident) => {
+        fn into_buffer(v: Vec<Self>) -> Buffer {
+            Buffer::$variant(v)
+        }
+        fn slice_of(b: &Buffer) -> Option<&[Self]> {
+            match b {
+                Buffer::$variant(v) => Some(v),
+                _ => None,
+            }
+        }
+        fn vec_of(b: Buffer) -> Option<Vec<Self>> {
+            match b {
+                Buffer::$variant(v) => Some(v),
+                _ => None,
+            }
+        }
+    };
+}
+
 macro_rules! impl_element {
     ($t:ty, $d:expr, $variant:ident) => {
         impl Element for $t {
             const DTYPE: DType = $d;
-            fn into_buffer(v: Vec<Self>) -> Buffer {
-                Buffer::$variant(v)
-            }
-            fn slice_of(b: &Buffer) -> Option<&[Self]> {
-                match b {
-                    Buffer::$variant(v) => Some(v),
-                    _ => None,
-                }
-            }
-            fn vec_of(b: Buffer) -> Option<Vec<Self>> {
-                match b {
-                    Buffer::$variant(v) => Some(v),
-                    _ => None,
-                }
-            }
+            buffer_variant!($variant);
             #[inline(always)]
             fn to_f64(self) -> f64 {
                 self as f64
@@ -180,21 +187,7 @@ macro_rules! impl_element_half {
     ($t:ty, $d:expr, $variant:ident) => {
         impl Element for $t {
             const DTYPE: DType = $d;
-            fn into_buffer(v: Vec<Self>) -> Buffer {
-                Buffer::$variant(v)
-            }
-            fn slice_of(b: &Buffer) -> Option<&[Self]> {
-                match b {
-                    Buffer::$variant(v) => Some(v),
-                    _ => None,
-                }
-            }
-            fn vec_of(b: Buffer) -> Option<Vec<Self>> {
-                match b {
-                    Buffer::$variant(v) => Some(v),
-                    _ => None,
-                }
-            }
+            buffer_variant!($variant);
             #[inline(always)]
             fn to_f64(self) -> f64 {
                 self.to_f64()
@@ -237,21 +230,7 @@ impl_element_half!(half::bf16, DType::BF16, BF16);
 
 impl Element for bool {
     const DTYPE: DType = DType::Bool;
-    fn into_buffer(v: Vec<Self>) -> Buffer {
-        Buffer::Bool(v)
-    }
-    fn slice_of(b: &Buffer) -> Option<&[Self]> {
-        match b {
-            Buffer::Bool(v) => Some(v),
-            _ => None,
-        }
-    }
-    fn vec_of(b: Buffer) -> Option<Vec<Self>> {
-        match b {
-            Buffer::Bool(v) => Some(v),
-            _ => None,
-        }
-    }
+    buffer_variant!(Bool);
     fn to_f64(self) -> f64 {
         if self { 1.0 } else { 0.0 }
     }
