@@ -220,13 +220,6 @@ fn divide_by(data: &mut Buffer, n: usize) -> std::result::Result<(), String> {
     match data {
         Buffer::F32(v) => v.iter_mut().for_each(|x| *x /= n as f32),
         Buffer::F64(v) => v.iter_mut().for_each(|x| *x /= n as f64),
-        // 16-bit values: divided in float32, rounded once.
-        Buffer::F16(v) => v
-            .iter_mut()
-            .for_each(|x| *x = spore_kernels::f16::from_f32(x.to_f32() / n as f32)),
-        Buffer::BF16(v) => v
-            .iter_mut()
-            .for_each(|x| *x = spore_kernels::bf16::from_f32(x.to_f32() / n as f32)),
         other => {
             return Err(format!(
                 "a mean needs floating-point data, got {}",
@@ -250,12 +243,42 @@ pub(crate) fn all_reduce_start(
     let sig = Signature::of("AllReduce", send.dtype(), shape, attribute);
     let bytes = bytes_of(&send);
     submit(g.clone(), sig, bytes, move |b, g| {
-        let mut recv = recycle::take(send.dtype(), send.len());
-        b.all_reduce(g.comm, &send, &mut recv, op)?;
-        if op == ReduceOp::Mean {
-            divide_by(&mut recv, g.size())?;
-        }
-        Ok(recv)
+        reduced(&send, send.len(), op, g.size(), |s, r| {
+            b.all_reduce(g.comm, s, r, op)
+        })
+    })
+}
+
+/// The reduction `run` writes (`len` values), divided by `ranks` for a mean. 16-bit
+/// values are reduced and divided in float32 and rounded once at the end: their sum may
+/// not fit 16 bits where the mean does.
+fn reduced(
+    send: &Buffer,
+    len: usize,
+    op: ReduceOp,
+    ranks: usize,
+    run: impl FnOnce(&Buffer, &mut Buffer) -> std::result::Result<(), String>,
+) -> std::result::Result<Buffer, String> {
+    let dtype = send.dtype();
+    let half = dtype.is_half();
+    let wide;
+    let send = if half {
+        wide = spore_kernels::half_float::widen(
+            send,
+            &spore_kernels::Layout::contiguous(&[send.len()]),
+        );
+        &wide
+    } else {
+        send
+    };
+    let mut recv = recycle::take(send.dtype(), len);
+    run(send, &mut recv)?;
+    if op == ReduceOp::Mean {
+        divide_by(&mut recv, ranks)?;
+    }
+    Ok(match half {
+        true => spore_kernels::half_float::narrow(&recv, dtype),
+        false => recv,
     })
 }
 
@@ -290,12 +313,10 @@ pub(crate) fn reduce_scatter(
     let sig = Signature::of("ReduceScatter", data.dtype(), shape, op.code());
     let bytes = bytes_of(&data);
     submit(g.clone(), sig, bytes, move |b, g| {
-        let mut out = Buffer::zeros(data.dtype(), data.len() / g.size());
-        b.reduce_scatter(g.comm, &data, &mut out, op)?;
-        if op == ReduceOp::Mean {
-            divide_by(&mut out, g.size())?;
-        }
-        Ok(out)
+        let len = data.len() / g.size();
+        reduced(&data, len, op, g.size(), |s, r| {
+            b.reduce_scatter(g.comm, s, r, op)
+        })
     })?
     .wait()
 }

@@ -68,6 +68,13 @@ fn time_level(level: AmpLevel, dtype: DType, steps: usize) -> (f64, f64, Option<
 
 fn main() {
     let (steps, rounds) = (arg("--steps", 100), arg("--rounds", 3));
+    // One pass over the 8,000 bundled digits: 250 batches, 5 of them warm-up.
+    if !(1..=245).contains(&steps) || rounds == 0 {
+        eprintln!(
+            "--steps must be 1 to 245 (one pass over the bundled digits) and --rounds at least 1"
+        );
+        std::process::exit(2);
+    }
     println!(
         "LeNet5 train step, batch 32, Graph mode: ms per step (mean loss of the last ten steps), peak live bytes of the compiled step"
     );

@@ -1,6 +1,7 @@
 //! `Model` (MindSpore's `mindspore.Model`): trains a network with a loss and an optimizer,
 //! evaluates metrics, predicts. In Graph mode each training step (forward, backward,
-//! update) is one compiled graph; in PyNative mode it runs op by op.
+//! update) is one compiled graph; in PyNative mode it runs op by op. (A loss-scaled
+//! mixed-precision step, `amp_level` O2, runs eagerly in both: see `spore_nn::amp`.)
 //!
 //! Data sinking follows seed 001: with `dataset_sink_mode`, a feeder thread moves batches
 //! into a bounded queue and the training loop takes `sink_size` steps from it per host
@@ -152,8 +153,12 @@ impl Model {
 
     /// [`Model::amp_level`] with MindSpore's keyword arguments (`cast_model_type`,
     /// `keep_batchnorm_fp32`, `loss_scale_manager`) and the 16-bit type.
+    /// The network must not have compiled yet (an `eval` in Graph mode compiles it): the
+    /// first `train` then fails with `to_float`'s error.
     pub fn amp(mut self, level: AmpLevel, options: AmpOptions) -> Self {
         self.amp = Some((level, options));
+        // The next `train` builds its step for this level.
+        self.train_net = None;
         self
     }
 

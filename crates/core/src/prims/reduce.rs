@@ -165,11 +165,12 @@ impl Tensor {
         self.reduce(ReduceFn::Min, axes, keep_dims)
     }
 
-    /// Mean over `axes` (empty = all axes); floats only. Of 16-bit values, computed in
-    /// float32 and rounded once (their sum, or the count, may not fit 16 bits).
+    /// Mean over `axes` (empty = all axes); floats only. Of 16-bit values (or under a
+    /// 16-bit compute dtype), computed in float32 and rounded once: their sum, or the
+    /// count, may not fit 16 bits.
     #[track_caller]
     pub fn mean(&self, axes: &[isize], keep_dims: bool) -> Result<Tensor> {
-        if self.dtype().is_half() {
+        if sums_in_16_bits(self) {
             return in_f32(self, |x| x.mean(axes, keep_dims));
         }
         let s = self.sum(axes, keep_dims)?;
@@ -180,7 +181,7 @@ impl Tensor {
     /// Variance over `axes`; `ddof = 1` gives the unbiased estimate.
     #[track_caller]
     pub fn var(&self, axes: &[isize], keep_dims: bool, ddof: usize) -> Result<Tensor> {
-        if self.dtype().is_half() {
+        if sums_in_16_bits(self) {
             return in_f32(self, |x| x.var(axes, keep_dims, ddof));
         }
         let m = self.mean(axes, true)?;
@@ -223,7 +224,14 @@ impl Tensor {
     }
 }
 
-/// `f` of `x` (16-bit) computed in float32, the result rounded back to `x`'s type. The
+/// Whether a sum over `x` would run in 16 bits: `x` is 16-bit, or mixed precision casts
+/// a float `x` to a 16-bit compute dtype.
+fn sums_in_16_bits(x: &Tensor) -> bool {
+    x.dtype().is_half()
+        || (x.dtype().is_float() && crate::autocast::compute_dtype().is_some_and(|d| d.is_half()))
+}
+
+/// `f` of `x` computed in float32, the result rounded back to `x`'s type. The
 /// inner ops run with float32 as the compute dtype, so that mixed precision does not
 /// cast them back to 16 bits.
 fn in_f32(x: &Tensor, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {

@@ -95,16 +95,25 @@ fn gradients_reach_float32_weights_through_casts() {
     }
 }
 
-/// A mean of 16-bit values is computed in float32: neither the sum (70,000 here) nor
-/// the count fits float16, yet the mean (1) does.
+/// A mean of 16-bit values is computed in float32: the sum of 70,000 threes (210,000)
+/// overflows float16 and rounds to 209,920 in bfloat16, and the count rounds to 70,144
+/// in bfloat16; the mean, 3, fits both. Under a 16-bit compute dtype a float32 tensor's
+/// mean is computed the same way.
 #[test]
 fn means_of_many_16_bit_values_do_not_overflow() {
+    let threes = Tensor::full(&[70_000], 3.0, DType::F32).unwrap();
     for dtype in [DType::F16, DType::BF16] {
-        let x = Tensor::ones(&[70_000], dtype).unwrap();
+        let x = threes.cast(dtype).unwrap();
         let m = x.mean(&[], false).unwrap();
         assert_eq!(m.dtype(), dtype);
-        assert_eq!(m.cast(DType::F32).unwrap().item().unwrap(), 1.0, "{dtype}");
+        assert_eq!(m.cast(DType::F32).unwrap().item().unwrap(), 3.0, "{dtype}");
         let v = x.var(&[], false, 1).unwrap();
         assert_eq!(v.cast(DType::F32).unwrap().item().unwrap(), 0.0, "{dtype}");
+        let m = spore_core::autocast::with_compute_dtype(Some(dtype), || threes.mean(&[], false));
+        assert_eq!(
+            m.unwrap().item().unwrap(),
+            3.0,
+            "float32 mean under {dtype}"
+        );
     }
 }

@@ -97,8 +97,8 @@ impl Cell for TrainOneStepWithLossScaleCell {
             Ok((loss.mul_scalar(scale)?, loss))
         };
         // Eagerly, network included: differentiating the network's compiled call from this
-        // host-side step (which rematerialises it) took about 80 times as long per LeNet
-        // step as running it eagerly.
+        // host-side step (which rematerialises it) took 670 ms per LeNet step in a release
+        // build, against 8 ms eagerly (measured once, this session).
         let out =
             crate::call::run_eagerly(|| value_and_grad(scaled_loss, None, &weights, true)(inputs))?;
         let loss = out.aux.into_iter().next().ok_or_else(|| {

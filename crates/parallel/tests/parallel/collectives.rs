@@ -90,7 +90,19 @@ fn rank_collectives() {
         &mean,
         "AllReduce mean",
     );
-    // 16-bit values travel and are reduced as float32, then rounded once.
+    // 16-bit values travel and are reduced as float32, then rounded once: a float16 sum
+    // past 65504 still gives its mean.
+    let big = tensor(vec![30000.0 + r as f32; 4], &[4])
+        .cast(DType::F16)
+        .unwrap();
+    let mean_big = (0..n).map(|k| 30000.0 + k as f32).sum::<f32>() / n as f32;
+    let got = ops::all_reduce(&big, ReduceOp::Mean, None).unwrap();
+    let want = tensor(vec![mean_big; 4], &[4]).cast(DType::F16).unwrap();
+    assert_eq!(
+        got.to_f64_vec().unwrap(),
+        want.to_f64_vec().unwrap(),
+        "AllReduce mean of large float16"
+    );
     for dtype in [DType::F16, DType::BF16] {
         let x16 = x.cast(dtype).unwrap();
         let want16 = |v: &[f32]| -> Vec<f32> {

@@ -59,8 +59,8 @@ pub struct RunContext {
     /// Evaluation metrics, when the model evaluates during training.
     pub metrics: BTreeMap<String, f64>,
     pub dataset_sink_mode: bool,
-    /// The network being trained (a `TrainOneStepCell`: its parameters include the
-    /// optimizer's state), for callbacks that save checkpoints.
+    /// The network being trained (a `TrainOneStepCell`, or a mixed-precision step: its
+    /// parameters include the optimizer's state), for callbacks that save checkpoints.
     pub train_network: Option<Arc<dyn Cell>>,
     pub epoch_started: Instant,
     pub step_started: Instant,
