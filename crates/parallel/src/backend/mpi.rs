@@ -38,7 +38,8 @@ macro_rules! with_pair {
             (Buffer::I64($s), Buffer::I64($r)) => $body,
             (Buffer::U8($s), Buffer::U8($r)) => $body,
             (Buffer::Bool($s), Buffer::Bool($r)) => $body,
-            // Widened to float32 before they get here (`half_through_f32`).
+            // 16-bit buffers are widened to float32 before they get here: by
+            // `collective::reduced` for reductions, by `half_through_f32` for the rest.
             (s, r) => {
                 return Err(format!(
                     "internal: buffers of {} and {} in one collective",
@@ -70,8 +71,9 @@ macro_rules! with_slice {
     };
 }
 
-/// MPI has no 16-bit float types: float16 and bfloat16 buffers travel as float32 (exact
-/// both ways), are reduced there, and `recv` is rounded back once.
+/// MPI has no 16-bit float types: float16 and bfloat16 buffers are moved as float32
+/// (exact both ways) and `recv` is rounded back. (Reductions get float32 buffers
+/// already: `collective::reduced` widens, reduces and divides before rounding once.)
 fn half_through_f32(
     send: &Buffer,
     recv: &mut Buffer,
@@ -166,9 +168,6 @@ impl Backend for Mpi {
         recv: &mut Buffer,
         op: ReduceOp,
     ) -> Result<(), String> {
-        if send.dtype().is_half() {
-            return half_through_f32(send, recv, |s, r| self.all_reduce(comm, s, r, op));
-        }
         let c = self.comm(comm)?;
         with_pair!(send, recv, |s, r| c.all_reduce_into(
             &s[..],
@@ -199,9 +198,6 @@ impl Backend for Mpi {
         recv: &mut Buffer,
         op: ReduceOp,
     ) -> Result<(), String> {
-        if send.dtype().is_half() {
-            return half_through_f32(send, recv, |s, r| self.reduce_scatter(comm, s, r, op));
-        }
         let c = self.comm(comm)?;
         with_pair!(send, recv, |s, r| c.reduce_scatter_block_into(
             &s[..],
