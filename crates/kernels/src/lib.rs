@@ -14,6 +14,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod arena;
+pub mod bf16_gemm;
 pub mod buffer;
 pub mod conv;
 pub mod dtype;

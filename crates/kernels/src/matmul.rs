@@ -23,7 +23,7 @@ pub(crate) use crate::operand::{as_f32, as_f32_mut};
 use crate::sgemm;
 
 /// Work (m*n*k) above which one product is split across threads.
-const GEMM_PARALLEL_WORK: usize = 1 << 18;
+pub(crate) const GEMM_PARALLEL_WORK: usize = 1 << 18;
 
 /// Parallelism for one product of `m*n*k` multiply-adds.
 /// Whether f32 products run on Spore's own GEMM (x86-64 with AVX2 and FMA, unless
@@ -212,8 +212,28 @@ pub(crate) fn threads_of(par: Parallelism) -> usize {
     }
 }
 
+/// Where each batch item of `[..., m, k] x [..., k, n]` starts in a and in b, as (a, b)
+/// pairs, in a pooled vector (a compiled step allocates nothing here, whatever the batch;
+/// the caller recycles it).
+pub(crate) fn batch_offsets(la: &Layout, lb: &Layout, batch: &[usize]) -> Vec<i64> {
+    let r = la.rank();
+    let nb: usize = batch.iter().product();
+    let mut offsets = crate::arena::for_overwrite::<i64>(2 * nb);
+    let bshape: Dims = batch.iter().copied().chain([1]).collect();
+    let sa: Strides = la.strides[..r - 2].iter().copied().chain([0]).collect();
+    let sb: Strides = lb.strides[..r - 2].iter().copied().chain([0]).collect();
+    let mut next = 0;
+    walk_rows(&bshape, [&sa, &sb], [la.offset, lb.offset], 0..nb, |row| {
+        offsets[next] = row.starts[0] as i64;
+        offsets[next + 1] = row.starts[1] as i64;
+        next += 2;
+    });
+    offsets
+}
+
 /// `[..., m, k] x [..., k, n] -> [..., m, n]`; `la` and `lb` are already broadcast to the
-/// output's batch shape `out_batch`.
+/// output's batch shape `out_batch`. bfloat16 products accumulate in float32 and round
+/// once (see [`crate::bf16_gemm`]).
 pub fn matmul(
     a: &Buffer,
     la: &Layout,
@@ -231,18 +251,7 @@ pub fn matmul(
         } else {
             crate::arena::zeroed::<T>(nb * m * n)
         };
-        // Offsets of each batch item in a and b, as (a, b) pairs in a pooled vector (a
-        // compiled step allocates nothing here, whatever the batch).
-        let mut offsets = crate::arena::for_overwrite::<i64>(2 * nb);
-        let bshape: Dims = batch.iter().copied().chain([1]).collect();
-        let sa: Strides = la.strides[..r - 2].iter().copied().chain([0]).collect();
-        let sb: Strides = lb.strides[..r - 2].iter().copied().chain([0]).collect();
-        let mut next = 0;
-        walk_rows(&bshape, [&sa, &sb], [la.offset, lb.offset], 0..nb, |row| {
-            offsets[next] = row.starts[0] as i64;
-            offsets[next + 1] = row.starts[1] as i64;
-            next += 2;
-        });
+        let offsets = batch_offsets(la, lb, batch);
         let mat = |off: usize, l: &Layout| MatRef::of_last_two(l, off);
         let work = m * n * k;
         if nb > 1 && work < GEMM_PARALLEL_WORK && m * n > 0 {
@@ -285,6 +294,9 @@ pub fn matmul(
     }
     Ok(match (a, b) {
         (Buffer::F32(a), Buffer::F32(b)) => Buffer::F32(go(a, la, b, lb, out_batch)),
+        (Buffer::BF16(a), Buffer::BF16(b)) => {
+            Buffer::BF16(crate::bf16_gemm::batched(a, la, b, lb, out_batch))
+        }
         (Buffer::F64(a), Buffer::F64(b)) => Buffer::F64(go(a, la, b, lb, out_batch)),
         (Buffer::I32(a), Buffer::I32(b)) => Buffer::I32(go(a, la, b, lb, out_batch)),
         (Buffer::I64(a), Buffer::I64(b)) => Buffer::I64(go(a, la, b, lb, out_batch)),

@@ -15,8 +15,8 @@
 //!
 //! Why here and not in each kernel: one place gives every op the same rule (accumulate
 //! in float32, round once), which is what PyTorch and MindSpore do on CPUs without 16-bit
-//! arithmetic; kernels that read 16-bit values while packing (issue #39's bf16 GEMM)
-//! take over op by op.
+//! arithmetic. Kernels that read 16-bit values themselves take over op by op: bfloat16
+//! matrix products so far (`spore_kernels::bf16_gemm`).
 
 use spore_kernels::half_float::widen;
 
@@ -34,7 +34,13 @@ pub(crate) fn goes_through_f32(op: &Op, inputs: &[&Tensor], out: &TensorType) ->
     half && !matches!(
         op.row().family,
         Family::Elementwise | Family::Movement | Family::Print | Family::Custom
-    )
+    ) && !bf16_product(op, inputs)
+}
+
+/// A bfloat16 matrix product: the kernels multiply bfloat16 operands themselves (with
+/// AVX512_BF16 dot products where the CPU has them), accumulating in float32 as here.
+fn bf16_product(op: &Op, inputs: &[&Tensor]) -> bool {
+    matches!(op, Op::MatMul) && inputs.iter().all(|t| t.dtype() == DType::BF16)
 }
 
 /// Runs `op` on the float32 values of its 16-bit inputs and rounds its 16-bit output.
