@@ -627,6 +627,9 @@ pub fn select(
 /// bfloat16 rounded once to nearest, ties to even, from the value as float64, which is
 /// exact for every float and for integers up to 2^53: see [`Element::from_f64`]).
 pub fn cast(src: &Buffer, layout: &Layout, dtype: DType) -> Buffer {
+    if let Some(fast) = crate::half_float::fast_cast(src, layout, dtype) {
+        return fast;
+    }
     fn to<T: Element, U: Element>(s: &[T], l: &Layout) -> Vec<U> {
         map_unary(s, l, |x| U::from_f64(x.to_f64()))
     }

@@ -12,6 +12,8 @@
 //! assert_eq!(y, Buffer::F16(vec![half::f16::from_f32(2.0)]));
 //! ```
 
+use half::{bf16, f16};
+
 use crate::buffer::Buffer;
 use crate::dtype::DType;
 use crate::elementwise::cast;
@@ -37,4 +39,81 @@ pub fn through_f32(
     let wide = widen(src, layout);
     let out = f(&wide, &Layout::contiguous(&layout.shape))?;
     Ok(narrow(&out, src.dtype()))
+}
+
+/// [`crate::elementwise::cast`] between float32 and a 16-bit type over a contiguous view:
+/// the same values, from conversion loops the compiler vectorizes (float16 through F16C
+/// where the CPU has it, via the `half` crate's slice conversions), threaded over large
+/// buffers. `None` for any other pair of types or a strided view.
+///
+/// Why: a per-value conversion through float64 made the casts around every 16-bit op of
+/// a mixed-precision step cost more than the ops themselves.
+pub(crate) fn fast_cast(src: &Buffer, layout: &Layout, dtype: DType) -> Option<Buffer> {
+    use half::slice::HalfFloatSliceExt;
+    if !layout.is_contiguous() {
+        return None;
+    }
+    let range = layout.offset..layout.offset + layout.numel();
+    Some(match (src, dtype) {
+        (Buffer::BF16(s), DType::F32) => {
+            let mut out = crate::arena::for_overwrite::<f32>(range.len());
+            chunked(&s[range], &mut out, |s, o| {
+                // The bits shifted up: exact for every value, NaN payloads included.
+                o.iter_mut()
+                    .zip(s)
+                    .for_each(|(o, v)| *o = f32::from_bits(u32::from(v.to_bits()) << 16));
+            });
+            Buffer::F32(out)
+        }
+        (Buffer::F32(s), DType::BF16) => {
+            let mut out = crate::arena::for_overwrite::<bf16>(range.len());
+            chunked(&s[range], &mut out, |s, o| {
+                o.iter_mut()
+                    .zip(s)
+                    .for_each(|(o, &v)| *o = bf16::from_bits(f32_to_bf16_bits(v)));
+            });
+            Buffer::BF16(out)
+        }
+        (Buffer::F16(s), DType::F32) => {
+            let mut out = crate::arena::for_overwrite::<f32>(range.len());
+            chunked(&s[range], &mut out, |s, o| s.convert_to_f32_slice(o));
+            Buffer::F32(out)
+        }
+        (Buffer::F32(s), DType::F16) => {
+            let mut out = crate::arena::for_overwrite::<f16>(range.len());
+            chunked(&s[range], &mut out, |s, o| o.convert_from_f32_slice(s));
+            Buffer::F16(out)
+        }
+        _ => return None,
+    })
+}
+
+/// Values from which a conversion is split among the threads.
+const PARALLEL_CONVERT_MIN: usize = 1 << 16;
+
+/// `f` over matching chunks of `src` and `dst` (equal lengths), on several threads when
+/// the buffers are large.
+fn chunked<S: Sync, D: Send>(src: &[S], dst: &mut [D], f: impl Fn(&[S], &mut [D]) + Sync) {
+    use rayon::prelude::*;
+    let threads = rayon::current_num_threads();
+    if src.len() < PARALLEL_CONVERT_MIN || threads < 2 {
+        f(src, dst);
+        return;
+    }
+    let chunk = src.len().div_ceil(threads);
+    dst.par_chunks_mut(chunk)
+        .zip(src.par_chunks(chunk))
+        .for_each(|(d, s)| f(s, d));
+}
+
+/// `bf16::from_f32(v).to_bits()` without branches on the value (so that loops over it
+/// vectorize): rounded to nearest, ties to even; a NaN keeps its sign and upper payload
+/// and is made quiet.
+#[inline(always)]
+pub fn f32_to_bf16_bits(v: f32) -> u16 {
+    let x = v.to_bits();
+    let rounded = x.wrapping_add(0x7fff + ((x >> 16) & 1)) >> 16;
+    let quiet_nan = (x >> 16) | 0x0040;
+    let is_nan = x & 0x7fff_ffff > 0x7f80_0000;
+    (if is_nan { quiet_nan } else { rounded }) as u16
 }

@@ -2,9 +2,10 @@
 //! profiler), in PyNative mode, or in Graph mode with `--graph`; `--mlp` profiles the
 //! seed 004 MLP (batch 64) instead, `--resnet` ResNet-18 (batch 32, 3 steps); `--infer`
 //! profiles the network's inference (forward, no gradients) instead of a training step;
-//! `--save-graphs` (with `--graph`) also writes the step's IR after every pass.
+//! `--save-graphs` (with `--graph`) also writes the step's IR after every pass; `--o2` or
+//! `--o3` trains at that mixed-precision level (bfloat16 with `--bf16`, else float16).
 //! Run: `cargo run --release --example profile_lenet [-- --graph [--save-graphs]] [--mlp |
-//! --resnet] [--infer]`
+//! --resnet] [--infer] [--o2 | --o3 [--bf16]]`
 
 use spore::prelude::*;
 use spore_core::debug::profiler::Profiler;
@@ -38,13 +39,24 @@ fn main() -> Result<()> {
     }
     let loss = SoftmaxCrossEntropyWithLogits::new(true, Reduction::Mean);
     let opt = Momentum::new(net.trainable_params(), 0.01, 0.9)?;
-    let step = TrainOneStepCell::new_dyn(WithLossCell::new_dyn(net.clone(), loss), opt);
+    let level = if flag("--o2") {
+        spore::nn::amp::AmpLevel::O2
+    } else if flag("--o3") {
+        spore::nn::amp::AmpLevel::O3
+    } else {
+        spore::nn::amp::AmpLevel::O0
+    };
+    let options = spore::nn::amp::AmpOptions {
+        dtype: Some(if flag("--bf16") { DType::BF16 } else { DType::F16 }),
+        ..Default::default()
+    };
+    let step = spore::nn::amp::build_train_network(net.clone(), opt, Some(loss), level, options)?;
     let batch = x_shape[0] as i32;
     let y = Tensor::from_vec((0..batch).map(|i| i % 10).collect(), &[x_shape[0]])?;
     let run = || -> Result<()> {
         match infer {
             true => no_grad(|| net.call1(&x)).map(drop),
-            false => step.step(&x, &y).map(drop),
+            false => step.call(&[x.clone(), y.clone()]).map(drop),
         }
     };
     for _ in 0..steps {

@@ -134,3 +134,33 @@ fn float64_rounds_to_16_bits_once() {
         "f16 rounds up past the tie"
     );
 }
+
+#[test]
+fn branch_free_bf16_rounding_equals_the_half_crate_on_every_class_of_f32() {
+    use spore_kernels::half_float::f32_to_bf16_bits;
+    // Every exponent with mantissas at and around each rounding boundary, both signs,
+    // plus pseudo-random patterns (NaNs with payloads, subnormals, infinities included).
+    let mut patterns = vec![];
+    for sign in [0u32, 1 << 31] {
+        for exp in 0..=255u32 {
+            for low in [0u32, 1, 0x7fff, 0x8000, 0x8001, 0xffff, 0x1_7fff, 0x1_8000, 0x7f_ffff] {
+                patterns.push(sign | exp << 23 | low);
+            }
+        }
+    }
+    let mut s = 0x2545_f491_4f6c_dd1du64;
+    for _ in 0..200_000 {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        patterns.push(s as u32);
+    }
+    for bits in patterns {
+        let v = f32::from_bits(bits);
+        assert_eq!(
+            f32_to_bf16_bits(v),
+            spore_kernels::bf16::from_f32(v).to_bits(),
+            "f32 bits {bits:#010x}"
+        );
+    }
+}
