@@ -117,3 +117,34 @@ pub fn f32_to_bf16_bits(v: f32) -> u16 {
     let is_nan = x & 0x7fff_ffff > 0x7f80_0000;
     (if is_nan { quiet_nan } else { rounded }) as u16
 }
+
+/// Rounds values to the nearest `dtype` value (ties to even) in place, keeping their
+/// type: what storing them in a `dtype` tensor and reading them back gives. Float32
+/// values take the vectorized conversions; a `dtype` that is not 16-bit changes nothing.
+pub fn round_in_place<T: crate::Num>(dtype: DType, values: &mut [T]) {
+    use half::slice::HalfFloatSliceExt;
+    let Some(values) = crate::operand::as_f32_mut(values) else {
+        for v in values.iter_mut() {
+            *v = match dtype {
+                DType::BF16 => T::from_f64(f64::from(bf16::from_f64(v.to_f64()))),
+                DType::F16 => T::from_f64(f64::from(f16::from_f64(v.to_f64()))),
+                _ => *v,
+            };
+        }
+        return;
+    };
+    match dtype {
+        DType::BF16 => values
+            .iter_mut()
+            .for_each(|v| *v = f32::from_bits(u32::from(f32_to_bf16_bits(*v)) << 16)),
+        DType::F16 => {
+            let mut narrow = [f16::ZERO; 256];
+            for chunk in values.chunks_mut(narrow.len()) {
+                let n = &mut narrow[..chunk.len()];
+                n.convert_from_f32_slice(chunk);
+                n.convert_to_f32_slice(chunk);
+            }
+        }
+        _ => {}
+    }
+}

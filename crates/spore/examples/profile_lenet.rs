@@ -47,7 +47,11 @@ fn main() -> Result<()> {
         spore::nn::amp::AmpLevel::O0
     };
     let options = spore::nn::amp::AmpOptions {
-        dtype: Some(if flag("--bf16") { DType::BF16 } else { DType::F16 }),
+        dtype: Some(if flag("--bf16") {
+            DType::BF16
+        } else {
+            DType::F16
+        }),
         ..Default::default()
     };
     let step = spore::nn::amp::build_train_network(net.clone(), opt, Some(loss), level, options)?;

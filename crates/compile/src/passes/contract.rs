@@ -61,6 +61,10 @@ impl Pass for Contract {
 /// rounded before the sum, as the two instructions did).
 pub fn contracted(program: &FusedProgram) -> FusedProgram {
     let this = program;
+    // A 16-bit program rounds each step's result itself; it gains nothing from merging.
+    if this.compute.is_half() {
+        return this.clone();
+    }
     let n = this.num_inputs;
     let mut readers = vec![0usize; n + this.instrs.len()];
     for ins in &this.instrs {

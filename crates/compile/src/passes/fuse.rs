@@ -39,9 +39,9 @@ pub(super) fn compute_dtype(g: &Graph, i: usize) -> Option<DType> {
         Op::Select => g.nodes[i].ty().dtype,
         _ => return None,
     };
-    // 16-bit ops stay unfused: each rounds its result to 16 bits, as in PyNative mode
-    // (a fused loop computes in its one dtype).
-    (d.is_float() && !d.is_half()).then_some(d)
+    // A loop over 16-bit values rounds each step's result to 16 bits, as the ops do
+    // one by one in PyNative mode (see `spore_core::prims::fused`).
+    d.is_float().then_some(d)
 }
 
 /// Members of one loop (node indices; the root last once sorted) and its float dtype.

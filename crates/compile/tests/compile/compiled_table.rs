@@ -24,8 +24,8 @@ fn every_row_compiled_equals_eager() {
     }
 }
 
-/// float16 and bfloat16 rows compiled round every op as eager mode does (the compiler
-/// fuses no 16-bit ops), so the results are equal bit for bit.
+/// float16 and bfloat16 rows compiled round every op as eager mode does (a fused 16-bit
+/// loop rounds each step), so the results are equal bit for bit.
 #[test]
 fn every_row_in_f16_and_bf16_compiled_equals_eager_exactly() {
     for (k, row) in rows().into_iter().enumerate() {
@@ -81,5 +81,43 @@ fn compiled_gradients_equal_eager_gradients() {
                 assert_close(c, e, 1e-9, row.name);
             }
         }
+    }
+}
+
+/// A chain of 16-bit elementwise ops (broadcasting, a product read by a sum, a comparison
+/// and a selection, an exponential) compiles into fused loops, which round each step
+/// to 16 bits and so equals eager mode bit for bit.
+#[test]
+fn a_16_bit_elementwise_chain_fuses_and_equals_eager_exactly() {
+    let chain = |x: &[Tensor]| -> spore_core::Result<Tensor> {
+        let (a, b, c) = (&x[0], &x[1], &x[2]);
+        let s = a.mul(b)?.add(c)?; // b broadcast along the rows
+        let e = s.neg()?.exp()?.add(a)?;
+        let positive = s.greater(&Tensor::zeros(&[], s.dtype())?)?;
+        Tensor::select(&positive, &e, &s.mul(&s)?)?.sub(b)
+    };
+    for float in [DType::F16, DType::BF16] {
+        let ts: Vec<Tensor> = [(vec![64, 48], 1), (vec![48], 2), (vec![64, 48], 3)]
+            .iter()
+            .map(|(shape, seed)| Tensor::randn(shape, float, Some(*seed)).unwrap())
+            .collect();
+        let eager = chain(&ts).unwrap();
+        let f = jit("half_chain", move |x: &[Tensor]| Ok(vec![chain(x)?]));
+        let compiled = f.call(&ts).unwrap();
+        let bits = |t: &Tensor| {
+            let v = t.to_f64_vec().unwrap();
+            v.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        };
+        assert_eq!(compiled[0].dtype(), float);
+        assert_eq!(bits(&compiled[0]), bits(&eager), "{float}");
+        let types: Vec<_> = ts.iter().map(|t| t.tensor_type().clone()).collect();
+        let ir = f.graph_for(&types).unwrap().to_ir();
+        // Two loops: `s` is read by several ops, so it is computed once and stored.
+        assert_eq!(ir.matches("FusedElementwise").count(), 2, "{float}: {ir}");
+        assert_eq!(ir.matches(" ops").count(), 1, "{float}: {ir}");
+        assert!(
+            ir.contains("2 ops"),
+            "{float}: every elementwise op fused: {ir}"
+        );
     }
 }

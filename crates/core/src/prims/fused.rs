@@ -33,7 +33,7 @@ use spore_kernels::arena;
 use spore_kernels::elementwise::{
     binary_slice, binary_slice_over, mul_add_slice, mul_add_slice_over_addend, unary_slice,
 };
-use spore_kernels::{Buffer, CompareFn, DType, Dims, Layout, Num, Strides};
+use spore_kernels::{BinaryFn, Buffer, CompareFn, DType, Dims, Layout, Num, Strides};
 
 use super::broadcast_shapes;
 use super::in_place::EvalContext;
@@ -73,6 +73,9 @@ pub(crate) struct Operands<'a, T: Clone> {
     /// Set by the program when only its last instruction reads the lent input, which it
     /// then reads from the result's chunk itself (see [`FusedProgram::reads_lent_at_end`]).
     lent_read_at_end: Option<LastRead>,
+    /// The 16-bit type every instruction's result is rounded to, for a program over
+    /// float16 or bfloat16 values (see [`FusedProgram::eval`]).
+    pub(crate) round_to: Option<DType>,
 }
 
 /// How a program's last instruction reads the lent input, the only one to read it: the
@@ -96,6 +99,11 @@ impl<'a, T: Num> Operands<'a, T> {
                 let s = t.buf();
                 let values = match (T::slice_of(&s.buffer), &*s.buffer) {
                     (Some(v), _) => Cow::Borrowed(v),
+                    (None, half @ (Buffer::F16(_) | Buffer::BF16(_))) => {
+                        let all = Layout::contiguous(&[half.len()]);
+                        let wide = spore_kernels::half_float::widen(half, &all);
+                        Cow::Owned(T::vec_of(wide).unwrap_or_default())
+                    }
                     (None, Buffer::Bool(flags)) => Cow::Owned(arena::collect_exact(
                         flags.len(),
                         flags.iter().map(|&f| if f { T::one() } else { T::zero() }),
@@ -133,6 +141,7 @@ impl<'a, T: Num> Operands<'a, T> {
             repeated,
             lent_input,
             lent_read_at_end: None,
+            round_to: None,
         }
     }
 
@@ -198,6 +207,17 @@ impl FusedProgram {
         let buf = match self.compute {
             DType::F32 => self.run::<f32>(inputs, &out.shape, lent)?,
             DType::F64 => self.run::<f64>(inputs, &out.shape, lent)?,
+            // Registers in float32, each instruction's result rounded to 16 bits: the
+            // values the ops give run one by one (PyNative mode), in one loop.
+            half @ (DType::F16 | DType::BF16) => match self.run::<f32>(inputs, &out.shape, lent)? {
+                Buffer::F32(wide) => {
+                    let n = wide.len();
+                    let narrow = spore_kernels::half_float::narrow(&Buffer::F32(wide), half);
+                    debug_assert_eq!(narrow.len(), n);
+                    narrow
+                }
+                flags => flags,
+            },
             d => return Err(format!("compute dtype {d} is not a float")),
         };
         Ok(Storage::contiguous(buf, &out.shape))
@@ -222,6 +242,7 @@ impl FusedProgram {
         };
         let mut operands = Operands::<T>::load(inputs, shape, lent_input);
         operands.lent_read_at_end = lent_input.and_then(|r| self.reads_lent_at_end(r));
+        operands.round_to = self.compute.is_half().then_some(self.compute);
         let mut out = lent_out.unwrap_or_else(|| arena::for_overwrite::<T>(n));
         let n_regs = self.registers();
         // Registers: one set per block of chunks, taken on this thread before forking so a
@@ -328,6 +349,10 @@ impl FusedProgram {
                 }
                 _ => {}
             }
+            if let Some(half) = operands.round_to {
+                eval_rounded(ins, half, &src, d);
+                continue;
+            }
             match *ins {
                 FusedInstr::Unary(f, a) => unary_slice(f, src(a), d),
                 FusedInstr::Binary(f, a, b) => binary_slice(f, src(a), src(b), d),
@@ -337,6 +362,42 @@ impl FusedProgram {
                     mul_add_slice(src(a), src(b), src(c), subtract, d)
                 }
             }
+        }
+    }
+}
+
+/// One instruction of a program over 16-bit values, its registers holding float32 copies
+/// of 16-bit values: computed in float32 (as a 16-bit op computes each element), then
+/// rounded to `half`. Comparisons (0 or 1) and selections (one of two 16-bit values) need
+/// no rounding; a multiply-add rounds its product first, as a `Mul` then an `Add` do.
+fn eval_rounded<'s, T: Num + 's>(
+    ins: &FusedInstr,
+    half: DType,
+    src: &impl Fn(usize) -> &'s [T],
+    d: &mut [T],
+) {
+    let round = |d: &mut [T]| spore_kernels::half_float::round_in_place(half, d);
+    match *ins {
+        FusedInstr::Unary(f, a) => {
+            unary_slice(f, src(a), d);
+            round(d);
+        }
+        FusedInstr::Binary(f, a, b) => {
+            binary_slice(f, src(a), src(b), d);
+            round(d);
+        }
+        FusedInstr::Compare(f, a, b) => compare_slice(f, src(a), src(b), d),
+        FusedInstr::Select(cnd, a, b) => select_slice(src(cnd), src(a), src(b), d),
+        FusedInstr::MulAdd { a, b, c, subtract } => {
+            binary_slice(BinaryFn::Mul, src(a), src(b), d);
+            round(d);
+            for (d, &c) in d.iter_mut().zip(src(c)) {
+                *d = match subtract {
+                    true => c.binary(BinaryFn::Sub, *d),
+                    false => d.binary(BinaryFn::Add, c),
+                };
+            }
+            round(d);
         }
     }
 }

@@ -35,6 +35,13 @@ pub(crate) fn goes_through_f32(op: &Op, inputs: &[&Tensor], out: &TensorType) ->
         op.row().family,
         Family::Elementwise | Family::Movement | Family::Print | Family::Custom
     ) && !bf16_product(op, inputs)
+        && !rounds_each_step(op)
+}
+
+/// A fused program whose compute type is 16-bit rounds each instruction's result itself
+/// (`prims::fused`), giving the values of its ops run one by one.
+fn rounds_each_step(op: &Op) -> bool {
+    matches!(op, Op::Fused(p) if p.compute.is_half())
 }
 
 /// A bfloat16 matrix product: the kernels multiply bfloat16 operands themselves (with
@@ -74,9 +81,9 @@ pub(crate) fn eval_through_f32(
     Ok(Storage::contiguous(narrow, &out.shape))
 }
 
-/// A fused program over 16-bit values computes in float32 here: its registers, and its
-/// result until the one rounding at the end. (The compiler fuses no 16-bit ops, so that
-/// Graph mode rounds each op as PyNative mode does; a program built by hand gets this.)
+/// A `FusedReduceSum` over 16-bit values computes in float32 here: its registers and its
+/// sum, rounded once at the end. (The compiler makes none over 16-bit values; one built
+/// by hand gets this. `FusedElementwise` over 16-bit values rounds each step itself.)
 fn widened_program(op: &Op) -> std::borrow::Cow<'_, Op> {
     let widen = |p: &FusedProgram| {
         let wide = |d: DType| if d.is_half() { DType::F32 } else { d };
@@ -87,7 +94,6 @@ fn widened_program(op: &Op) -> std::borrow::Cow<'_, Op> {
         }
     };
     match op {
-        Op::Fused(p) => std::borrow::Cow::Owned(Op::Fused(widen(p))),
         Op::FusedReduceSum {
             program,
             axes,

@@ -143,7 +143,9 @@ fn branch_free_bf16_rounding_equals_the_half_crate_on_every_class_of_f32() {
     let mut patterns = vec![];
     for sign in [0u32, 1 << 31] {
         for exp in 0..=255u32 {
-            for low in [0u32, 1, 0x7fff, 0x8000, 0x8001, 0xffff, 0x1_7fff, 0x1_8000, 0x7f_ffff] {
+            for low in [
+                0u32, 1, 0x7fff, 0x8000, 0x8001, 0xffff, 0x1_7fff, 0x1_8000, 0x7f_ffff,
+            ] {
                 patterns.push(sign | exp << 23 | low);
             }
         }
