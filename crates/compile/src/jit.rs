@@ -244,6 +244,7 @@ impl Jit {
                     f: self.f.clone(),
                     index,
                     num_inputs: inputs.len(),
+                    compute_dtype: spore_core::autocast::compute_dtype(),
                 };
                 out.with_grad_fn(Op::Custom(CustomOp::new(Arc::new(rule))), all.clone())
             })
@@ -257,6 +258,9 @@ struct Recompute {
     f: Arc<TensorFn>,
     index: usize,
     num_inputs: usize,
+    /// The mixed-precision compute dtype in force at the call: the backward pass runs
+    /// later, outside the caller's `with_compute_dtype`, and must recompute the same ops.
+    compute_dtype: Option<spore_core::DType>,
 }
 
 impl std::fmt::Debug for Recompute {
@@ -279,7 +283,10 @@ impl CustomPrimitive for Recompute {
         Err("JitCall is only a gradient rule".into())
     }
     fn vjp(&self, inputs: &[Tensor], _out: &Tensor, grad: &Tensor) -> Result<Vec<Option<Tensor>>> {
-        let outs = with_grad_enabled(true, || (self.f)(&inputs[..self.num_inputs]))?;
+        let recompute = || (self.f)(&inputs[..self.num_inputs]);
+        let outs = with_grad_enabled(true, || {
+            spore_core::autocast::with_compute_dtype(self.compute_dtype, recompute)
+        })?;
         let Some(out) = outs.get(self.index) else {
             return Err(Error::invalid(format!(
                 "jit {}: recomputation returned fewer outputs",

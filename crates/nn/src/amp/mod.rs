@@ -33,6 +33,7 @@
 //! MindSpore picks O2 for GPUs and O3 for Ascend, and names no CPU level.
 
 pub mod loss_scale;
+mod scaled_grads;
 mod train_step;
 
 use std::sync::Arc;

@@ -19,16 +19,18 @@
 //! assert_eq!(out[2].item().unwrap(), 128.0);
 //! ```
 //!
-//! Where it differs from MindSpore: the step runs eagerly in both modes (the overflow
-//! check and the conditional update read values on the host); MindSpore compiles all of
-//! it into one graph with control flow. MindSpore also refuses dynamic loss scaling on CPUs;
-//! Spore allows it (its CPU kernels report overflow like any other).
+//! Where it differs from MindSpore: in Graph mode the step is two compiled graphs, one for
+//! the loss, gradients and overflow check and one for the update, with the manager's
+//! decision taken on the host between them (see [`super::scaled_grads`]); MindSpore
+//! compiles all of it into one graph with control flow. MindSpore also refuses dynamic
+//! loss scaling on CPUs; Spore allows it (its CPU kernels report overflow like any other).
 
 use std::sync::Arc;
 
-use spore_core::{DType, Error, Result, Tensor, no_grad, value_and_grad};
+use spore_core::{Error, Result, Tensor, no_grad};
 
-use super::loss_scale::{LossScaleManager, all_finite};
+use super::loss_scale::LossScaleManager;
+use super::scaled_grads::{ApplyGradients, ScaledGradients};
 use crate::cell::{Cell, CellBase, CellCall, CellExt};
 use crate::optim::Optimizer;
 use crate::wrap::OptimizerState;
@@ -37,9 +39,10 @@ use crate::wrap::OptimizerState;
 pub struct TrainOneStepWithLossScaleCell {
     base: CellBase,
     network: Arc<dyn Cell>,
-    optimizer: Arc<dyn Optimizer>,
     state: Arc<OptimizerState>,
     manager: Arc<dyn LossScaleManager>,
+    gradients: Arc<ScaledGradients>,
+    update: Arc<ApplyGradients>,
 }
 
 impl TrainOneStepWithLossScaleCell {
@@ -57,11 +60,13 @@ impl TrainOneStepWithLossScaleCell {
         optimizer: Arc<dyn Optimizer>,
         manager: Arc<dyn LossScaleManager>,
     ) -> Arc<TrainOneStepWithLossScaleCell> {
+        let state = OptimizerState::new(optimizer.clone());
         let cell = Arc::new(TrainOneStepWithLossScaleCell {
             base: CellBase::new(),
+            gradients: ScaledGradients::new(network.clone(), optimizer.clone()),
+            update: ApplyGradients::new(optimizer.clone(), state.clone()),
             network,
-            state: OptimizerState::new(optimizer.clone()),
-            optimizer,
+            state,
             manager,
         });
         cell.set_train(true);
@@ -87,32 +92,21 @@ impl Cell for TrainOneStepWithLossScaleCell {
                 "TrainOneStepWithLossScaleCell: data-parallel training with loss scaling is not supported yet; use TrainOneStepCell (amp O3 or O1, or no loss_scale_manager)",
             ));
         }
-        let weights: Vec<Tensor> = self.optimizer.params().iter().map(|p| p.value()).collect();
         let scale = self.manager.loss_scale();
-        let network = self.network.clone();
-        let scaled_loss = move |x: &[Tensor]| -> Result<(Tensor, Tensor)> {
-            let loss = network.call_first(x)?;
-            // The loss in float32, whatever the network computed in.
-            let loss = loss.cast(DType::F32)?;
-            Ok((loss.mul_scalar(scale)?, loss))
+        let mut args = inputs.to_vec();
+        args.push(Tensor::scalar(scale as f32));
+        // Under no_grad: nothing differentiates the step itself, and a compiled call that
+        // updates state (BatchNorm's statistics) runs eagerly where gradients may flow.
+        let mut out = no_grad(|| self.gradients.call(&args))?.into_iter();
+        let (Some(loss), Some(overflow_sum)) = (out.next(), out.next()) else {
+            return Err(Error::invalid(
+                "TrainOneStepWithLossScaleCell: the gradient graph returned too few outputs",
+            ));
         };
-        // Eagerly, network included: differentiating the network's compiled call from this
-        // host-side step (which rematerialises it) took 670 ms per LeNet step in a release
-        // build, against 8 ms eagerly (measured once, this issue's session).
-        let out =
-            crate::call::run_eagerly(|| value_and_grad(scaled_loss, None, &weights, true)(inputs))?;
-        let loss = out.aux.into_iter().next().ok_or_else(|| {
-            Error::invalid("TrainOneStepWithLossScaleCell: the loss went missing")
-        })?;
-        let grads = no_grad(|| {
-            out.weight_grads
-                .iter()
-                .map(|g| g.div_scalar(scale))
-                .collect::<Result<Vec<_>>>()
-        })?;
-        let overflow = !all_finite(&grads)?;
+        let grads: Vec<Tensor> = out.collect();
+        let overflow = no_grad(|| overflow_sum.item())?.is_nan();
         if self.manager.update(overflow) {
-            no_grad(|| self.optimizer.apply(&grads))?;
+            no_grad(|| self.update.call(&grads))?;
         }
         Ok(vec![
             loss,
@@ -135,7 +129,7 @@ impl Cell for TrainOneStepWithLossScaleCell {
     fn auto_prefix(&self) -> bool {
         false
     }
-    /// The overflow check reads the gradients' values on the host: the step runs eagerly.
+    /// The step itself runs on the host: its two halves compile (see the module docs).
     fn compiles(&self) -> bool {
         false
     }

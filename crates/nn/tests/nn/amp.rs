@@ -210,3 +210,98 @@ fn loss_scaled_steps_skip_overflow_and_follow_mindspores_rule() {
         "a clean step updates"
     );
 }
+
+/// O2's loss-scaled step in Graph mode (two compiled graphs and the manager's decision on
+/// the host between them) follows PyNative mode step by step: the same overflows, the
+/// same loss scales, and losses equal up to float32 rounding. The default dynamic scale
+/// starts at 2^24, so the float16 gradients overflow on the first steps.
+#[test]
+fn loss_scaled_steps_in_graph_mode_follow_pynative_mode() {
+    let _s = serial();
+    let run = |mode: Mode| {
+        spore_core::context::set_context(
+            spore_core::context::ContextUpdate::new().mode(mode).seed(5),
+        )
+        .unwrap();
+        let net = small_net();
+        let loss = SoftmaxCrossEntropyWithLogits::new(true, Reduction::Mean);
+        let opt = Momentum::new(net.trainable_params(), 0.01, 0.9).unwrap();
+        let step = spore_nn::amp::build_train_network(
+            net.clone(),
+            opt,
+            Some(loss),
+            AmpLevel::O2,
+            Default::default(),
+        )
+        .unwrap();
+        let x = Tensor::randn(&[4, 1, 8, 8], DType::F32, Some(7)).unwrap();
+        let y = Tensor::from_vec(vec![0i32, 1, 2, 1], &[4]).unwrap();
+        (0..12)
+            .map(|_| {
+                let out = step.call(&[x.clone(), y.clone()]).unwrap();
+                let v: Vec<f64> = out.iter().map(|t| t.item().unwrap()).collect();
+                (v[0], v[1] == 1.0, v[2])
+            })
+            .collect::<Vec<_>>()
+    };
+    let eager = run(Mode::PyNative);
+    let graph = run(Mode::Graph);
+    assert!(eager.iter().any(|s| s.1), "some step overflows: {eager:?}");
+    assert!(eager.iter().any(|s| !s.1), "some step applies: {eager:?}");
+    for (k, (e, g)) in eager.iter().zip(&graph).enumerate() {
+        assert_eq!((e.1, e.2), (g.1, g.2), "step {k}: overflow and scale");
+        assert!(
+            (e.0 - g.0).abs() <= 1e-4 * e.0.abs(),
+            "step {k}: loss {} vs {}",
+            e.0,
+            g.0
+        );
+    }
+    set_mode(Mode::PyNative);
+}
+
+/// A compiled child (Dense) of a cell that runs eagerly (BatchNorm updates state), under a
+/// 16-bit compute dtype and differentiated from outside: its backward pass recomputes it
+/// later, outside the caller's compute dtype, and must still cast as the forward did.
+/// Gradients equal PyNative mode's.
+#[test]
+fn a_compiled_child_under_to_float_is_differentiable_from_outside() {
+    let _s = serial();
+    let grads = |mode: Mode| {
+        spore_core::context::set_context(
+            spore_core::context::ContextUpdate::new().mode(mode).seed(3),
+        )
+        .unwrap();
+        let net: Arc<dyn Cell> = SequentialCell::new(vec![
+            BatchNorm1d::new(4).unwrap(),
+            Dense::new(4, 3).unwrap(),
+        ]);
+        net.base().to_float(DType::F16).unwrap();
+        net.set_train(true);
+        let x = Tensor::randn(&[8, 4], DType::F32, Some(1)).unwrap();
+        let w: Vec<Tensor> = net.trainable_params().iter().map(|p| p.value()).collect();
+        let loss = move |x: &[Tensor]| {
+            net.call_first(x)?
+                .cast(DType::F32)?
+                .square()?
+                .sum(&[], false)
+        };
+        let out = spore_core::value_and_grad(loss, None, &w, false)(&[x]).unwrap();
+        let flat: Vec<Vec<f32>> = out
+            .weight_grads
+            .iter()
+            .map(|g| g.cast(DType::F32).unwrap().to_vec().unwrap())
+            .collect();
+        flat
+    };
+    let eager = grads(Mode::PyNative);
+    let graph = grads(Mode::Graph);
+    set_mode(Mode::PyNative);
+    assert_eq!(eager.len(), graph.len());
+    for (e, g) in eager.iter().zip(&graph) {
+        assert_eq!(e.len(), g.len());
+        for (a, b) in e.iter().zip(g) {
+            assert!((a - b).abs() <= 1e-3 * a.abs().max(1.0), "{e:?} vs {g:?}");
+        }
+    }
+}

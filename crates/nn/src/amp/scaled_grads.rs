@@ -1,0 +1,124 @@
+//! The two compiled halves of a loss-scaled training step ([`super::TrainOneStepWithLossScaleCell`]):
+//! [`ScaledGradients`] runs the network, differentiates the scaled loss, unscales the
+//! gradients and sums `g * 0` over all of them (NaN exactly when some gradient holds an
+//! infinity or a NaN); [`ApplyGradients`] runs the optimizer's update. Between them the
+//! step reads that one number on the host and asks the loss-scale manager whether to
+//! apply the update: the only value that leaves the graphs.
+//!
+//! Why two graphs and not one: the update is conditional on a value computed in the
+//! step, and Spore's graphs have no control flow yet. Each half compiles in Graph mode
+//! (and runs op by op in PyNative mode), with the loss scale as an input, so a new scale
+//! does not recompile.
+
+use std::sync::Arc;
+
+use spore_core::{DType, Error, Result, Tensor, no_grad, value_and_grad};
+
+use crate::cell::{Cell, CellBase, CellCall, CellExt};
+use crate::optim::Optimizer;
+
+/// `call(&[data.., scale])` → `[loss, overflow_sum, unscaled gradients..]`, the loss in
+/// float32 and the gradients in the order of the optimizer's parameters.
+pub(super) struct ScaledGradients {
+    base: CellBase,
+    network: Arc<dyn Cell>,
+    optimizer: Arc<dyn Optimizer>,
+}
+
+impl ScaledGradients {
+    pub(super) fn new(network: Arc<dyn Cell>, optimizer: Arc<dyn Optimizer>) -> Arc<Self> {
+        let cell = Arc::new(ScaledGradients {
+            base: CellBase::new(),
+            network,
+            optimizer,
+        });
+        cell.set_train(true);
+        cell
+    }
+}
+
+impl Cell for ScaledGradients {
+    fn construct(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let Some((scale, data)) = inputs.split_last() else {
+            return Err(Error::invalid(
+                "ScaledGradients: expected data and a loss scale",
+            ));
+        };
+        let weights: Vec<Tensor> = self.optimizer.params().iter().map(|p| p.value()).collect();
+        let network = self.network.clone();
+        let factor = scale.clone();
+        let scaled_loss = move |x: &[Tensor]| -> Result<(Tensor, Tensor)> {
+            // The loss in float32, whatever the network computed in.
+            let loss = network.call_first(x)?.cast(DType::F32)?;
+            Ok((loss.mul(&factor)?, loss))
+        };
+        let out = value_and_grad(scaled_loss, None, &weights, true)(data)?;
+        let loss = out
+            .aux
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::invalid("ScaledGradients: the loss went missing"))?;
+        no_grad(|| {
+            let mut grads = Vec::with_capacity(out.weight_grads.len());
+            let mut overflow = Tensor::zeros(&[], DType::F32)?;
+            for g in &out.weight_grads {
+                let g = g.div(&scale.cast(g.dtype())?)?;
+                // `g * 0` is 0 for every finite value and NaN for an infinity or a NaN.
+                let nan_if_not_finite = g.mul_scalar(0.0)?.sum(&[], false)?.cast(DType::F32)?;
+                overflow = overflow.add(&nan_if_not_finite)?;
+                grads.push(g);
+            }
+            Ok([vec![loss, overflow], grads].concat())
+        })
+    }
+    fn cells(&self) -> Vec<(String, Arc<dyn Cell>)> {
+        vec![("network".into(), self.network.clone())]
+    }
+    fn base(&self) -> &CellBase {
+        &self.base
+    }
+    fn class_name(&self) -> &'static str {
+        "ScaledGradients"
+    }
+    fn auto_prefix(&self) -> bool {
+        false
+    }
+}
+
+/// `call(&gradients)`: the optimizer's update with these gradients; returns nothing.
+pub(super) struct ApplyGradients {
+    base: CellBase,
+    optimizer: Arc<dyn Optimizer>,
+    state: Arc<dyn Cell>,
+}
+
+impl ApplyGradients {
+    pub(super) fn new(optimizer: Arc<dyn Optimizer>, state: Arc<dyn Cell>) -> Arc<Self> {
+        let cell = Arc::new(ApplyGradients {
+            base: CellBase::new(),
+            optimizer,
+            state,
+        });
+        cell.set_train(true);
+        cell
+    }
+}
+
+impl Cell for ApplyGradients {
+    fn construct(&self, grads: &[Tensor]) -> Result<Vec<Tensor>> {
+        no_grad(|| self.optimizer.apply(grads))?;
+        Ok(vec![])
+    }
+    fn cells(&self) -> Vec<(String, Arc<dyn Cell>)> {
+        vec![("optimizer".into(), self.state.clone())]
+    }
+    fn base(&self) -> &CellBase {
+        &self.base
+    }
+    fn class_name(&self) -> &'static str {
+        "ApplyGradients"
+    }
+    fn auto_prefix(&self) -> bool {
+        false
+    }
+}
