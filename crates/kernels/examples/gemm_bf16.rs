@@ -1,6 +1,7 @@
 //! Times the bfloat16 GEMM against the float32 one on the same products, in rounds that
 //! alternate them (so host drift lands on both), and checks that they agree.
-//! Run: `cargo run --release -p spore-kernels --example gemm_bf16 -- [--threads 2] [--rounds 7]`
+//! Run: `cargo run --release -p spore-kernels --example gemm_bf16 -- [NAME] [--threads 2] [--rounds 7]`
+//! (NAME: only the products whose name contains it).
 use std::time::Instant;
 
 use gemm::Parallelism;
@@ -50,13 +51,21 @@ fn main() {
         "{cpu}; AVX512_BF16 kernel: {}; {threads} threads",
         native_available()
     );
-    // name, m, n, k, B transposed
+    // name, m, n, k, A transposed, B transposed
     let cases = [
-        ("square 2048", 2048, 2048, 2048, false),
-        ("mlp x.Wt b64", 64, 512, 784, true),
-        ("resnet l4 fwd", 512, 1024, 4608, false),
+        ("square 2048", 2048, 2048, 2048, false, false),
+        ("resnet l4 fwd", 512, 1024, 4608, false, false),
+        ("mlp x.Wt", 64, 512, 784, false, true),
+        ("mlp dy.W", 64, 784, 512, false, false),
+        ("mlp dyT.x", 512, 784, 64, true, false),
+        ("mlp h.W2t", 64, 512, 512, false, true),
+        ("mlp dyT.h", 512, 512, 64, true, false),
     ];
-    for (name, m, n, k, tb) in cases {
+    let only = std::env::args()
+        .nth(1)
+        .filter(|a| !a.starts_with("--"))
+        .unwrap_or_default();
+    for (name, m, n, k, ta, tb) in cases.into_iter().filter(|c| c.0.contains(&only)) {
         let a16: Vec<bf16> = (0..m * k)
             .map(|i| bf16::from_f32((i % 13) as f32 * 0.1 - 0.6))
             .collect();

@@ -78,6 +78,14 @@ impl TrainOneStepWithLossScaleCell {
         &self.manager
     }
 
+    /// The two cells a step runs (see [`super::scaled_grads`]): the gradients (inputs: the
+    /// data, then the loss scale as a float32 scalar; outputs: the loss, the overflow sum,
+    /// the unscaled gradients) and the update (inputs: the gradients). In Graph mode each
+    /// compiles; their graphs show what a step computes and holds.
+    pub fn stages(&self) -> (Arc<dyn Cell>, Arc<dyn Cell>) {
+        (self.gradients.clone(), self.update.clone())
+    }
+
     /// One step on `(data, label)`; returns the loss.
     pub fn step(self: &Arc<Self>, data: &Tensor, label: &Tensor) -> Result<Tensor> {
         self.call_first(&[data.clone(), label.clone()])
@@ -128,6 +136,9 @@ impl Cell for TrainOneStepWithLossScaleCell {
     }
     fn auto_prefix(&self) -> bool {
         false
+    }
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
     /// The step itself runs on the host: its two halves compile (see the module docs).
     fn compiles(&self) -> bool {
