@@ -59,11 +59,11 @@ pub(crate) fn eval_through_f32(
     let wide: Vec<Tensor> = inputs
         .iter()
         .map(|t| {
-            if !t.dtype().is_half() {
-                return Ok((*t).clone());
+            if t.dtype().is_half() {
+                widened(t)
+            } else {
+                Ok((*t).clone())
             }
-            let s = t.buf();
-            Tensor::from_buffer(widen(&s.buffer, &s.layout), t.shape()).map_err(|e| e.to_string())
         })
         .collect::<Result<_, String>>()?;
     let refs: Vec<&Tensor> = wide.iter().collect();
@@ -79,6 +79,34 @@ pub(crate) fn eval_through_f32(
     }
     let narrow = spore_kernels::elementwise::cast(&result.buffer, &result.layout, out.dtype);
     Ok(Storage::contiguous(narrow, &out.shape))
+}
+
+/// The float32 values of a 16-bit tensor. A view over most of its buffer (a transposed
+/// weight, `Wᵀ`) is widened as the whole buffer, one vectorized run, and keeps its
+/// strides; the float32 kernels read views as they read any other.
+///
+/// Why: widening a transposed view element by element, through its strides, cost more
+/// than the float32 product it fed.
+fn widened(t: &Tensor) -> Result<Tensor, String> {
+    let s = t.buf();
+    if s.layout.is_contiguous() || s.buffer.len() > 2 * t.numel() {
+        return Tensor::from_buffer(widen(&s.buffer, &s.layout), t.shape())
+            .map_err(|e| e.to_string());
+    }
+    let all = widen(
+        &s.buffer,
+        &spore_kernels::Layout::contiguous(&[s.buffer.len()]),
+    );
+    let storage = Storage {
+        buffer: std::sync::Arc::new(all),
+        layout: s.layout.clone(),
+    };
+    Ok(Tensor::from_parts(
+        TensorType::new(t.shape(), DType::F32),
+        storage,
+        None,
+        false,
+    ))
 }
 
 /// A `FusedReduceSum` over 16-bit values computes in float32 here: its registers and its

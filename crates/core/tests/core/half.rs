@@ -117,3 +117,53 @@ fn means_of_many_16_bit_values_do_not_overflow() {
         );
     }
 }
+
+/// Products of transposed and sliced 16-bit views (widened as whole buffers, or the
+/// bfloat16 GEMM reading their strides) equal products of contiguous copies, and the
+/// float64 product of the same values rounded once.
+#[test]
+fn products_of_16_bit_views_equal_products_of_copies() {
+    for float in [DType::F16, DType::BF16] {
+        let a = Tensor::randn(&[5, 7], DType::F32, Some(1))
+            .unwrap()
+            .cast(float)
+            .unwrap();
+        let w = Tensor::randn(&[6, 7], DType::F32, Some(2))
+            .unwrap()
+            .cast(float)
+            .unwrap();
+        let wt = w.transpose().unwrap(); // a strided view of w's buffer
+        let copy = match float {
+            DType::F16 => Tensor::from_vec(wt.to_vec::<f16>().unwrap(), &[7, 6]),
+            _ => Tensor::from_vec(wt.to_vec::<bf16>().unwrap(), &[7, 6]),
+        }
+        .unwrap();
+        let viewed = a.matmul(&wt).unwrap();
+        let copied = a.matmul(&copy).unwrap();
+        assert_eq!(viewed.dtype(), float);
+        let bits = |t: &Tensor| t.to_f64_vec().unwrap();
+        assert_eq!(bits(&viewed), bits(&copied), "{float}");
+        let (av, wv) = (bits(&a), bits(&w));
+        for i in 0..5 {
+            for j in 0..6 {
+                let exact: f64 = (0..7).map(|p| av[i * 7 + p] * wv[j * 7 + p]).sum();
+                let want = Tensor::scalar(exact)
+                    .cast(float)
+                    .unwrap()
+                    .to_f64_vec()
+                    .unwrap()[0];
+                let got = bits(&viewed)[i * 6 + j];
+                // Summed in float32, then rounded once: within one 16-bit step of it.
+                let step = if float == DType::F16 {
+                    2f64.powi(-10)
+                } else {
+                    2f64.powi(-7)
+                };
+                assert!(
+                    (got - want).abs() <= step * want.abs().max(1e-3),
+                    "{float} ({i}, {j}): {got} vs {want}"
+                );
+            }
+        }
+    }
+}
