@@ -12,6 +12,7 @@
 
 use std::sync::Arc;
 
+use spore_core::autodiff::value_and_grad_reporting;
 use spore_core::{DType, Error, Result, Tensor, no_grad, value_and_grad};
 
 use crate::cell::{Cell, CellBase, CellCall, CellExt};
@@ -52,7 +53,28 @@ impl Cell for ScaledGradients {
             let loss = network.call_first(x)?.cast(DType::F32)?;
             Ok((loss.mul(&factor)?, loss))
         };
-        let out = value_and_grad(scaled_loss, None, &weights, true)(data)?;
+        // Data parallelism: the gradients are reduced across ranks as the backward pass
+        // finishes them (as in `TrainOneStepCell`), before they are unscaled and checked,
+        // so every rank sees the same overflow sum and takes the same decision.
+        let reduction = match crate::distributed::current() {
+            Some(d) => d.gradient_reduction(&weights)?,
+            None => None,
+        };
+        let out = match reduction {
+            None => value_and_grad(scaled_loss, None, &weights, true)(data)?,
+            Some(mut r) => {
+                let mut out = value_and_grad_reporting(
+                    &scaled_loss,
+                    None,
+                    &weights,
+                    true,
+                    data,
+                    &mut |i, g| r.gradient_ready(i, g),
+                )?;
+                out.weight_grads = r.finish(out.weight_grads)?;
+                out
+            }
+        };
         let loss = out
             .aux
             .into_iter()

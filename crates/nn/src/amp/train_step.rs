@@ -94,12 +94,6 @@ impl TrainOneStepWithLossScaleCell {
 
 impl Cell for TrainOneStepWithLossScaleCell {
     fn construct(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        if crate::distributed::current().is_some() {
-            // Ranks would have to agree on the overflow and reduce the gradients first.
-            return Err(Error::invalid(
-                "TrainOneStepWithLossScaleCell: data-parallel training with loss scaling is not supported yet; use TrainOneStepCell (amp O3 or O1, or no loss_scale_manager)",
-            ));
-        }
         let scale = self.manager.loss_scale();
         let mut args = inputs.to_vec();
         args.push(Tensor::scalar(scale as f32));

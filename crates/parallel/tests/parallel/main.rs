@@ -10,4 +10,5 @@ mod context;
 mod data_parallel;
 mod faults;
 mod launch;
+mod loss_scaled;
 mod model;

@@ -1,0 +1,107 @@
+//! Loss-scaled data parallelism (amp O2's step) against one process: the ranks reduce
+//! their gradients before the overflow check, so an infinity in one rank's slice of the
+//! batch makes every rank drop that step, as one process on the whole batch drops it;
+//! the loss scales and the parameters then follow the one process's.
+
+use std::sync::Arc;
+
+use spore_core::context::{ContextUpdate, Mode, set_context};
+use spore_core::{DType, Tensor};
+use spore_nn::amp::{DynamicLossScaleManager, TrainOneStepWithLossScaleCell};
+use spore_nn::prelude::*;
+use spore_parallel::context::{
+    AutoParallelUpdate, ParallelMode, reset_auto_parallel_context, set_auto_parallel_context,
+};
+
+use crate::launch::{expect_success, world};
+
+#[test]
+fn loss_scaled_data_parallel_training_equals_one_process_on_2_ranks() {
+    expect_success(2, "loss_scaled::rank_loss_scaled_training");
+}
+
+const STEPS: usize = 12;
+const PER_RANK: usize = 16;
+/// The step whose batch holds an infinity (in the last rank's rows).
+const POISONED: usize = 5;
+
+/// Step `s`'s global batch for `n` ranks; at [`POISONED`] its last image holds an infinity.
+fn global_batch(s: usize, n: usize) -> (Tensor, Tensor) {
+    let rows = n * PER_RANK;
+    let x = Tensor::randn(&[rows, 1, 32, 32], DType::F32, Some(500 + s as u64)).unwrap();
+    let mut values = x.to_vec::<f32>().unwrap();
+    if s == POISONED {
+        *values.last_mut().unwrap() = f32::INFINITY;
+    }
+    let x = Tensor::from_vec(values, &[rows, 1, 32, 32]).unwrap();
+    let y: Vec<i32> = (0..rows).map(|i| ((i * 3 + s) % 10) as i32).collect();
+    (x, Tensor::from_vec(y, &[rows]).unwrap())
+}
+
+/// Trains on rows `rows` of each global batch; returns each step's (overflow, scale) and
+/// the parameters.
+fn train(mode: Mode, n: usize, rows: std::ops::Range<usize>) -> (Vec<(bool, f32)>, Vec<Vec<f32>>) {
+    spore_core::rng::set_seed(3);
+    let net: Arc<dyn Cell> = LeNet5::new(10).unwrap();
+    let params = net.trainable_params();
+    let loss = SoftmaxCrossEntropyWithLogits::new(true, Reduction::Mean);
+    let opt = Momentum::new(params.clone(), 0.01, 0.9).unwrap();
+    // Grows every 3 clean steps, from 2^10: powers of two, so scaling is exact.
+    let manager = DynamicLossScaleManager::new(1024.0, 2.0, 3).unwrap();
+    let step = TrainOneStepWithLossScaleCell::new(WithLossCell::new_dyn(net, loss), opt, manager);
+    set_context(ContextUpdate::new().mode(mode)).unwrap();
+    let mut seen = vec![];
+    for s in 0..STEPS {
+        let (x, y) = global_batch(s, n);
+        let x = x.narrow(0, rows.start, rows.len()).unwrap();
+        let y = y.narrow(0, rows.start, rows.len()).unwrap();
+        let out = step.call(&[x, y]).unwrap();
+        let flag = out[1].item().unwrap() == 1.0;
+        seen.push((flag, out[2].item().unwrap() as f32));
+    }
+    set_context(ContextUpdate::new().mode(Mode::PyNative)).unwrap();
+    let values = params
+        .iter()
+        .map(|p| p.stored().to_vec::<f32>().unwrap())
+        .collect();
+    (seen, values)
+}
+
+#[test]
+#[ignore = "run on every rank by the outer tests, under mpirun"]
+fn rank_loss_scaled_training() {
+    let (r, n) = world();
+    reset_auto_parallel_context();
+    let (one_seen, one_params) = train(Mode::PyNative, n, 0..n * PER_RANK);
+    assert!(
+        one_seen[POISONED].0,
+        "one process: the poisoned step overflows"
+    );
+    assert_eq!(one_seen.iter().filter(|s| s.0).count(), 1, "{one_seen:?}");
+    for mode in [Mode::PyNative, Mode::Graph] {
+        set_auto_parallel_context(
+            AutoParallelUpdate::new()
+                .parallel_mode(ParallelMode::DataParallel)
+                .gradients_mean(true),
+        )
+        .unwrap();
+        let (seen, params) = train(mode, n, r * PER_RANK..(r + 1) * PER_RANK);
+        reset_auto_parallel_context();
+        assert_eq!(
+            seen, one_seen,
+            "rank {r} ({mode:?}): overflows and loss scales"
+        );
+        let d = params
+            .iter()
+            .flatten()
+            .zip(one_params.iter().flatten())
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        println!("rank {r} of {n} ({mode:?}): largest difference from one process {d:.3e}");
+        assert!(
+            d <= 1e-5,
+            "rank {r} ({mode:?}): differs from one process by {d}"
+        );
+    }
+    crate::launch::passed(r);
+}
