@@ -150,7 +150,8 @@ fn main() -> Result<()> {
         .and_then(|s| {
             s.lines()
                 .find(|l| l.starts_with("model name"))
-                .map(str::to_owned)
+                .and_then(|l| l.split(':').nth(1))
+                .map(|n| n.trim().to_owned())
         })
         .unwrap_or_default();
     println!(
