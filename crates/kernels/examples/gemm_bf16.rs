@@ -77,10 +77,18 @@ fn main() {
             a16.iter().map(|v| v.to_f32()).collect(),
             b16.iter().map(|v| v.to_f32()).collect(),
         );
-        let ma = MatRef {
-            offset: 0,
-            row_stride: k as isize,
-            col_stride: 1,
+        let ma = if ta {
+            MatRef {
+                offset: 0,
+                row_stride: 1,
+                col_stride: m as isize,
+            }
+        } else {
+            MatRef {
+                offset: 0,
+                row_stride: k as isize,
+                col_stride: 1,
+            }
         };
         let mb = if tb {
             MatRef {
