@@ -124,10 +124,12 @@ pub fn f32_to_bf16_bits(v: f32) -> u16 {
 pub fn round_in_place<T: crate::Num>(dtype: DType, values: &mut [T]) {
     use half::slice::HalfFloatSliceExt;
     let Some(values) = crate::operand::as_f32_mut(values) else {
+        use crate::buffer::Element;
         for v in values.iter_mut() {
+            // `Element::from_f64` rounds once, correctly (half's own rounds twice).
             *v = match dtype {
-                DType::BF16 => T::from_f64(f64::from(bf16::from_f64(v.to_f64()))),
-                DType::F16 => T::from_f64(f64::from(f16::from_f64(v.to_f64()))),
+                DType::BF16 => T::from_f64(<bf16 as Element>::from_f64(v.to_f64()).to_f64()),
+                DType::F16 => T::from_f64(<f16 as Element>::from_f64(v.to_f64()).to_f64()),
                 _ => *v,
             };
         }

@@ -326,8 +326,12 @@ impl Cell for CrossEntropyLoss {
     loss_cell_boilerplate!("CrossEntropyLoss");
 }
 
+/// Logits and labels of one float dtype; under a mixed-precision compute dtype (a loss
+/// kept in float32 behind a float16 network) they may differ, as each op then casts both.
 fn same_float(who: &str, x: &Tensor, y: &Tensor) -> Result<()> {
-    if x.dtype() != y.dtype() || !x.dtype().is_float() {
+    let both_float = x.dtype().is_float() && y.dtype().is_float();
+    let agree = x.dtype() == y.dtype() || spore_core::autocast::compute_dtype().is_some();
+    if !both_float || !agree {
         return Err(Error::invalid(format!(
             "{who}: logits and labels must be the same float dtype, got {} {:?} and {} {:?}",
             x.dtype(),

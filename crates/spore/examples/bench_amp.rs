@@ -27,8 +27,11 @@ fn arg(name: &str, default: &str) -> String {
         .unwrap_or_else(|| default.to_string())
 }
 
-/// The network and `count` batches of (data, label) for `model`.
-fn workload(model: &str, count: usize) -> Result<(Arc<dyn Cell>, Vec<Vec<Tensor>>)> {
+/// Batches of (data, label).
+type Batches = Vec<Vec<Tensor>>;
+
+/// The network and `count` batches for `model`.
+fn workload(model: &str, count: usize) -> Result<(Arc<dyn Cell>, Batches)> {
     Ok(match model {
         "lenet" | "mlp" => {
             let data = create_dataset(bundled_mnist().join("train"), 32, 1, 2, true)?;

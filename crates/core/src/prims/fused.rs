@@ -76,6 +76,10 @@ pub(crate) struct Operands<'a, T: Clone> {
     /// The 16-bit type every instruction's result is rounded to, for a program over
     /// float16 or bfloat16 values (see [`FusedProgram::eval`]).
     pub(crate) round_to: Option<DType>,
+    /// The 16-bit inputs, read from their buffers and widened chunk by chunk (their entry
+    /// in `loaded` is then empty). Why: widening whole inputs first took full-size float32
+    /// copies of them, more memory than the unfused ops needed.
+    halves: SmallVec<[Option<&'a Buffer>; 8]>,
 }
 
 /// How a program's last instruction reads the lent input, the only one to read it: the
@@ -93,17 +97,17 @@ pub(crate) enum LastRead {
 
 impl<'a, T: Num> Operands<'a, T> {
     pub(crate) fn load(inputs: &[&'a Tensor], shape: &[usize], lent_input: Option<usize>) -> Self {
+        let mut halves: SmallVec<[Option<&'a Buffer>; 8]> = SmallVec::new();
         let mut loaded: SmallVec<[(Cow<'a, [T]>, Layout); 8]> = inputs
             .iter()
             .map(|t| {
                 let s = t.buf();
+                let half = matches!(*s.buffer, Buffer::F16(_) | Buffer::BF16(_));
+                halves.push(half.then_some(&*s.buffer));
                 let values = match (T::slice_of(&s.buffer), &*s.buffer) {
                     (Some(v), _) => Cow::Borrowed(v),
-                    (None, half @ (Buffer::F16(_) | Buffer::BF16(_))) => {
-                        let all = Layout::contiguous(&[half.len()]);
-                        let wide = spore_kernels::half_float::widen(half, &all);
-                        Cow::Owned(T::vec_of(wide).unwrap_or_default())
-                    }
+                    // Read and widened chunk by chunk (see `gather_range`).
+                    (None, _) if half => Cow::Owned(vec![]),
                     (None, Buffer::Bool(flags)) => Cow::Owned(arena::collect_exact(
                         flags.len(),
                         flags.iter().map(|&f| if f { T::one() } else { T::zero() }),
@@ -117,12 +121,23 @@ impl<'a, T: Num> Operands<'a, T> {
             .collect();
         let numel: usize = shape.iter().product();
         let mut repeated = SmallVec::new();
-        for (values, layout) in &mut loaded {
+        for (r, (values, layout)) in loaded.iter_mut().enumerate() {
             // A result of one chunk fills the register once anyway.
             let one_value = numel > CHUNK && layout.strides.iter().all(|&s| s == 0);
             if one_value {
-                let copies =
-                    arena::collect_exact(CHUNK, std::iter::repeat_n(values[layout.offset], CHUNK));
+                let value = match halves[r].take() {
+                    Some(half) => {
+                        let mut one = [T::zero()];
+                        let at = Layout {
+                            offset: layout.offset,
+                            ..Layout::contiguous(&[1])
+                        };
+                        gather_half(half, &at, 0, &mut one);
+                        one[0]
+                    }
+                    None => values[layout.offset],
+                };
+                let copies = arena::collect_exact(CHUNK, std::iter::repeat_n(value, CHUNK));
                 if let Cow::Owned(v) = std::mem::replace(values, Cow::Owned(copies)) {
                     arena::recycle(T::into_buffer(v));
                 }
@@ -133,7 +148,7 @@ impl<'a, T: Num> Operands<'a, T> {
         let in_place = loaded
             .iter()
             .enumerate()
-            .map(|(r, (_, l))| l.is_contiguous() && Some(r) != lent_input)
+            .map(|(r, (_, l))| l.is_contiguous() && Some(r) != lent_input && halves[r].is_none())
             .collect();
         Operands {
             loaded,
@@ -142,6 +157,7 @@ impl<'a, T: Num> Operands<'a, T> {
             lent_input,
             lent_read_at_end: None,
             round_to: None,
+            halves,
         }
     }
 
@@ -209,11 +225,11 @@ impl FusedProgram {
             DType::F64 => self.run::<f64>(inputs, &out.shape, lent)?,
             // Registers in float32, each instruction's result rounded to 16 bits: the
             // values the ops give run one by one (PyNative mode), in one loop.
+            // (A signalling NaN passed through, by a Select, comes back quiet.)
             half @ (DType::F16 | DType::BF16) => match self.run::<f32>(inputs, &out.shape, lent)? {
-                Buffer::F32(wide) => {
-                    let n = wide.len();
-                    let narrow = spore_kernels::half_float::narrow(&Buffer::F32(wide), half);
-                    debug_assert_eq!(narrow.len(), n);
+                wide @ Buffer::F32(_) => {
+                    let narrow = spore_kernels::half_float::narrow(&wide, half);
+                    arena::recycle(wide);
                     narrow
                 }
                 flags => flags,
@@ -316,8 +332,10 @@ impl FusedProgram {
                 if operands.lent_read_at_end.is_none() {
                     regs[r][..len].copy_from_slice(dst);
                 }
+            } else if let Some(half) = operands.halves[r] {
+                gather_half(half, layout, start, &mut regs[r][..len]);
             } else if !operands.in_place[r] {
-                gather_range(vals, layout, start, &mut regs[r][..len]);
+                gather_range(vals, layout, start, &mut regs[r][..len], |v| v);
             }
         }
         let last = self.instrs.len() - 1;
@@ -492,16 +510,35 @@ fn coalesce(layout: &Layout) -> Layout {
     }
 }
 
+/// [`gather_range`] from a 16-bit buffer, each value widened (exactly) to `T`.
+fn gather_half<T: Num>(half: &Buffer, layout: &Layout, start: usize, dst: &mut [T]) {
+    match half {
+        Buffer::BF16(v) => gather_range(v, layout, start, dst, |x| {
+            T::from_f64(f64::from(f32::from_bits(u32::from(x.to_bits()) << 16)))
+        }),
+        Buffer::F16(v) => gather_range(v, layout, start, dst, |x| T::from_f64(f64::from(x))),
+        _ => {}
+    }
+}
+
 /// Writes elements `start..start + dst.len()` (row-major over the layout's shape) of a
-/// strided view into `dst`.
-fn gather_range<T: Copy>(vals: &[T], layout: &Layout, start: usize, dst: &mut [T]) {
+/// strided view into `dst`, each converted by `conv`.
+fn gather_range<S: Copy, T: Copy>(
+    vals: &[S],
+    layout: &Layout,
+    start: usize,
+    dst: &mut [T],
+    conv: impl Fn(S) -> T,
+) {
     if layout.is_contiguous() {
-        let o = layout.offset + start;
-        dst.copy_from_slice(&vals[o..o + dst.len()]);
+        let (o, len) = (layout.offset + start, dst.len());
+        for (d, &v) in dst.iter_mut().zip(&vals[o..o + len]) {
+            *d = conv(v);
+        }
         return;
     }
     if layout.strides.iter().all(|&s| s == 0) {
-        dst.fill(vals[layout.offset]);
+        dst.fill(conv(vals[layout.offset]));
         return;
     }
     // Unravel `start`, then walk the rows of the last axis, stepping an odometer over
@@ -534,11 +571,14 @@ fn gather_range<T: Copy>(vals: &[T], layout: &Layout, start: usize, dst: &mut [T
         let d = &mut dst[done..done + n];
         let first = row_start + col as isize * inner_stride;
         match inner_stride {
-            1 => d.copy_from_slice(&vals[first as usize..first as usize + n]),
-            0 => d.fill(vals[first as usize]),
+            1 => {
+                let run = &vals[first as usize..first as usize + n];
+                d.iter_mut().zip(run).for_each(|(d, &v)| *d = conv(v));
+            }
+            0 => d.fill(conv(vals[first as usize])),
             st => {
                 for (k, v) in d.iter_mut().enumerate() {
-                    *v = vals[(first + k as isize * st) as usize];
+                    *v = conv(vals[(first + k as isize * st) as usize]);
                 }
             }
         }

@@ -19,6 +19,9 @@
 //! [`MR`] x [`NR`] microkernel runs over them. Threads split the columns (or, for a narrow
 //! C, the rows), so every element of C is summed in the same order on any thread count.
 
+// Elsewhere only the widened path runs: the native driver's items are unused there.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_variables))]
+
 mod batched;
 #[cfg(target_arch = "x86_64")]
 mod kernel;
@@ -252,7 +255,8 @@ thread_local! {
 }
 
 /// Runs `f` on at least `len` values of this thread's scratch `slot` (contents
-/// unspecified). Vectors grow to powers of two and stay, so steady state allocates nothing.
+/// unspecified). Vectors grow to powers of two and stay (up to [`MAX_KEPT`]), so steady
+/// state allocates nothing.
 fn with_scratch<T: Copy + Default + 'static, R>(
     slot: &'static std::thread::LocalKey<RefCell<Vec<Vec<T>>>>,
     len: usize,
@@ -268,9 +272,18 @@ fn with_scratch<T: Copy + Default + 'static, R>(
     }
     let result = f(&mut held[..len]);
     // `try_with`: during thread teardown the slot may be gone; the vector is then freed.
-    let _ = slot.try_with(|s| s.borrow_mut().push(held));
+    // Vectors above [`MAX_KEPT`] go back to the allocator: one huge widened product must
+    // not hold its memory for the life of the thread.
+    if held.len() <= MAX_KEPT {
+        let _ = slot.try_with(|s| s.borrow_mut().push(held));
+    }
     result
 }
+
+/// Values of the largest scratch vector a thread keeps between products (16 MiB of
+/// float32): the packed blocks always fit, and so do the widened operands of products up
+/// to 2048 x 2048.
+const MAX_KEPT: usize = 1 << 22;
 
 #[cfg(target_arch = "x86_64")]
 impl Product<'_> {

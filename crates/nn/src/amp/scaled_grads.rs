@@ -84,11 +84,17 @@ impl Cell for ScaledGradients {
             let mut grads = Vec::with_capacity(out.weight_grads.len());
             let mut overflow = Tensor::zeros(&[], DType::F32)?;
             for g in &out.weight_grads {
-                let g = g.div(&scale.cast(g.dtype())?)?;
-                // `g * 0` is 0 for every finite value and NaN for an infinity or a NaN.
+                // `g * 0` is 0 for every finite value and NaN for an infinity or a NaN;
+                // checked on the scaled gradient, which overflowed if anything did.
                 let nan_if_not_finite = g.mul_scalar(0.0)?.sum(&[], false)?.cast(DType::F32)?;
                 overflow = overflow.add(&nan_if_not_finite)?;
-                grads.push(g);
+                // Unscaled in float32: a scale above float16's range (the default 2^24)
+                // would be an infinity in the gradient's own type.
+                let unscaled = match g.dtype() {
+                    DType::F16 | DType::BF16 => g.cast(DType::F32)?.div(scale)?.cast(g.dtype())?,
+                    _ => g.div(&scale.cast(g.dtype())?)?,
+                };
+                grads.push(unscaled);
             }
             Ok([vec![loss, overflow], grads].concat())
         })

@@ -183,6 +183,9 @@ fn loss_scaled_steps_skip_overflow_and_follow_mindspores_rule() {
     let before = net.weight.value().to_vec::<f32>().unwrap();
     let loss = MSELoss::new(Reduction::Mean);
     let opt = SGD::new(net.trainable_params(), 0.1).unwrap();
+    // The loss in float32, as amp levels keep it.
+    let loss = MSELoss::new(Reduction::Mean);
+    loss.base().to_float(DType::F32).unwrap();
     let step = TrainOneStepWithLossScaleCell::new(
         WithLossCell::new(net.clone(), loss),
         opt,
@@ -304,4 +307,53 @@ fn a_compiled_child_under_to_float_is_differentiable_from_outside() {
             assert!((a - b).abs() <= 1e-3 * a.abs().max(1.0), "{e:?} vs {g:?}");
         }
     }
+}
+
+/// float16 parameters under a loss scale beyond float16's range (2^17): the gradients are
+/// unscaled in float32, so a clean step updates the weights (the scale as a float16
+/// divisor would be an infinity and every gradient zero).
+#[test]
+fn float16_gradients_unscale_in_float32_under_a_large_scale() {
+    let _s = serial();
+    let net = Dense::new(2, 1).unwrap();
+    for p in net.trainable_params() {
+        p.store(p.stored().cast(DType::F16).unwrap());
+    }
+    let before = net
+        .weight
+        .value()
+        .cast(DType::F32)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    // The loss in float32, as amp levels keep it.
+    let loss = MSELoss::new(Reduction::Mean);
+    loss.base().to_float(DType::F32).unwrap();
+    let step = TrainOneStepWithLossScaleCell::new(
+        WithLossCell::new(net.clone(), loss),
+        SGD::new(net.trainable_params(), 0.1).unwrap(),
+        FixedLossScaleManager::new(2f64.powi(17), true).unwrap(),
+    );
+    let x = Tensor::from_vec(vec![0.5f32, 0.25], &[1, 2])
+        .unwrap()
+        .cast(DType::F16)
+        .unwrap();
+    // A target near the prediction: the scaled gradients (about 2^17 * 2e-2) stay finite
+    // in float16, though the scale itself does not fit.
+    let prediction = spore_core::no_grad(|| net.call1(&x)).unwrap();
+    let y = prediction
+        .cast(DType::F32)
+        .unwrap()
+        .add_scalar(1e-2)
+        .unwrap();
+    let out = step.call(&[x, y]).unwrap();
+    assert_eq!(out[1].item().unwrap(), 0.0, "no overflow");
+    let after = net
+        .weight
+        .value()
+        .cast(DType::F32)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert_ne!(after, before, "the weights moved");
 }
