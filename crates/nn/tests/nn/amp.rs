@@ -183,9 +183,6 @@ fn loss_scaled_steps_skip_overflow_and_follow_mindspores_rule() {
     let before = net.weight.value().to_vec::<f32>().unwrap();
     let loss = MSELoss::new(Reduction::Mean);
     let opt = SGD::new(net.trainable_params(), 0.1).unwrap();
-    // The loss in float32, as amp levels keep it.
-    let loss = MSELoss::new(Reduction::Mean);
-    loss.base().to_float(DType::F32).unwrap();
     let step = TrainOneStepWithLossScaleCell::new(
         WithLossCell::new(net.clone(), loss),
         opt,
