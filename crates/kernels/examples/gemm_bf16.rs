@@ -67,95 +67,88 @@ fn main() {
         .filter(|a| !a.starts_with("--"))
         .unwrap_or_default();
     for (name, m, n, k, ta, tb) in cases.into_iter().filter(|c| c.0.contains(&only)) {
-        let a16: Vec<bf16> = (0..m * k)
-            .map(|i| bf16::from_f32((i % 13) as f32 * 0.1 - 0.6))
-            .collect();
-        let b16: Vec<bf16> = (0..k * n)
-            .map(|i| bf16::from_f32((i % 7) as f32 * 0.2 - 0.6))
-            .collect();
-        let (a32, b32): (Vec<f32>, Vec<f32>) = (
-            a16.iter().map(|v| v.to_f32()).collect(),
-            b16.iter().map(|v| v.to_f32()).collect(),
-        );
-        let ma = if ta {
-            MatRef {
-                offset: 0,
-                row_stride: 1,
-                col_stride: m as isize,
-            }
-        } else {
-            MatRef {
-                offset: 0,
-                row_stride: k as isize,
-                col_stride: 1,
-            }
-        };
-        let mb = if tb {
-            MatRef {
-                offset: 0,
-                row_stride: 1,
-                col_stride: k as isize,
-            }
-        } else {
-            MatRef {
-                offset: 0,
-                row_stride: n as isize,
-                col_stride: 1,
-            }
-        };
-        let par = if threads > 1 {
-            Parallelism::Rayon(threads)
-        } else {
-            Parallelism::None
-        };
-        let (mut c32, mut c16, mut cw) = (
-            vec![0.0f32; m * n],
-            vec![0.0f32; m * n],
-            vec![0.0f32; m * n],
-        );
-        let mut f32_run = || gemm_into(&mut c32, false, m, n, k, &a32, ma, &b32, mb, par);
-        let bf16_run = |path, c: &mut [f32]| {
-            gemm_bf16(path, c, false, (m, n, k), (&a16, ma), (&b16, mb), threads)
-        };
-        let (mut t32, mut t16, mut tw) = (vec![], vec![], vec![]);
-        let reps = (2e9 / (2.0 * (m * n * k) as f64)).ceil().max(1.0) as usize;
-        for _ in 0..rounds {
-            t32.push(ms(&mut || (0..reps).for_each(|_| f32_run())) / reps as f64);
-            if native_available() {
-                t16.push(
-                    ms(&mut || (0..reps).for_each(|_| bf16_run(Path::Native, &mut c16)))
-                        / reps as f64,
-                );
-            }
-            tw.push(
-                ms(&mut || (0..reps).for_each(|_| bf16_run(Path::Widened, &mut cw))) / reps as f64,
-            );
-        }
-        // Same inputs, both float32 accumulations: they may differ by rounding only.
-        let worst = c32
-            .iter()
-            .zip(if native_available() { &c16 } else { &cw })
-            .map(|(x, y)| ((x - y) / x.abs().max(1.0)).abs())
-            .fold(0.0f32, f32::max);
-        assert!(
-            worst < 1e-3,
-            "{name}: bf16 and f32 products differ by {worst} (relative)"
-        );
-        let gflops = |t: f64| 2.0 * (m * n * k) as f64 / t / 1e6;
-        let f32_ms = median(t32);
-        let widened_ms = median(tw);
-        print!(
-            "{name:>14}: f32 {f32_ms:8.3} ms {:6.1} GFLOP/s | bf16 widened {widened_ms:8.3} ms",
-            gflops(f32_ms)
-        );
-        if !t16.is_empty() {
-            let native_ms = median(t16);
-            print!(
-                " | bf16 native {native_ms:8.3} ms {:6.1} GFLOP/s = {:.2}x f32",
-                gflops(native_ms),
-                f32_ms / native_ms
-            );
-        }
-        println!(" (median of {rounds} rounds, worst relative difference {worst:.1e})");
+        time_case(name, (m, n, k), (ta, tb), threads, rounds);
     }
+}
+
+/// A `rows x cols` operand, row-major or (when `transposed`) column-major.
+fn operand(transposed: bool, rows: usize, cols: usize) -> MatRef {
+    let (row_stride, col_stride) = if transposed { (1, rows) } else { (cols, 1) };
+    MatRef {
+        offset: 0,
+        row_stride: row_stride as isize,
+        col_stride: col_stride as isize,
+    }
+}
+
+/// Times one product in float32, bf16 native (where available) and bf16 widened, in
+/// alternating rounds, checks that they agree, and prints the medians.
+fn time_case(
+    name: &str,
+    (m, n, k): (usize, usize, usize),
+    (ta, tb): (bool, bool),
+    threads: usize,
+    rounds: usize,
+) {
+    let a16: Vec<bf16> = (0..m * k)
+        .map(|i| bf16::from_f32((i % 13) as f32 * 0.1 - 0.6))
+        .collect();
+    let b16: Vec<bf16> = (0..k * n)
+        .map(|i| bf16::from_f32((i % 7) as f32 * 0.2 - 0.6))
+        .collect();
+    let (a32, b32): (Vec<f32>, Vec<f32>) = (
+        a16.iter().map(|v| v.to_f32()).collect(),
+        b16.iter().map(|v| v.to_f32()).collect(),
+    );
+    let (ma, mb) = (operand(ta, m, k), operand(tb, k, n));
+    let par = if threads > 1 {
+        Parallelism::Rayon(threads)
+    } else {
+        Parallelism::None
+    };
+    let (mut c32, mut c16, mut cw) = (
+        vec![0.0f32; m * n],
+        vec![0.0f32; m * n],
+        vec![0.0f32; m * n],
+    );
+    let mut f32_run = || gemm_into(&mut c32, false, m, n, k, &a32, ma, &b32, mb, par);
+    let bf16_run =
+        |path, c: &mut [f32]| gemm_bf16(path, c, false, (m, n, k), (&a16, ma), (&b16, mb), threads);
+    let (mut t32, mut t16, mut tw) = (vec![], vec![], vec![]);
+    let reps = (2e9 / (2.0 * (m * n * k) as f64)).ceil().max(1.0) as usize;
+    for _ in 0..rounds {
+        t32.push(ms(&mut || (0..reps).for_each(|_| f32_run())) / reps as f64);
+        if native_available() {
+            t16.push(
+                ms(&mut || (0..reps).for_each(|_| bf16_run(Path::Native, &mut c16))) / reps as f64,
+            );
+        }
+        tw.push(ms(&mut || (0..reps).for_each(|_| bf16_run(Path::Widened, &mut cw))) / reps as f64);
+    }
+    // Same inputs, both float32 accumulations: they may differ by rounding only.
+    let worst = c32
+        .iter()
+        .zip(if native_available() { &c16 } else { &cw })
+        .map(|(x, y)| ((x - y) / x.abs().max(1.0)).abs())
+        .fold(0.0f32, f32::max);
+    assert!(
+        worst < 1e-3,
+        "{name}: bf16 and f32 products differ by {worst} (relative)"
+    );
+    let gflops = |t: f64| 2.0 * (m * n * k) as f64 / t / 1e6;
+    let f32_ms = median(t32);
+    let widened_ms = median(tw);
+    print!(
+        "{name:>14}: f32 {f32_ms:8.3} ms {:6.1} GFLOP/s | bf16 widened {widened_ms:8.3} ms",
+        gflops(f32_ms)
+    );
+    if !t16.is_empty() {
+        let native_ms = median(t16);
+        print!(
+            " | bf16 native {native_ms:8.3} ms {:6.1} GFLOP/s = {:.2}x f32",
+            gflops(native_ms),
+            f32_ms / native_ms
+        );
+    }
+    println!(" (median of {rounds} rounds, worst relative difference {worst:.1e})");
 }
