@@ -33,6 +33,30 @@ pub trait LossScaleManager: Send + Sync {
     fn update(&self, overflow: bool) -> bool;
     /// MindSpore's name for the manager.
     fn class_name(&self) -> &'static str;
+    /// The state a checkpoint saves (a fixed manager: its scale, the counters at their
+    /// starting values).
+    fn state(&self) -> LossScaleState {
+        LossScaleState {
+            scale: self.loss_scale(),
+            cur_iter: 1,
+            last_overflow_iter: 0,
+        }
+    }
+    /// Continues from a saved state (a resumed run); a fixed manager keeps its scale.
+    fn restore(&self, state: LossScaleState) -> Result<()> {
+        let _ = state;
+        Ok(())
+    }
+}
+
+/// A manager's state as MindSpore's checkpoints hold it: the scale (`scale_sense`), the
+/// step counter (`current_iterator_step`) and the step of the last overflow or growth
+/// (`last_overflow_iterator_step`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LossScaleState {
+    pub scale: f64,
+    pub cur_iter: u64,
+    pub last_overflow_iter: u64,
 }
 
 /// A constant scale (MindSpore's default 128); with `drop_overflow_update`, an
@@ -157,6 +181,37 @@ impl LossScaleManager for DynamicLossScaleManager {
     }
     fn class_name(&self) -> &'static str {
         "DynamicLossScaleManager"
+    }
+    fn state(&self) -> LossScaleState {
+        let s = self
+            .state
+            .lock()
+            .map(|s| *s)
+            .unwrap_or_else(|p| *p.into_inner());
+        LossScaleState {
+            scale: s.scale,
+            cur_iter: s.cur_iter,
+            last_overflow_iter: s.last_overflow_iter,
+        }
+    }
+    fn restore(&self, saved: LossScaleState) -> Result<()> {
+        let valid = saved.scale >= 1.0
+            && saved.scale.is_finite()
+            && saved.cur_iter >= 1
+            && saved.last_overflow_iter <= saved.cur_iter;
+        if !valid {
+            return Err(Error::invalid(format!(
+                "DynamicLossScaleManager: a saved state needs a finite scale >= 1 and 0 <= last_overflow_iterator_step <= current_iterator_step (from 1), got scale {}, current {}, last overflow {}",
+                saved.scale, saved.cur_iter, saved.last_overflow_iter
+            )));
+        }
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        *s = DynamicState {
+            scale: saved.scale,
+            cur_iter: saved.cur_iter,
+            last_overflow_iter: saved.last_overflow_iter,
+        };
+        Ok(())
     }
 }
 

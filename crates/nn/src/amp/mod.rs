@@ -33,6 +33,7 @@
 //! MindSpore picks O2 for GPUs and O3 for Ascend, and names no CPU level.
 
 pub mod loss_scale;
+mod scale_params;
 mod scaled_grads;
 mod train_step;
 
@@ -44,7 +45,7 @@ use crate::cell::Cell;
 use crate::optim::Optimizer;
 use crate::wrap::{TrainOneStepCell, WithLossCell};
 pub use loss_scale::{
-    DynamicLossScaleManager, FixedLossScaleManager, LossScaleManager, all_finite,
+    DynamicLossScaleManager, FixedLossScaleManager, LossScaleManager, LossScaleState, all_finite,
 };
 pub use train_step::TrainOneStepWithLossScaleCell;
 

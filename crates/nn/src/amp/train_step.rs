@@ -19,6 +19,10 @@
 //! assert_eq!(out[2].item().unwrap(), 128.0);
 //! ```
 //!
+//! The manager's state is three parameters of the cell, named as MindSpore names them
+//! (`scale_sense`, `current_iterator_step`, `last_overflow_iterator_step`): checkpoints
+//! save it, and a step after a checkpoint was loaded continues from it.
+//!
 //! Where it differs from MindSpore: in Graph mode the step is two compiled graphs, one for
 //! the loss, gradients and overflow check and one for the update, with the manager's
 //! decision taken on the host between them (see [`super::scaled_grads`]); MindSpore
@@ -30,6 +34,7 @@ use std::sync::Arc;
 use spore_core::{Error, Result, Tensor, no_grad};
 
 use super::loss_scale::LossScaleManager;
+use super::scale_params::ScaleParams;
 use super::scaled_grads::{ApplyGradients, ScaledGradients};
 use crate::cell::{Cell, CellBase, CellCall, CellExt};
 use crate::optim::Optimizer;
@@ -43,6 +48,8 @@ pub struct TrainOneStepWithLossScaleCell {
     manager: Arc<dyn LossScaleManager>,
     gradients: Arc<ScaledGradients>,
     update: Arc<ApplyGradients>,
+    /// The manager's state, saved by checkpoints (see [`super::scale_params`]).
+    saved: ScaleParams,
 }
 
 impl TrainOneStepWithLossScaleCell {
@@ -65,6 +72,7 @@ impl TrainOneStepWithLossScaleCell {
             base: CellBase::new(),
             gradients: ScaledGradients::new(network.clone(), optimizer.clone()),
             update: ApplyGradients::new(optimizer.clone(), state.clone()),
+            saved: ScaleParams::new(manager.state()),
             network,
             state,
             manager,
@@ -94,6 +102,8 @@ impl TrainOneStepWithLossScaleCell {
 
 impl Cell for TrainOneStepWithLossScaleCell {
     fn construct(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        // A checkpoint loaded since the last step brings the manager's state with it.
+        self.saved.sync_into(&*self.manager)?;
         let scale = self.manager.loss_scale();
         let mut args = inputs.to_vec();
         args.push(Tensor::scalar(scale as f32));
@@ -110,6 +120,7 @@ impl Cell for TrainOneStepWithLossScaleCell {
         if self.manager.update(overflow) {
             no_grad(|| self.update.call(&grads))?;
         }
+        self.saved.write(self.manager.state())?;
         Ok(vec![
             loss,
             Tensor::scalar(overflow),
@@ -121,6 +132,9 @@ impl Cell for TrainOneStepWithLossScaleCell {
             ("network".into(), self.network.clone()),
             ("optimizer".into(), self.state.clone() as Arc<dyn Cell>),
         ]
+    }
+    fn params(&self) -> Vec<(String, spore_core::Parameter)> {
+        self.saved.named()
     }
     fn base(&self) -> &CellBase {
         &self.base

@@ -354,3 +354,71 @@ fn float16_gradients_unscale_in_float32_under_a_large_scale() {
         .unwrap();
     assert_ne!(after, before, "the weights moved");
 }
+
+/// The dynamic loss scale's state travels in checkpoints under MindSpore's names: a step
+/// cell loaded from one continues the schedule (scales and losses) of the run it was
+/// saved from.
+#[test]
+fn the_loss_scale_state_is_saved_and_restored_with_checkpoints() {
+    let _s = serial();
+    let make = || {
+        let net = Dense::new(4, 3).unwrap();
+        let loss = SoftmaxCrossEntropyWithLogits::new(true, Reduction::Mean);
+        let opt = Momentum::new(net.trainable_params(), 0.1, 0.9).unwrap();
+        let m = DynamicLossScaleManager::new(1024.0, 2.0, 2).unwrap();
+        TrainOneStepWithLossScaleCell::new(WithLossCell::new(net, loss), opt, m)
+    };
+    let batch = |s: usize| {
+        let mut v: Vec<f32> = (0..8)
+            .map(|i| ((i * 5 + s) % 7) as f32 * 0.3 - 1.0)
+            .collect();
+        if s == 2 {
+            v[3] = f32::INFINITY; // an overflow: the scale halves, the step is dropped
+        }
+        let x = Tensor::from_vec(v, &[2, 4]).unwrap();
+        let y = Tensor::from_vec(vec![(s % 3) as i32, 1], &[2]).unwrap();
+        vec![x, y]
+    };
+    let run = |step: &Arc<TrainOneStepWithLossScaleCell>, steps: std::ops::Range<usize>| {
+        steps
+            .map(|s| {
+                let out = step.call(&batch(s)).unwrap();
+                (out[0].item().unwrap(), out[2].item().unwrap())
+            })
+            .collect::<Vec<_>>()
+    };
+    let first = make();
+    run(&first, 0..5);
+    // Doubled at step 1, halved at step 2 (the overflow), doubled at step 4: a state
+    // that differs from a fresh manager's.
+    assert_eq!(first.manager().loss_scale(), 2048.0);
+    assert_ne!(first.manager().state(), make().manager().state());
+    let dir = std::env::temp_dir().join(format!("spore-loss-scale-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("step.ckpt");
+    spore_nn::checkpoint::save_checkpoint(&*first, &path).unwrap();
+    let dict = spore_nn::checkpoint::load_checkpoint(&path).unwrap();
+    let names: Vec<&str> = dict.iter().map(|(n, _)| n.as_str()).collect();
+    for name in [
+        "scale_sense",
+        "current_iterator_step",
+        "last_overflow_iterator_step",
+    ] {
+        assert!(names.contains(&name), "{name} in {names:?}");
+    }
+    let resumed = make();
+    spore_nn::checkpoint::load_checkpoint_into(&*resumed, &path).unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    let (a, b) = (run(&first, 5..9), run(&resumed, 5..9));
+    assert_eq!(a, b, "the resumed run follows the saved one");
+    assert_eq!(first.manager().loss_scale(), resumed.manager().loss_scale());
+    // A checkpoint holding an impossible state is refused with what was wrong.
+    let params = resumed.parameters_and_names();
+    let (_, scale) = params.iter().find(|(n, _)| n == "scale_sense").unwrap();
+    scale.store(Tensor::scalar(0.5f32));
+    let e = resumed.call(&batch(9)).unwrap_err().to_string();
+    assert!(
+        e.contains("finite scale >= 1") && e.contains("got scale 0.5"),
+        "{e}"
+    );
+}
