@@ -59,6 +59,12 @@ pub struct LossScaleState {
     pub last_overflow_iter: u64,
 }
 
+/// Whether `scale` can scale a loss: at least 1, and a float32 (the step multiplies the
+/// float32 loss by it; a larger one would be an infinity and drop every step).
+fn valid_scale(scale: f64) -> bool {
+    (1.0..=f64::from(f32::MAX)).contains(&scale)
+}
+
 /// A constant scale (MindSpore's default 128); with `drop_overflow_update`, an
 /// overflowed step is skipped.
 pub struct FixedLossScaleManager {
@@ -68,9 +74,9 @@ pub struct FixedLossScaleManager {
 
 impl FixedLossScaleManager {
     pub fn new(loss_scale: f64, drop_overflow_update: bool) -> Result<FixedLossScaleManager> {
-        if !(loss_scale >= 1.0 && loss_scale.is_finite()) {
+        if !valid_scale(loss_scale) {
             return Err(Error::invalid(format!(
-                "FixedLossScaleManager: loss_scale must be a finite number >= 1, got {loss_scale}"
+                "FixedLossScaleManager: loss_scale must be a number from 1 to float32's largest (3.4e38), got {loss_scale}"
             )));
         }
         Ok(FixedLossScaleManager {
@@ -113,9 +119,9 @@ impl DynamicLossScaleManager {
         scale_factor: f64,
         scale_window: u64,
     ) -> Result<DynamicLossScaleManager> {
-        if !(init_loss_scale >= 1.0 && init_loss_scale.is_finite()) {
+        if !valid_scale(init_loss_scale) {
             return Err(Error::invalid(format!(
-                "DynamicLossScaleManager: init_loss_scale must be a finite number >= 1, got {init_loss_scale}"
+                "DynamicLossScaleManager: init_loss_scale must be a number from 1 to float32's largest (3.4e38), got {init_loss_scale}"
             )));
         }
         if !(scale_factor > 1.0 && scale_factor.is_finite()) {
@@ -195,13 +201,12 @@ impl LossScaleManager for DynamicLossScaleManager {
         }
     }
     fn restore(&self, saved: LossScaleState) -> Result<()> {
-        let valid = saved.scale >= 1.0
-            && saved.scale.is_finite()
+        let valid = valid_scale(saved.scale)
             && saved.cur_iter >= 1
             && saved.last_overflow_iter <= saved.cur_iter;
         if !valid {
             return Err(Error::invalid(format!(
-                "DynamicLossScaleManager: a saved state needs a finite scale >= 1 and 0 <= last_overflow_iterator_step <= current_iterator_step (from 1), got scale {}, current {}, last overflow {}",
+                "DynamicLossScaleManager: a saved state needs a scale from 1 to float32's largest and 0 <= last_overflow_iterator_step <= current_iterator_step (from 1), got scale {}, current {}, last overflow {}",
                 saved.scale, saved.cur_iter, saved.last_overflow_iter
             )));
         }
