@@ -150,3 +150,29 @@ pub fn round_in_place<T: crate::Num>(dtype: DType, values: &mut [T]) {
         _ => {}
     }
 }
+
+/// Widens `dst.len()` values of a float16 or bfloat16 buffer, from `start`, into `dst`
+/// (exactly); vectorized for float32 (F16C for float16 where the CPU has it). Other
+/// buffers leave `dst` as it is.
+pub fn widen_run<T: crate::Num>(src: &Buffer, start: usize, dst: &mut [T]) {
+    use half::slice::HalfFloatSliceExt;
+    let end = start + dst.len();
+    if let Some(out) = crate::operand::as_f32_mut(dst) {
+        match src {
+            Buffer::BF16(v) => out
+                .iter_mut()
+                .zip(&v[start..end])
+                .for_each(|(o, x)| *o = f32::from_bits(u32::from(x.to_bits()) << 16)),
+            Buffer::F16(v) => v[start..end].convert_to_f32_slice(out),
+            _ => {}
+        }
+        return;
+    }
+    match src {
+        Buffer::BF16(v) => (dst.iter_mut().zip(&v[start..end]))
+            .for_each(|(o, x)| *o = T::from_f64(f64::from(x.to_f32()))),
+        Buffer::F16(v) => (dst.iter_mut().zip(&v[start..end]))
+            .for_each(|(o, x)| *o = T::from_f64(f64::from(x.to_f32()))),
+        _ => {}
+    }
+}

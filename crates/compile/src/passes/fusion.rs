@@ -15,7 +15,9 @@
 use spore_core::Result;
 use spore_core::ir::Graph;
 
-use super::{Contract, ConvRelu, Dce, ElementwiseLoops, MatMulEpilogue, PoolRelu, SumLoops};
+use super::{
+    Contract, ConvRelu, Dce, ElementwiseLoops, MatMulEpilogue, PoolRelu, SumLoops, WideningCasts,
+};
 use crate::pass::Pass;
 
 /// The stages of fusion in order. Why this order: the two folds that are not elementwise
@@ -31,6 +33,8 @@ pub fn fusion_passes() -> Vec<Box<dyn Pass>> {
         Box::new(Dce),
         Box::new(SumLoops),
         Box::new(Contract),
+        Box::new(Dce),
+        Box::new(WideningCasts),
         Box::new(Dce),
         Box::new(MatMulEpilogue),
     ]

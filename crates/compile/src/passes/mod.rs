@@ -11,6 +11,7 @@ mod fusion;
 mod matmul_epilogue;
 mod pool_relu;
 mod simplify;
+mod widening_casts;
 
 pub use const_fold::ConstFold;
 pub use contract::Contract;
@@ -23,3 +24,4 @@ pub use fusion::{FuseElementwise, fusion_passes, is_fusion_stage};
 pub use matmul_epilogue::MatMulEpilogue;
 pub use pool_relu::PoolRelu;
 pub use simplify::Simplify;
+pub use widening_casts::WideningCasts;

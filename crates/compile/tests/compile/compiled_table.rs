@@ -121,3 +121,37 @@ fn a_16_bit_elementwise_chain_fuses_and_equals_eager_exactly() {
         );
     }
 }
+
+/// Casts from 16 bits to float32 read only by float32 loops (amp O2's unscale and
+/// overflow sum) disappear into the loops, which widen their 16-bit inputs as they load
+/// them: the results equal eager mode's bit for bit.
+#[test]
+fn widening_casts_are_read_inside_loops_and_equal_eager_exactly() {
+    let step = |x: &[Tensor]| -> spore_core::Result<Vec<Tensor>> {
+        let (g, scale) = (&x[0], &x[1]);
+        let unscaled = g.cast(DType::F32)?.div(scale)?;
+        let overflow = g.cast(DType::F32)?.mul_scalar(0.0)?.sum(&[], false)?;
+        let chain = g.cast(DType::F32)?.exp()?.add(&unscaled)?;
+        Ok(vec![unscaled, overflow, chain])
+    };
+    for float in [DType::F16, DType::BF16] {
+        let g = Tensor::randn(&[37, 129], DType::F32, Some(4))
+            .unwrap()
+            .cast(float)
+            .unwrap();
+        let ts = vec![g, Tensor::scalar(1024.0f32)];
+        let eager = step(&ts).unwrap();
+        let f = jit("widening", move |x: &[Tensor]| step(x));
+        let compiled = f.call(&ts).unwrap();
+        for (c, e) in compiled.iter().zip(&eager) {
+            let bits = |t: &Tensor| {
+                let v = t.to_f64_vec().unwrap();
+                v.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            };
+            assert_eq!(bits(c), bits(e), "{float}");
+        }
+        let types: Vec<_> = ts.iter().map(|t| t.tensor_type().clone()).collect();
+        let ir = f.graph_for(&types).unwrap().to_ir();
+        assert!(!ir.contains("= Cast("), "{float}: {ir}");
+    }
+}

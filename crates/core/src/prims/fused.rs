@@ -190,7 +190,10 @@ impl FusedProgram {
         }
         let mut shape = Dims::new();
         for t in inputs {
-            if t.dtype != self.compute && t.dtype != DType::Bool {
+            // A float32 program may read 16-bit inputs: it widens them (exactly) as it loads
+            // them (see the compiler's `widening_casts` stage).
+            let widened = t.dtype.is_half() && self.compute == DType::F32;
+            if t.dtype != self.compute && t.dtype != DType::Bool && !widened {
                 return Err(format!(
                     "input of dtype {} in a {} program",
                     t.dtype, self.compute
@@ -512,11 +515,17 @@ fn coalesce(layout: &Layout) -> Layout {
 
 /// [`gather_range`] from a 16-bit buffer, each value widened (exactly) to `T`.
 fn gather_half<T: Num>(half: &Buffer, layout: &Layout, start: usize, dst: &mut [T]) {
+    if layout.is_contiguous() {
+        spore_kernels::half_float::widen_run(half, layout.offset + start, dst);
+        return;
+    }
     match half {
         Buffer::BF16(v) => gather_range(v, layout, start, dst, |x| {
             T::from_f64(f64::from(f32::from_bits(u32::from(x.to_bits()) << 16)))
         }),
-        Buffer::F16(v) => gather_range(v, layout, start, dst, |x| T::from_f64(f64::from(x))),
+        Buffer::F16(v) => gather_range(v, layout, start, dst, |x| {
+            T::from_f64(f64::from(x.to_f32()))
+        }),
         _ => {}
     }
 }

@@ -35,13 +35,19 @@ pub(crate) fn goes_through_f32(op: &Op, inputs: &[&Tensor], out: &TensorType) ->
         op.row().family,
         Family::Elementwise | Family::Movement | Family::Print | Family::Custom
     ) && !bf16_product(op, inputs)
-        && !rounds_each_step(op)
+        && !handles_16_bit_itself(op)
 }
 
-/// A fused program whose compute type is 16-bit rounds each instruction's result itself
-/// (`prims::fused`), giving the values of its ops run one by one.
-fn rounds_each_step(op: &Op) -> bool {
-    matches!(op, Op::Fused(p) if p.compute.is_half())
+/// Fused loops read 16-bit inputs themselves, widening each chunk as they load it (a
+/// float32 loop reading a cast's 16-bit input), and a 16-bit loop rounds each
+/// instruction's result itself (`prims::fused`), giving the values of its ops run one by
+/// one. (A 16-bit `FusedReduceSum`, built by hand, goes through float32 here.)
+fn handles_16_bit_itself(op: &Op) -> bool {
+    match op {
+        Op::Fused(_) => true,
+        Op::FusedReduceSum { program, .. } => !program.compute.is_half(),
+        _ => false,
+    }
 }
 
 /// A bfloat16 matrix product: the kernels multiply bfloat16 operands themselves (with
