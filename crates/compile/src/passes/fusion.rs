@@ -1,7 +1,7 @@
 //! All of fusion as one pass, for callers that want it at once (`default_passes` lists
 //! its stages one by one, so that `save_graphs` prints the graph after each):
-//! `pool_relu`, `conv_relu`, `fuse_elementwise`, `fuse_sum`, `contract` and
-//! `matmul_epilogue`, with `dce` clean-ups between them.
+//! `pool_relu`, `conv_relu`, `fuse_elementwise`, `fuse_sum`, `contract`,
+//! `matmul_epilogue` and `widening_casts`, with `dce` clean-ups between them.
 //!
 //! ```
 //! use spore_compile::{pass::Pass, passes::{Dce, FuseElementwise}};
@@ -34,9 +34,11 @@ pub fn fusion_passes() -> Vec<Box<dyn Pass>> {
         Box::new(SumLoops),
         Box::new(Contract),
         Box::new(Dce),
+        Box::new(MatMulEpilogue),
+        // Last: a product's epilogue takes its float32 addend as it is, and the loops
+        // left read 16-bit values past their casts (the pipeline's `dce` then drops them).
         Box::new(WideningCasts),
         Box::new(Dce),
-        Box::new(MatMulEpilogue),
     ]
 }
 

@@ -1,7 +1,8 @@
 //! Widening casts read inside loops (the `widening_casts` stage): a float32 elementwise
 //! loop (or a single elementwise op, which becomes a one-instruction loop) that reads a
 //! `Cast` from float16 or bfloat16 to float32 reads the 16-bit value itself instead,
-//! widening each chunk as it loads it; a cast no other op reads is then removed. Widening is exact, so
+//! widening each chunk as it loads it; the `dce` stage after it drops a cast that no
+//! other op reads. Widening is exact, so
 //! the results are bit for bit those of the cast and the loop run apart.
 //!
 //! ```

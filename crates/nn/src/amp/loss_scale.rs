@@ -178,7 +178,8 @@ impl LossScaleManager for DynamicLossScaleManager {
             s.last_overflow_iter = s.cur_iter;
         }
         s.scale = if should_grow && !overflow {
-            scale * self.factor
+            // At most float32's largest: the step multiplies the float32 loss by it.
+            (scale * self.factor).min(f64::from(f32::MAX))
         } else {
             scale
         };

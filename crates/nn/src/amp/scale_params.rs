@@ -15,6 +15,8 @@
 //! assert!(names.contains(&"scale_sense".to_string()));
 //! ```
 
+use std::sync::Mutex;
+
 use spore_core::{Error, Parameter, Result, Tensor};
 
 use super::loss_scale::{LossScaleManager, LossScaleState};
@@ -24,12 +26,15 @@ pub(super) struct ScaleParams {
     scale: Parameter,
     cur_iter: Parameter,
     last_overflow_iter: Parameter,
+    /// What the step last wrote: parameters that differ from it were loaded since.
+    written: Mutex<LossScaleState>,
 }
 
 impl ScaleParams {
     pub(super) fn new(state: LossScaleState) -> ScaleParams {
         let counter = |v: u64| Tensor::scalar(i32::try_from(v).unwrap_or(i32::MAX));
         ScaleParams {
+            written: Mutex::new(state),
             scale: Parameter::with_requires_grad(
                 Tensor::scalar(state.scale as f32),
                 "scale_sense",
@@ -56,16 +61,23 @@ impl ScaleParams {
             .collect()
     }
 
-    /// Hands the manager the state the parameters hold when it differs from its own
-    /// (a checkpoint was loaded into them since the last step).
+    /// Hands the manager the state the parameters hold when they changed since the step
+    /// last wrote them (a checkpoint was loaded into them). Why not "when they differ from
+    /// the manager": the manager is shared (`manager()`, `AmpOptions`), and changes made
+    /// to it directly must stand.
     pub(super) fn sync_into(&self, manager: &dyn LossScaleManager) -> Result<()> {
         let held = self.read()?;
-        let own = manager.state();
+        let written = *self.written.lock().unwrap_or_else(|p| p.into_inner());
         // The scale is saved in float32 (as MindSpore saves it): compare it so.
-        let same = held.scale as f32 == own.scale as f32
-            && held.cur_iter == own.cur_iter
-            && held.last_overflow_iter == own.last_overflow_iter;
-        if same { Ok(()) } else { manager.restore(held) }
+        let same = held.scale as f32 == written.scale as f32
+            && held.cur_iter == written.cur_iter
+            && held.last_overflow_iter == written.last_overflow_iter;
+        if same {
+            return Ok(());
+        }
+        manager.restore(held)?;
+        *self.written.lock().unwrap_or_else(|p| p.into_inner()) = held;
+        Ok(())
     }
 
     /// Stores the manager's state after a step.
@@ -83,6 +95,7 @@ impl ScaleParams {
         self.scale.store(Tensor::scalar(state.scale as f32));
         self.cur_iter.store(cur);
         self.last_overflow_iter.store(last);
+        *self.written.lock().unwrap_or_else(|p| p.into_inner()) = state;
         Ok(())
     }
 

@@ -117,10 +117,13 @@ impl Cell for TrainOneStepWithLossScaleCell {
         };
         let grads: Vec<Tensor> = out.collect();
         let overflow = no_grad(|| overflow_sum.item())?.is_nan();
-        if self.manager.update(overflow) {
+        let apply = self.manager.update(overflow);
+        // Saved before the update runs: the parameters follow the manager even when the
+        // update then fails.
+        self.saved.write(self.manager.state())?;
+        if apply {
             no_grad(|| self.update.call(&grads))?;
         }
-        self.saved.write(self.manager.state())?;
         Ok(vec![
             loss,
             Tensor::scalar(overflow),

@@ -404,7 +404,7 @@ fn the_loss_scale_state_is_saved_and_restored_with_checkpoints() {
     let path = dir.join("step.ckpt");
     spore_nn::checkpoint::save_checkpoint(&*first, &path).unwrap();
     let dict = spore_nn::checkpoint::load_checkpoint(&path).unwrap();
-    let names: Vec<&str> = dict.iter().map(|(n, _)| n.as_str()).collect();
+    let names: Vec<&str> = dict.keys().map(|n| n.as_str()).collect();
     for name in [
         "scale_sense",
         "current_iterator_step",
@@ -427,4 +427,32 @@ fn the_loss_scale_state_is_saved_and_restored_with_checkpoints() {
         e.contains("scale from 1 to float32's largest") && e.contains("got scale 0.5"),
         "{e}"
     );
+}
+
+/// The manager is shared (`manager()`, `AmpOptions`): a change made to it directly stands
+/// at the next step; only parameters changed since the step wrote them (a checkpoint
+/// load) are handed back to it. The dynamic scale never grows past float32's largest.
+#[test]
+fn direct_changes_to_a_shared_manager_stand_and_scales_stay_float32() {
+    let _s = serial();
+    let net = Dense::new(4, 3).unwrap();
+    let loss = SoftmaxCrossEntropyWithLogits::new(true, Reduction::Mean);
+    let opt = Momentum::new(net.trainable_params(), 0.1, 0.9).unwrap();
+    let m = DynamicLossScaleManager::new(1024.0, 2.0, 1).unwrap();
+    let step = TrainOneStepWithLossScaleCell::new(WithLossCell::new(net, loss), opt, m);
+    let x = Tensor::ones(&[2, 4], DType::F32).unwrap();
+    let y = Tensor::from_vec(vec![0i32, 2], &[2]).unwrap();
+    step.call(&[x.clone(), y.clone()]).unwrap();
+    let mut state = step.manager().state();
+    state.scale = 64.0;
+    step.manager().restore(state).unwrap();
+    let out = step.call(&[x.clone(), y.clone()]).unwrap();
+    assert_eq!(
+        out[2].item().unwrap(),
+        64.0,
+        "the step used the manager's own scale"
+    );
+    let big = DynamicLossScaleManager::new(f64::from(f32::MAX), 2.0, 1).unwrap();
+    assert!(big.update(false) && big.update(false));
+    assert_eq!(big.loss_scale(), f64::from(f32::MAX));
 }
