@@ -67,11 +67,7 @@ pub(crate) fn fast_cast(src: &Buffer, layout: &Layout, dtype: DType) -> Option<B
         }
         (Buffer::F32(s), DType::BF16) => {
             let mut out = crate::arena::for_overwrite::<bf16>(range.len());
-            chunked(&s[range], &mut out, |s, o| {
-                o.iter_mut()
-                    .zip(s)
-                    .for_each(|(o, &v)| *o = bf16::from_bits(f32_to_bf16_bits(v)));
-            });
+            round_to_bf16(&s[range], &mut out);
             Buffer::BF16(out)
         }
         (Buffer::F16(s), DType::F32) => {
@@ -88,8 +84,19 @@ pub(crate) fn fast_cast(src: &Buffer, layout: &Layout, dtype: DType) -> Option<B
     })
 }
 
-/// Values from which a conversion is split among the threads.
-const PARALLEL_CONVERT_MIN: usize = 1 << 16;
+/// `src` rounded to bfloat16 into `dst` (equal lengths), as `cast` rounds: to nearest,
+/// ties to even; vectorized, and threaded over large buffers.
+pub(crate) fn round_to_bf16(src: &[f32], dst: &mut [bf16]) {
+    chunked(src, dst, |s, o| {
+        o.iter_mut()
+            .zip(s)
+            .for_each(|(o, &v)| *o = bf16::from_bits(f32_to_bf16_bits(v)));
+    });
+}
+
+/// Values from which a conversion is split among the threads (a 64 x 512 product's
+/// output, 32,768 values, is split: its conversion takes longer than a fork).
+const PARALLEL_CONVERT_MIN: usize = 1 << 15;
 
 /// `f` over matching chunks of `src` and `dst` (equal lengths), on several threads when
 /// the buffers are large.

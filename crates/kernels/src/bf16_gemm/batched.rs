@@ -40,10 +40,7 @@ pub(crate) fn batched(
         }
     }
     let mut out = crate::arena::for_overwrite::<bf16>(nb * m * n);
-    // Rounded to nearest even, as `cast` does (`bf16::from_f32`, without its branches).
-    for (o, &w) in out.iter_mut().zip(&wide) {
-        *o = bf16::from_bits(crate::half_float::f32_to_bf16_bits(w));
-    }
+    crate::half_float::round_to_bf16(&wide, &mut out);
     crate::arena::recycle(crate::Buffer::F32(wide));
     crate::arena::recycle(crate::Buffer::I64(offsets));
     out

@@ -36,6 +36,10 @@ pub(super) fn pack_a(
             break;
         }
         let height = MR.min(rows.end - i0);
+        if ma.col_stride == 1 && height == MR {
+            pack_rows(panel, a, ma, i0, p0, kc);
+            continue;
+        }
         for (pp, words) in panel.chunks_mut(MR).enumerate() {
             let p = p0 + 2 * pp;
             let has_hi = 2 * pp + 1 < kc;
@@ -48,6 +52,23 @@ pub(super) fn pack_a(
                     0
                 };
             }
+        }
+    }
+}
+
+/// [`pack_a`] for one full panel of a row-major A: each row's depth run read as pairs,
+/// without the per-value index arithmetic of the general case.
+fn pack_rows(panel: &mut [u32], a: &[u16], ma: MatRef, i0: usize, p0: usize, kc: usize) {
+    for r in 0..MR {
+        let row = &a[at(ma, i0 + r, p0)..][..kc];
+        let mut pairs = row.chunks_exact(2);
+        let mut words = panel.iter_mut().skip(r).step_by(MR);
+        // Pairs first: `zip` then stops without taking the word the odd last value needs.
+        for (pair, w) in (&mut pairs).zip(&mut words) {
+            *w = u32::from(pair[0]) | u32::from(pair[1]) << 16;
+        }
+        if let ([last], Some(w)) = (pairs.remainder(), words.next()) {
+            *w = u32::from(*last);
         }
     }
 }
