@@ -198,7 +198,10 @@ pub(crate) fn check_reach(r: MatRef, rows: usize, cols: usize, len: usize) {
         + (cols as isize - 1) * r.col_stride.min(0);
     assert!(
         near >= 0 && (far as usize) < len,
-        "gemm_into: operand out of bounds"
+        "matrix product: a {rows} x {cols} operand with strides ({}, {}) from offset {} reaches outside its {len} values",
+        r.row_stride,
+        r.col_stride,
+        r.offset
     );
 }
 
