@@ -39,15 +39,7 @@ fn main() {
         .use_current_thread()
         .build_global()
         .ok();
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|n| n.trim().to_owned())
-        })
-        .unwrap_or_default();
+    let cpu = spore_kernels::peak::cpu_model();
     println!(
         "{cpu}; AVX512_BF16 kernel: {}; {threads} threads",
         native_available()

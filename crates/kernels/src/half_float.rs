@@ -58,10 +58,7 @@ pub(crate) fn fast_cast(src: &Buffer, layout: &Layout, dtype: DType) -> Option<B
         (Buffer::BF16(s), DType::F32) => {
             let mut out = crate::arena::for_overwrite::<f32>(range.len());
             chunked(&s[range], &mut out, |s, o| {
-                // The bits shifted up: exact for every value, NaN payloads included.
-                o.iter_mut()
-                    .zip(s)
-                    .for_each(|(o, v)| *o = f32::from_bits(u32::from(v.to_bits()) << 16));
+                o.iter_mut().zip(s).for_each(|(o, &v)| *o = bf16_to_f32(v));
             });
             Buffer::F32(out)
         }
@@ -145,7 +142,7 @@ pub fn round_in_place<T: crate::Num>(dtype: DType, values: &mut [T]) {
     match dtype {
         DType::BF16 => values
             .iter_mut()
-            .for_each(|v| *v = f32::from_bits(u32::from(f32_to_bf16_bits(*v)) << 16)),
+            .for_each(|v| *v = bf16_to_f32(bf16::from_bits(f32_to_bf16_bits(*v)))),
         DType::F16 => {
             let mut narrow = [f16::ZERO; 256];
             for chunk in values.chunks_mut(narrow.len()) {
@@ -169,7 +166,7 @@ pub fn widen_run<T: crate::Num>(src: &Buffer, start: usize, dst: &mut [T]) {
             Buffer::BF16(v) => out
                 .iter_mut()
                 .zip(&v[start..end])
-                .for_each(|(o, x)| *o = f32::from_bits(u32::from(x.to_bits()) << 16)),
+                .for_each(|(o, &x)| *o = bf16_to_f32(x)),
             Buffer::F16(v) => v[start..end].convert_to_f32_slice(out),
             _ => {}
         }
@@ -182,4 +179,11 @@ pub fn widen_run<T: crate::Num>(src: &Buffer, start: usize, dst: &mut [T]) {
             .for_each(|(o, x)| *o = T::from_f64(f64::from(x.to_f32()))),
         _ => {}
     }
+}
+
+/// A bfloat16 value as float32: its bits shifted up, exact for every value (NaN payloads
+/// included), and a loop of them vectorizes (`bf16::to_f32` checks for NaN first).
+#[inline(always)]
+pub fn bf16_to_f32(x: bf16) -> f32 {
+    f32::from_bits(u32::from(x.to_bits()) << 16)
 }

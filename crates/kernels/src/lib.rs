@@ -30,6 +30,7 @@ pub mod pool;
 mod pool2x2;
 pub mod random;
 pub mod reduce;
+mod scratch;
 mod sgemm;
 
 pub use buffer::{Buffer, Element};

@@ -77,6 +77,20 @@ unsafe fn fma_loop(_iterations: u64) -> f32 {
     0.0
 }
 
+/// The CPU's model name as Linux reports it (`/proc/cpuinfo`), for benchmark reports;
+/// empty where it cannot be read.
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|n| n.trim().to_owned())
+        })
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

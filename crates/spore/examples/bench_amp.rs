@@ -148,15 +148,7 @@ fn main() -> Result<()> {
             "--steps must be 1 to {most} for {model} (one pass over the bundled digits) and --rounds at least 1"
         )));
     }
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|n| n.trim().to_owned())
-        })
-        .unwrap_or_default();
+    let cpu = spore::kernels::peak::cpu_model();
     println!(
         "{model} train step, Graph mode, {cpu}, AVX512_BF16 GEMM: {}: ms per step (mean loss of the last ten steps), peak live bytes of the compiled step",
         spore::kernels::bf16_gemm::native_available()

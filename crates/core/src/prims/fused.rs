@@ -521,7 +521,7 @@ fn gather_half<T: Num>(half: &Buffer, layout: &Layout, start: usize, dst: &mut [
     }
     match half {
         Buffer::BF16(v) => gather_range(v, layout, start, dst, |x| {
-            T::from_f64(f64::from(f32::from_bits(u32::from(x.to_bits()) << 16)))
+            T::from_f64(f64::from(spore_kernels::half_float::bf16_to_f32(x)))
         }),
         Buffer::F16(v) => gather_range(v, layout, start, dst, |x| {
             T::from_f64(f64::from(x.to_f32()))

@@ -20,7 +20,10 @@
 //! C, the rows), so every element of C is summed in the same order on any thread count.
 
 // Elsewhere only the widened path runs: the native driver's items are unused there.
-#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_variables))]
+#![cfg_attr(
+    not(target_arch = "x86_64"),
+    allow(dead_code, unused_variables, unused_imports)
+)]
 
 mod batched;
 #[cfg(target_arch = "x86_64")]
@@ -38,6 +41,7 @@ use rayon::prelude::*;
 pub(crate) use batched::batched;
 
 use crate::matmul::{MatRef, check_reach};
+use crate::sgemm::{Dst, split};
 
 /// Rows of C one microkernel call computes.
 const MR: usize = 8;
@@ -176,9 +180,7 @@ fn with_widened<R>(
     let at = |i: usize, j: usize| {
         (s.offset as isize + i as isize * s.row_stride + j as isize * s.col_stride) as usize
     };
-    // The bits shifted up: exact for every value, NaN payloads included, and a loop the
-    // compiler vectorizes (a per-value conversion call does not).
-    let wide = |v: &bf16| f32::from_bits(u32::from(v.to_bits()) << 16);
+    let wide = |v: &bf16| crate::half_float::bf16_to_f32(*v);
     let (first, last) = (at(0, 0), at(rows - 1, cols - 1));
     if s.row_stride >= 0 && s.col_stride >= 0 && last - first < rows * cols {
         return with_scratch(&WIDE, last - first + 1, |out| {
@@ -221,19 +223,6 @@ struct Product<'a> {
     b: (&'a [u16], MatRef),
 }
 
-/// A raw pointer to C that may cross threads: every thread writes a disjoint set of tiles.
-#[derive(Clone, Copy)]
-struct Dst(*mut f32);
-// SAFETY: threads write disjoint tiles of C (split by panel ranges), and the pointer
-// outlives the parallel section (it borrows the caller's `c`).
-unsafe impl Send for Dst {}
-unsafe impl Sync for Dst {}
-
-/// Part `t` of `parts` of `0..len`, the parts' lengths differing by at most one.
-fn split(len: usize, parts: usize, t: usize) -> Range<usize> {
-    len * t / parts..len * (t + 1) / parts
-}
-
 /// The depth blocks of a product of depth `k`: [`KC`] steps each, except that a remainder
 /// shorter than [`MIN_TAIL`] joins the last full block.
 fn depth_blocks(k: usize) -> impl Iterator<Item = (usize, usize)> {
@@ -254,30 +243,19 @@ thread_local! {
     static WIDE: RefCell<Vec<Vec<f32>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Runs `f` on at least `len` values of this thread's scratch `slot` (contents
-/// unspecified). Vectors grow to powers of two and stay (up to [`MAX_KEPT`]), so steady
-/// state allocates nothing.
+/// Runs `f` on at least `len` values of this thread's scratch `slot` (see
+/// [`crate::scratch`]); vectors above [`MAX_KEPT`] go back to the allocator after use,
+/// so that one huge widened product does not hold its memory for the life of the thread.
 fn with_scratch<T: Copy + Default + 'static, R>(
     slot: &'static std::thread::LocalKey<RefCell<Vec<Vec<T>>>>,
     len: usize,
     f: impl FnOnce(&mut [T]) -> R,
 ) -> R {
-    let mut held = slot
-        .try_with(|s| s.borrow_mut().pop())
-        .ok()
-        .flatten()
-        .unwrap_or_default();
-    if held.len() < len {
-        held = vec![T::default(); len.next_power_of_two()];
-    }
-    let result = f(&mut held[..len]);
-    // `try_with`: during thread teardown the slot may be gone; the vector is then freed.
-    // Vectors above [`MAX_KEPT`] go back to the allocator: one huge widened product must
-    // not hold its memory for the life of the thread.
-    if held.len() <= MAX_KEPT {
-        let _ = slot.try_with(|s| s.borrow_mut().push(held));
-    }
-    result
+    let keep = crate::scratch::Keep {
+        min: 0,
+        max: MAX_KEPT,
+    };
+    crate::scratch::with_scratch(slot, len, keep, f)
 }
 
 /// Values of the largest scratch vector a thread keeps between products (16 MiB of

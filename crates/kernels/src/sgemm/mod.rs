@@ -112,28 +112,19 @@ thread_local! {
 /// fits, so a thread's first GEMM sizes its scratch for all later ones.
 const MIN_SCRATCH: usize = 1 << 16;
 
-/// Runs `f` on at least `len` values of this thread's scratch `slot` (contents
-/// unspecified). The slot is a stack of vectors: a rayon worker that waits inside one GEMM
-/// may run a task of another GEMM on the same thread, and that nested call takes a second
-/// vector, which stays for the next time. Vectors grow to powers of two (at least
-/// [`MIN_SCRATCH`]), so a thread reallocates a handful of times in its life, not per size.
+/// Runs `f` on at least `len` values of this thread's scratch `slot` (see
+/// [`crate::scratch`]). Vectors grow to powers of two (at least [`MIN_SCRATCH`]) and all
+/// stay, so a thread reallocates a handful of times in its life, not per size.
 fn with_scratch<R>(
     slot: &'static std::thread::LocalKey<RefCell<Vec<Vec<f32>>>>,
     len: usize,
     f: impl FnOnce(&mut [f32]) -> R,
 ) -> R {
-    let mut held = slot
-        .try_with(|stack| stack.borrow_mut().pop())
-        .ok()
-        .flatten()
-        .unwrap_or_default();
-    if held.len() < len {
-        held = vec![0.0; len.next_power_of_two().max(MIN_SCRATCH)];
-    }
-    let result = f(&mut held[..len]);
-    // `try_with`: during thread teardown the slot may be gone; the vector is then freed.
-    let _ = slot.try_with(|stack| stack.borrow_mut().push(held));
-    result
+    let keep = crate::scratch::Keep {
+        min: MIN_SCRATCH,
+        max: usize::MAX,
+    };
+    crate::scratch::with_scratch(slot, len, keep, f)
 }
 
 /// Gives this thread's scratch slots `depth` vectors of [`MIN_SCRATCH`] values each, so
@@ -173,7 +164,7 @@ pub(crate) fn available() -> bool {
 
 /// A raw pointer to C that may cross threads: every thread writes a disjoint set of tiles.
 #[derive(Clone, Copy)]
-struct Dst(*mut f32);
+pub(crate) struct Dst(pub(crate) *mut f32);
 // SAFETY: threads write disjoint tiles of C (split by panel ranges), and the pointer
 // outlives the parallel section (it borrows the caller's `c`).
 unsafe impl Send for Dst {}
@@ -333,7 +324,7 @@ const MIN_PART_FLOP: usize = 1 << 20;
 
 /// Part `t` of `parts` of `0..len`, the parts' lengths differing by at most one (none
 /// is empty while `parts <= len`).
-fn split(len: usize, parts: usize, t: usize) -> Range<usize> {
+pub(crate) fn split(len: usize, parts: usize, t: usize) -> Range<usize> {
     len * t / parts..len * (t + 1) / parts
 }
 
