@@ -114,9 +114,32 @@ def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+_IDLE_RSS_MB = None
+
+
+def rss_mb():
+    """Resident set size of this process now, in MiB (VmRSS)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def mark_idle():
+    """Records the framework's idle footprint: call after importing it and running one trivial
+    op, before building the workload. emit() then reports idle_rss_mb and net_peak_mb (peak minus
+    idle), the memory the workload itself added."""
+    global _IDLE_RSS_MB
+    _IDLE_RSS_MB = rss_mb()
+
+
 def emit(framework, model, mode, res, **extra):
     rec = {"framework": framework, "model": model, "mode": mode, "threads": THREADS,
            "peak_rss_mb": peak_rss_mb()}
+    if _IDLE_RSS_MB is not None:
+        rec["idle_rss_mb"] = _IDLE_RSS_MB
+        rec["net_peak_mb"] = rec["peak_rss_mb"] - _IDLE_RSS_MB
     rec.update(res)
     rec.update(extra)
     print("RESULT " + json.dumps(rec), flush=True)

@@ -15,6 +15,7 @@ use crate::buffer::Buffer;
 use crate::buffer::Element;
 use crate::dtype::DType;
 use crate::layout::{Dims, Layout, Strides, fill_rows};
+use crate::vmath;
 use smallvec::smallvec;
 
 /// The one list of one-input functions: the enum, its `ALL` list and every per-function
@@ -125,17 +126,26 @@ impl CompareFn {
 pub trait Num: Element {
     fn unary(self, f: UnaryFn) -> Self;
     fn binary(self, f: BinaryFn, other: Self) -> Self;
+    /// `dst[i] = f(src[i])` over equal-length slices: [`unary_slice`]. A type overrides it
+    /// where it has faster whole-slice versions of some functions (float32's vectorised
+    /// transcendental functions); the results must equal [`Num::unary`]'s bit for bit.
+    fn unary_run(f: UnaryFn, src: &[Self], dst: &mut [Self]) {
+        each_unary(f, src, dst)
+    }
 }
 
 macro_rules! impl_num_float {
-    ($t:ty, $erf:path) => {
+    ($t:ty, $exp:path, $erf:path, $sigmoid:expr, $run:path) => {
         impl Num for $t {
+            fn unary_run(f: UnaryFn, src: &[Self], dst: &mut [Self]) {
+                $run(f, src, dst)
+            }
             #[inline(always)]
             fn unary(self, f: UnaryFn) -> Self {
                 let x = self;
                 match f {
                     UnaryFn::Neg => -x,
-                    UnaryFn::Exp => x.exp(),
+                    UnaryFn::Exp => $exp(x),
                     UnaryFn::Log => x.ln(),
                     UnaryFn::Log1p => x.ln_1p(),
                     UnaryFn::Sqrt => x.sqrt(),
@@ -151,7 +161,7 @@ macro_rules! impl_num_float {
                         }
                     }
                     UnaryFn::Tanh => x.tanh(),
-                    UnaryFn::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+                    UnaryFn::Sigmoid => ($sigmoid)(x),
                     UnaryFn::Relu => {
                         if x > 0.0 {
                             x
@@ -197,8 +207,25 @@ macro_rules! impl_num_float {
         }
     };
 }
-impl_num_float!(f32, libm::erff);
-impl_num_float!(f64, libm::erf);
+impl_num_float!(f32, vmath::exp, vmath::erf, vmath::sigmoid, f32_unary_run);
+impl_num_float!(
+    f64,
+    f64::exp,
+    libm::erf,
+    |x: f64| 1.0 / (1.0 + (-x).exp()),
+    each_unary
+);
+
+/// float32's whole-slice functions: the vectorised ones of [`vmath`] (equal to
+/// `f32::unary`'s values, which use the same functions).
+fn f32_unary_run(f: UnaryFn, src: &[f32], dst: &mut [f32]) {
+    match f {
+        UnaryFn::Exp => vmath::exp_slice(src, dst),
+        UnaryFn::Erf => vmath::erf_slice(src, dst),
+        UnaryFn::Sigmoid => vmath::sigmoid_slice(src, dst),
+        other => each_unary(other, src, dst),
+    }
+}
 
 /// float16 and bfloat16 compute each step in float32 and round the result once.
 macro_rules! impl_num_half {
@@ -278,6 +305,11 @@ impl_num_int!(u8);
 /// `dst[i] = f(src[i])` over equal-length slices, one monomorphised loop per function
 /// (the `match` stays out of the inner loop, so it vectorises).
 pub fn unary_slice<T: Num>(f: UnaryFn, src: &[T], dst: &mut [T]) {
+    T::unary_run(f, src, dst)
+}
+
+/// [`unary_slice`]'s generic loop.
+fn each_unary<T: Num>(f: UnaryFn, src: &[T], dst: &mut [T]) {
     macro_rules! arms {
         ($($v:ident),*) => { match f { $(UnaryFn::$v => dst.iter_mut().zip(src).for_each(|(d, &x)| *d = x.unary(UnaryFn::$v)),)* } };
     }
@@ -446,12 +478,26 @@ fn mismatch(what: &str, a: DType, b: DType) -> String {
 
 /// Applies a unary function; the output has the input's dtype.
 pub fn unary(f: UnaryFn, src: &Buffer, layout: &Layout) -> Result<Buffer, String> {
-    fn go<T: Num>(f: UnaryFn, s: &[T], l: &Layout) -> Vec<T> {
-        // One monomorphised loop per function keeps the `match` out of the inner loop.
-        macro_rules! arms {
-            ($($v:ident),*) => { match f { $(UnaryFn::$v => map_unary(s, l, |x: T| x.unary(UnaryFn::$v)),)* } };
-        }
-        with_unary_fns!(arms)
+    fn go<T: Num>(f: UnaryFn, src: &[T], layout: &Layout) -> Vec<T> {
+        let mut out = crate::arena::for_overwrite::<T>(layout.numel());
+        let (shape, strides): (Dims, Strides) = if layout.is_contiguous() {
+            (smallvec![layout.numel()], smallvec![1])
+        } else {
+            (layout.shape.clone(), layout.strides.clone())
+        };
+        // Rows read in place go through the type's slice functions (the same values as
+        // element by element, vectorised); strided rows go element by element.
+        fill_rows(&mut out, &shape, [&strides], [layout.offset], |r, o| {
+            let (s, st) = (r.starts[0], r.steps[0]);
+            if st == 1 {
+                let s = s as usize;
+                return unary_slice(f, &src[s..s + r.len], o);
+            }
+            for (i, o) in o.iter_mut().enumerate() {
+                *o = src[(s + i as isize * st) as usize].unary(f);
+            }
+        });
+        out
     }
     Ok(match src {
         Buffer::F32(s) => Buffer::F32(go(f, s, layout)),

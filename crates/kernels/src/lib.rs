@@ -32,6 +32,7 @@ pub mod random;
 pub mod reduce;
 mod scratch;
 mod sgemm;
+pub mod vmath;
 
 pub use buffer::{Buffer, Element};
 pub use dtype::DType;

@@ -50,5 +50,5 @@ pub mod prelude {
         Adam, AdamW, AdamWeightDecay, DecayFilter, LearningRate, Momentum, Optimizer, RMSProp, SGD,
     };
     pub use crate::wrap::{TrainOneStepCell, WithLossCell};
-    pub use crate::zoo::{LeNet5, Mlp, ResNet};
+    pub use crate::zoo::{BertClassifier, BertConfig, ImageNetResNet, LeNet5, Mlp, ResNet};
 }

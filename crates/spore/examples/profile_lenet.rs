@@ -1,11 +1,12 @@
 //! Where one LeNet5 training step (batch 32) spends its time, op by op (Spore's own
 //! profiler), in PyNative mode, or in Graph mode with `--graph`; `--mlp` profiles the
-//! seed 004 MLP (batch 64) instead, `--resnet` ResNet-18 (batch 32, 3 steps); `--infer`
+//! seed 004 MLP (batch 64) instead, `--resnet` ResNet-18 (batch 32, 3 steps), `--resnet50`
+//! ResNet-50 (batch 8, 224x224), `--bert` the BERT-style encoder (batch 16, AdamW); `--infer`
 //! profiles the network's inference (forward, no gradients) instead of a training step;
 //! `--save-graphs` (with `--graph`) also writes the step's IR after every pass; `--o2` or
 //! `--o3` trains at that mixed-precision level (bfloat16 with `--bf16`, else float16).
 //! Run: `cargo run --release --example profile_lenet [-- --graph [--save-graphs]] [--mlp |
-//! --resnet] [--infer] [--o2 | --o3 [--bf16]]`
+//! --resnet | --resnet50 | --bert] [--infer] [--o2 | --o3 [--bf16]]`
 
 use spore::prelude::*;
 use spore_core::debug::profiler::Profiler;
@@ -25,20 +26,36 @@ fn main() -> Result<()> {
         }
         set_context(update)?;
     }
-    let (net, x_shape, steps): (std::sync::Arc<dyn Cell>, [usize; 4], usize) = if flag("--mlp") {
-        (Mlp::new()?, [64, 1, 28, 28], 20)
+    let (net, x_shape, steps): (std::sync::Arc<dyn Cell>, Vec<usize>, usize) = if flag("--mlp") {
+        (Mlp::new()?, vec![64, 1, 28, 28], 20)
     } else if flag("--resnet") {
-        (ResNet::resnet18(10)?, [32, 3, 32, 32], 3)
+        (ResNet::resnet18(10)?, vec![32, 3, 32, 32], 3)
+    } else if flag("--resnet50") {
+        (ImageNetResNet::resnet50(1000)?, vec![8, 3, 224, 224], 2)
+    } else if flag("--bert") {
+        (BertClassifier::new(&BertConfig::small())?, vec![16, 128], 3)
     } else {
-        (LeNet5::new(10)?, [32, 1, 32, 32], 20)
+        (LeNet5::new(10)?, vec![32, 1, 32, 32], 20)
     };
-    let x = Tensor::randn(&x_shape, DType::F32, Some(3))?;
+    let x = if flag("--bert") {
+        // Token ids in 1..1000 (no padding): what matters here is the time per op.
+        let ids = (0..16 * 128).map(|i| 1 + (i * 7919 + 13) % 999).collect();
+        Tensor::from_vec(ids, &x_shape)?
+    } else {
+        Tensor::randn(&x_shape, DType::F32, Some(3))?
+    };
     let infer = flag("--infer");
     if infer {
         net.set_train(false);
     }
     let loss = SoftmaxCrossEntropyWithLogits::new(true, Reduction::Mean);
-    let opt = Momentum::new(net.trainable_params(), 0.01, 0.9)?;
+    let opt: std::sync::Arc<dyn Optimizer> = if flag("--bert") {
+        AdamW::config(net.trainable_params(), 1e-4)
+            .weight_decay(0.01)
+            .build()?
+    } else {
+        Momentum::new(net.trainable_params(), 0.01, 0.9)?
+    };
     let level = if flag("--o2") {
         spore::nn::amp::AmpLevel::O2
     } else if flag("--o3") {

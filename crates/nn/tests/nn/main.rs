@@ -16,6 +16,7 @@ mod losses;
 mod modes;
 mod optim;
 mod prepared_filters;
+mod transformer_modes;
 mod zoo;
 
 use std::path::PathBuf;

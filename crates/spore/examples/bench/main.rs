@@ -7,7 +7,10 @@
 //!
 //! Workloads: LeNet5 training step (batch 32, 1x32x32, Momentum 0.9, sparse softmax
 //! cross-entropy), the seed 004 MLP training step and inference (batch 64), ResNet-18
-//! (CIFAR form) training step (batch 32), fp32 GEMM 2048^3, and seed 001's data pipeline.
+//! (CIFAR form) training step (batch 32), a BERT-style encoder training step (4 layers,
+//! hidden 256, 4 heads, feed-forward 1024, sequence 128, batch 16, AdamW), ResNet-50
+//! (224x224) training at batch 8 and inference at batch 1, fp32 GEMM 2048^3, and seed
+//! 001's data pipeline.
 //! Also the machine's FMA peak (`fma_peak`, `spore_kernels::peak`), and for every compiled
 //! step the FLOP of its products and convolutions (`gflop_per_step`, `Graph::flops`): the
 //! report states each workload's useful FLOP rate as a share of that peak.
@@ -34,6 +37,11 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 use spore::prelude::*;
+
+mod checks;
+mod proc_stats;
+
+use proc_stats::{CpuTicks, peak_rss_mb, rss_mb};
 
 /// The system allocator, counting what is allocated (calls and bytes) and the peak of
 /// live heap bytes.
@@ -109,6 +117,9 @@ const BENCHES: &[(&str, &[&str])] = &[
     ("mlp_train_b64", &["pynative", "graph"]),
     ("mlp_infer_b64", &["pynative", "graph"]),
     ("resnet18_train_b32", &["pynative", "graph"]),
+    ("bert_train_b16", &["pynative", "graph"]),
+    ("resnet50_train_b8", &["pynative", "graph"]),
+    ("resnet50_infer_b1", &["pynative", "graph"]),
     ("gemm_2048", &["n/a"]),
     ("fma_peak", &["n/a"]),
     ("pipeline_mnist", &["n/a"]),
@@ -136,6 +147,12 @@ struct Measurement {
     /// Share of the machine's CPU capacity other processes used while the repeats ran
     /// (`None` where `/proc` cannot tell).
     foreign_cpu_frac: Option<f64>,
+    /// Peak resident memory (`VmHWM`, MiB) and peak live heap (MiB) when the timed steps
+    /// ended, before the checks.
+    peak_rss_mb: f64,
+    peak_heap_mb: f64,
+    /// The result checks that ran after the timed steps (see `checks`).
+    checks: Vec<checks::Check>,
 }
 
 impl Measurement {
@@ -194,59 +211,10 @@ fn measure(p: Protocol, mut step: impl FnMut() -> Result<()>) -> Result<Measurem
         work_per_step: 0.0,
         graph_flop_per_step: f64::NAN,
         foreign_cpu_frac,
+        peak_rss_mb: peak_rss_mb(),
+        peak_heap_mb: PEAK_LIVE_BYTES.load(Relaxed) as f64 / (1 << 20) as f64,
+        checks: Vec::new(),
     })
-}
-
-/// CPU time in clock ticks since boot: the whole machine's busy and total time
-/// (`/proc/stat`) and this process's (`/proc/self/stat`, all its threads).
-#[derive(Clone, Copy)]
-struct CpuTicks {
-    busy: u64,
-    total: u64,
-    own: u64,
-}
-
-impl CpuTicks {
-    /// Now, or `None` off Linux (or when `/proc` reads as something unexpected).
-    fn now() -> Option<CpuTicks> {
-        let stat = std::fs::read_to_string("/proc/stat").ok()?;
-        // user nice system idle iowait irq softirq steal, as the peers' driver counts.
-        let machine: Vec<u64> = stat
-            .lines()
-            .next()?
-            .split_whitespace()
-            .skip(1)
-            .take(8)
-            .map(|v| v.parse().ok())
-            .collect::<Option<_>>()?;
-        if machine.len() < 8 {
-            return None;
-        }
-        let total: u64 = machine.iter().sum();
-        let own = std::fs::read_to_string("/proc/self/stat").ok()?;
-        // After the command name (which may hold spaces and parentheses) come the state,
-        // ten more fields, then user and system time.
-        let after_name: Vec<&str> = own.rsplit_once(')')?.1.split_whitespace().collect();
-        let ticks = |i: usize| after_name.get(i)?.parse::<u64>().ok();
-        Some(CpuTicks {
-            busy: total - machine[3] - machine[4],
-            total,
-            own: ticks(11)? + ticks(12)?,
-        })
-    }
-
-    /// Share of the machine's CPU capacity that other processes used from `self` to
-    /// `later`: busy time that was not this process's, over all CPUs' time.
-    fn foreign_share_until(self, later: CpuTicks) -> f64 {
-        let total = later.total.saturating_sub(self.total);
-        let own = later.own.saturating_sub(self.own);
-        let foreign = later.busy.saturating_sub(self.busy).saturating_sub(own);
-        if total == 0 {
-            0.0
-        } else {
-            foreign as f64 / total as f64
-        }
-    }
 }
 
 /// FLOP of the graph `cell` compiled for `inputs` (either training flag), or NaN when it
@@ -267,14 +235,90 @@ fn batch(x_shape: &[usize]) -> Result<(Tensor, Tensor)> {
     Ok((x, Tensor::from_vec(labels, &[x_shape[0]])?))
 }
 
+/// The BERT workload's batch, as `bench/peers/py/models_spec.py` builds it: ids
+/// `1 + (7919 i + 13) mod (vocab - 1)` over the flattened `batch x sequence`, the last
+/// quarter of every odd row padding (id 0); labels `row mod 2`.
+fn token_batch(batch: usize, seq: usize, vocab: usize) -> Result<(Tensor, Tensor)> {
+    let ids: Vec<i32> = (0..batch * seq)
+        .map(|i| {
+            let (row, col) = (i / seq, i % seq);
+            let padding = row % 2 == 1 && col >= seq - seq / 4;
+            if padding {
+                0
+            } else {
+                1 + ((7919 * i + 13) % (vocab - 1)) as i32
+            }
+        })
+        .collect();
+    let labels: Vec<i32> = (0..batch as i32).map(|r| r % 2).collect();
+    Ok((
+        Tensor::from_vec(ids, &[batch, seq])?,
+        Tensor::from_vec(labels, &[batch])?,
+    ))
+}
+
+/// The seed every network is built under, so the checks can build it again.
+const SEED: u64 = 0;
+
 /// The peers' step: sparse softmax cross-entropy (mean) and Momentum(0.01, 0.9).
-fn train_step(net: Arc<dyn Cell>, x_shape: &[usize], p: Protocol) -> Result<Measurement> {
+fn train_step(
+    net: impl Fn() -> Result<Arc<dyn Cell>>,
+    x_shape: &[usize],
+    p: Protocol,
+) -> Result<Measurement> {
     let (x, y) = batch(x_shape)?;
+    let build = || -> Result<(Arc<dyn Cell>, Arc<dyn Optimizer>)> {
+        let net = net()?;
+        let opt: Arc<dyn Optimizer> = Momentum::new(net.trainable_params(), 0.01, 0.9)?;
+        Ok((net, opt))
+    };
+    timed_train_step(&build, &x, &y, p)
+}
+
+/// The encoder's step: sparse softmax cross-entropy (mean) and AdamW(1e-4, weight decay
+/// 0.01), as BERT is fine-tuned.
+fn bert_step(p: Protocol) -> Result<Measurement> {
+    let cfg = BertConfig::small();
+    let (x, y) = token_batch(16, 128, cfg.vocab_size)?;
+    let build = || -> Result<(Arc<dyn Cell>, Arc<dyn Optimizer>)> {
+        let net: Arc<dyn Cell> = BertClassifier::new(&cfg)?;
+        let opt: Arc<dyn Optimizer> = AdamW::config(net.trainable_params(), 1e-4)
+            .weight_decay(0.01)
+            .build()?;
+        Ok((net, opt))
+    };
+    timed_train_step(&build, &x, &y, p)
+}
+
+/// Builds the step under [`SEED`], times it, then checks it (Graph mode: against PyNative).
+fn timed_train_step(
+    build: checks::Build,
+    x: &Tensor,
+    y: &Tensor,
+    p: Protocol,
+) -> Result<Measurement> {
+    spore::rng::set_seed(SEED);
+    let (net, opt) = build()?;
     let loss = SoftmaxCrossEntropyWithLogits::new(true, Reduction::Mean);
-    let opt = Momentum::new(net.trainable_params(), 0.01, 0.9)?;
-    let step = TrainOneStepCell::new_dyn(WithLossCell::new_dyn(net, loss), opt);
-    let mut m = measure(p, || step.step(&x, &y).map(drop))?;
-    m.graph_flop_per_step = compiled_flops(&*step, &[&x, &y]);
+    let step = TrainOneStepCell::new_dyn(WithLossCell::new_dyn(net.clone(), loss), opt);
+    let mut m = measure(p, || step.step(x, y).map(drop))?;
+    m.graph_flop_per_step = compiled_flops(&*step, &[x, y]);
+    if get_context().mode == Mode::Graph {
+        m.checks.push(checks::loss_after_timing(&step, net, x, y)?);
+        m.checks
+            .push(checks::two_steps_against_pynative(build, SEED, x, y)?);
+    }
+    Ok(m)
+}
+
+/// Inference of `net` on `x` under `no_grad`; Graph mode checks it against PyNative.
+fn timed_inference(net: Arc<dyn Cell>, x: &Tensor, p: Protocol) -> Result<Measurement> {
+    net.set_train(false);
+    let mut m = measure(p, || no_grad(|| net.call1(x)).map(drop))?;
+    m.graph_flop_per_step = compiled_flops(&*net, &[x]);
+    if get_context().mode == Mode::Graph {
+        m.checks.push(checks::output_against_pynative(&net, x)?);
+    }
     Ok(m)
 }
 
@@ -289,21 +333,24 @@ fn run_child(bench: &str, mode: &str, p: Protocol) -> Result<Measurement> {
     }
     set_context(ctx)?;
     match bench {
-        "lenet5_train_b32" => train_step(LeNet5::new(10)?, &[32, 1, 32, 32], p),
-        "mlp_train_b64" => train_step(Mlp::new()?, &[64, 1, 28, 28], p),
+        "lenet5_train_b32" => train_step(|| Ok(LeNet5::new(10)?), &[32, 1, 32, 32], p),
+        "mlp_train_b64" => train_step(|| Ok(Mlp::new()?), &[64, 1, 28, 28], p),
         "resnet18_train_b32" => train_step(
-            ResNet::resnet18(10)?,
+            || Ok(ResNet::resnet18(10)?),
             &[32, 3, 32, 32],
             Protocol { warmup: 2, ..p },
         ),
-        "mlp_infer_b64" => {
-            let net = Mlp::new()?;
-            net.set_train(false);
-            let (x, _) = batch(&[64, 1, 28, 28])?;
-            let mut m = measure(p, || no_grad(|| net.call1(&x)).map(drop))?;
-            m.graph_flop_per_step = compiled_flops(&*net, &[&x]);
-            Ok(m)
+        "bert_train_b16" => bert_step(Protocol { warmup: 2, ..p }),
+        "resnet50_train_b8" => train_step(
+            || Ok(ImageNetResNet::resnet50(1000)?),
+            &[8, 3, 224, 224],
+            Protocol { warmup: 2, ..p },
+        ),
+        "resnet50_infer_b1" => {
+            let (x, _) = batch(&[1, 3, 224, 224])?;
+            timed_inference(ImageNetResNet::resnet50(1000)?, &x, p)
         }
+        "mlp_infer_b64" => timed_inference(Mlp::new()?, &batch(&[64, 1, 28, 28])?.0, p),
         "fma_peak" => {
             // Each step: 2M rounds of 12 FMAs on every thread at once (about 4 ms).
             let threads = rayon::current_num_threads();
@@ -323,6 +370,7 @@ fn run_child(bench: &str, mode: &str, p: Protocol) -> Result<Measurement> {
             let b = Tensor::randn(&[n, n], DType::F32, Some(2))?;
             let mut m = measure(p, || a.matmul(&b).map(drop))?;
             m.work_per_step = 2.0 * (n as f64).powi(3);
+            m.checks.push(checks::gemm_entries(&a, &b, &a.matmul(&b)?)?);
             Ok(m)
         }
         "pipeline_mnist" => {
@@ -352,24 +400,12 @@ fn run_child(bench: &str, mode: &str, p: Protocol) -> Result<Measurement> {
     }
 }
 
-/// Peak resident memory of this process in MiB (`VmHWM`), as the peers report it.
-fn peak_rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
-        .map_or(f64::NAN, |kb| kb / 1024.0)
-}
-
 /// A JSON number, or `null` for NaN/inf (JSON has no NaN).
 fn num(v: f64) -> serde_json::Value {
     serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, serde_json::Value::Number)
 }
 
-fn child_record(bench: &str, mode: &str, m: &Measurement) -> serde_json::Value {
+fn child_record(bench: &str, mode: &str, m: &Measurement, idle_rss_mb: f64) -> serde_json::Value {
     let median = m.median_ms();
     let per_s = 1e3 / median;
     let is = |b: &str| bench == b;
@@ -383,9 +419,12 @@ fn child_record(bench: &str, mode: &str, m: &Measurement) -> serde_json::Value {
         "gflops": num(if is("gemm_2048") || is("fma_peak") { m.work_per_step * per_s / 1e9 } else { 0.0 }),
         "gflop_per_step": num(m.graph_flop_per_step / 1e9),
         "samples_per_s": num(if is("pipeline_mnist") { m.work_per_step * per_s } else { 0.0 }),
-        "peak_mem_mb": num(peak_rss_mb()),
-        "peak_rss_mb": num(peak_rss_mb()),
-        "peak_heap_mb": num(PEAK_LIVE_BYTES.load(Relaxed) as f64 / (1 << 20) as f64),
+        "peak_mem_mb": num(m.peak_rss_mb),
+        "peak_rss_mb": num(m.peak_rss_mb),
+        "idle_rss_mb": num(idle_rss_mb),
+        "net_peak_mb": num(m.peak_rss_mb - idle_rss_mb),
+        "peak_heap_mb": num(m.peak_heap_mb),
+        "checks": m.checks.iter().map(checks::Check::to_json).collect::<Vec<_>>(),
         "steady_allocs": num(m.steady_allocs_per_step),
         "steady_alloc_bytes": num(m.steady_alloc_bytes_per_step),
         "repeats_ms": m.repeats_ms.iter().map(|&v| num(v)).collect::<Vec<_>>(),
@@ -554,20 +593,43 @@ fn main() -> Result<()> {
         return run_parent(&args);
     };
     let (bench, mode) = which.split_once(':').unwrap_or((which.as_str(), "n/a"));
-    let p = if args.iter().any(|a| a == "--quick") {
-        Protocol {
-            warmup: 2,
-            repeats: 3,
-            repeat_s: 0.3,
-        }
-    } else {
-        Protocol {
-            warmup: 5,
-            repeats: 5,
-            repeat_s: 1.2,
+    let p = protocol(args.iter().any(|a| a == "--quick"))?;
+    // The runtime's idle footprint (one trivial op), so that memory compares as what the
+    // workload adds, as the peers' `idle_rss_mb` does.
+    Tensor::ones(&[1], DType::F32)?.add_scalar(1.0)?;
+    let idle_rss_mb = rss_mb();
+    let m = run_child(bench, mode, p)?;
+    if let Some(failed) = m.checks.iter().find(|c| !c.passed()) {
+        return Err(Error::invalid(format!(
+            "{bench} {mode}: check failed, no figure reported: {} differs by {:.3e} (tolerance {:.0e})",
+            failed.what, failed.worst, failed.tolerance
+        )));
+    }
+    println!("RESULT {}", child_record(bench, mode, &m, idle_rss_mb));
+    Ok(())
+}
+
+/// The timing protocol: `--quick`'s short one, else the anchors' (5 warm-up steps, 5
+/// repeats of at least 1.2 s), each overridden by the peers' knobs `ANCHOR_WARMUP`,
+/// `ANCHOR_REPEATS` and `ANCHOR_REPEAT_S` (so an interleaved run times every framework
+/// alike).
+fn protocol(quick: bool) -> Result<Protocol> {
+    let env = |key: &str, default: f64| -> Result<f64> {
+        match std::env::var(key) {
+            Err(_) => Ok(default),
+            Ok(v) => v.parse::<f64>().ok().filter(|x| *x > 0.0).ok_or_else(|| {
+                Error::invalid(format!("{key} must be a positive number, got {v:?}"))
+            }),
         }
     };
-    let m = run_child(bench, mode, p)?;
-    println!("RESULT {}", child_record(bench, mode, &m));
-    Ok(())
+    let (warmup, repeats, repeat_s) = if quick {
+        (2.0, 3.0, 0.3)
+    } else {
+        (5.0, 5.0, 1.2)
+    };
+    Ok(Protocol {
+        warmup: env("ANCHOR_WARMUP", warmup)? as usize,
+        repeats: env("ANCHOR_REPEATS", repeats)?.max(1.0) as usize,
+        repeat_s: env("ANCHOR_REPEAT_S", repeat_s)?,
+    })
 }
