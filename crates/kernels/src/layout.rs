@@ -262,16 +262,14 @@ pub fn to_contiguous<T: crate::buffer::Element>(src: &[T], layout: &Layout) -> V
         out.copy_from_slice(&src[layout.offset..layout.offset + n]);
         return out;
     }
-    // Row by row, sequentially (rows arrive in output order).
-    let mut pos = 0;
-    walk_rows(
+    // Row by row, split across threads for large views (each row lands at its place).
+    fill_rows(
+        &mut out,
         &layout.shape,
         [&layout.strides],
         [layout.offset],
-        0..row_count(&layout.shape),
-        |r| {
+        |r, dst| {
             let (s, st) = (r.starts[0], r.steps[0]);
-            let dst = &mut out[pos..pos + r.len];
             if st == 1 {
                 dst.copy_from_slice(&src[s as usize..s as usize + r.len]);
             } else {
@@ -279,7 +277,6 @@ pub fn to_contiguous<T: crate::buffer::Element>(src: &[T], layout: &Layout) -> V
                     *d = src[(s + i as isize * st) as usize];
                 }
             }
-            pos += r.len;
         },
     );
     out

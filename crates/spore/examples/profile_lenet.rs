@@ -14,6 +14,8 @@ use spore_core::debug::profiler::Profiler;
 fn main() -> Result<()> {
     // The main thread is one of the kernel pool's workers (see `spore::core::threads`).
     spore::core::threads::join_kernel_pool(Some(2))?;
+    // glibc tuned as the `spore` command and the benchmark harness tune it.
+    spore::kernels::arena::set_malloc_tuning(true);
     let flag = |f: &str| std::env::args().any(|a| a == f);
     if flag("--graph") {
         let mut update = ContextUpdate::new().mode(Mode::Graph);

@@ -65,19 +65,31 @@ fn identity_of(g: &Graph, i: usize) -> Option<ValueId> {
     candidate.filter(|&v| same(v))
 }
 
+/// The input of `v` when `v` swaps the last two axes and keeps the others in place (a
+/// matrix transpose, or one per batch of a batched product's operand).
 fn is_matrix_transpose(g: &Graph, v: ValueId) -> Option<ValueId> {
     match &g.nodes[v].kind {
         NodeKind::Op {
             op: Op::Transpose(perm),
             args,
-        } if perm.as_slice() == [1, 0] => Some(args[0]),
+        } if swaps_last_two(perm) => Some(args[0]),
         _ => None,
     }
 }
 
+fn swaps_last_two(perm: &[usize]) -> bool {
+    let r = perm.len();
+    r >= 2
+        && perm[r - 2] == r - 1
+        && perm[r - 1] == r - 2
+        && perm[..r - 2].iter().enumerate().all(|(k, &p)| k == p)
+}
+
 /// `Transpose(MatMul(Transpose(x), b))` at node `i`, the inner MatMul used only there,
 /// becomes `MatMul(Transpose(b), x)`: the MatMul node turns into `Transpose(b)` and node
-/// `i` into the MatMul (both keep their positions, so the order stays topological).
+/// `i` into the MatMul (both keep their positions, so the order stays topological). The
+/// transposes swap the last two axes, so batched products (attention's `q kᵀ`, whose key
+/// gradient autodiff writes this way) are rewritten as matrices are.
 fn transpose_of_matmul(g: &mut Graph, i: usize) -> bool {
     let Some(m) = is_matrix_transpose(g, i) else {
         return false;
@@ -93,16 +105,22 @@ fn transpose_of_matmul(g: &mut Graph, i: usize) -> bool {
         return false;
     };
     let b_ty = g.nodes[b].ty().clone();
-    if b_ty.rank() != 2 || g.nodes[x].ty().rank() != 2 {
+    let rank = b_ty.rank();
+    // Equal ranks: the batch axes pair up the same way after the swap.
+    if rank < 2 || g.nodes[x].ty().rank() != rank || g.nodes[i].ty().rank() != rank {
         return false;
     }
     // Counted now, not once per pass: other rewrites move uses around (matches are rare).
     if g.use_counts()[m] != 1 {
         return false;
     }
-    let bt = spore_core::TensorType::new(&[b_ty.shape[1], b_ty.shape[0]], b_ty.dtype);
+    let mut swapped = b_ty.shape.to_vec();
+    swapped.swap(rank - 2, rank - 1);
+    let mut perm: Vec<usize> = (0..rank).collect();
+    perm.swap(rank - 2, rank - 1);
+    let bt = spore_core::TensorType::new(&swapped, b_ty.dtype);
     g.nodes[m].kind = NodeKind::Op {
-        op: Op::Transpose(vec![1, 0]),
+        op: Op::Transpose(perm),
         args: vec![b],
     };
     g.nodes[m].types = vec![bt];

@@ -142,6 +142,47 @@ fn simplify_makes_the_transposed_weight_gradient_contiguous() {
 }
 
 #[test]
+fn simplify_makes_the_batched_key_gradient_contiguous() {
+    // Attention's key gradient: (qᵀ dS)ᵀ per batch and head becomes dSᵀ q, [2, 3, 5, 4]
+    // laid out in order; a transpose of other axes is left alone.
+    let (q, ds) = ([2, 3, 5, 4], [2, 3, 5, 5]);
+    let types = [
+        TensorType::new(&q, DType::F32),
+        TensorType::new(&ds, DType::F32),
+    ];
+    let swap = [0, 1, 3, 2];
+    let mut g = trace("key_grad", &types, |x| {
+        Ok(vec![x[0].permute(&swap)?.matmul(&x[1])?.permute(&swap)?])
+    })
+    .unwrap();
+    let inputs = vec![
+        Tensor::randn(&q, DType::F32, Some(3)).unwrap(),
+        Tensor::randn(&ds, DType::F32, Some(4)).unwrap(),
+    ];
+    let before = g.interpret(&inputs).unwrap();
+    assert!(Simplify.run(&mut g).unwrap());
+    Dce.run(&mut g).unwrap();
+    g.verify().unwrap();
+    let after = g.interpret(&inputs).unwrap();
+    assert_close(&after.outputs[0], &before.outputs[0], 1e-6, "key_grad");
+    assert!(
+        matches!(g.nodes[g.outputs[0]].op(), Some(Op::MatMul)),
+        "{}",
+        g.to_ir()
+    );
+
+    let mut other = trace("heads", &types, |x| {
+        Ok(vec![
+            x[0].permute(&[1, 0, 3, 2])?
+                .matmul(&x[1].permute(&[1, 0, 2, 3])?)?
+                .permute(&[1, 0, 3, 2])?,
+        ])
+    })
+    .unwrap();
+    assert!(!Simplify.run(&mut other).unwrap(), "{}", other.to_ir());
+}
+
+#[test]
 fn simplify_leaves_a_product_alone_while_something_else_reads_it() {
     // y = (xᵀ b) * 1 is an identity; y is also returned, so the product must survive as is
     // when the identity is removed and Transpose(y) is looked at.

@@ -231,11 +231,11 @@ pub(crate) fn vjp(inputs: &[Tensor], g: &Tensor) -> Result<Vec<Option<Tensor>>> 
             sum_to_shape(&g.matmul(&b.transpose()?)?, a.shape())
         })?,
         when(b.requires_grad(), || {
-            if is_transposed_matrix(b) && a.rank() == 2 {
-                // b = Wᵀ of a contiguous W (a `Dense` weight): (gᵀ a)ᵀ equals aᵀ g and
-                // is laid out like b, so the gradient that reaches W is contiguous and the
-                // optimizer reads it in order. (Traced graphs get the same from the
-                // simplify pass.)
+            if is_transposed_matrix(b) && same_batch(a, b) {
+                // b = Wᵀ of a contiguous W (a `Dense` weight, or attention's keys in
+                // `q kᵀ`): (gᵀ a)ᵀ equals aᵀ g and is laid out like b, so the gradient
+                // that reaches W is contiguous and the optimizer (or the next op) reads it
+                // in order. (Traced graphs get the same from the simplify pass.)
                 g.transpose()?.matmul(a)?.transpose()
             } else {
                 sum_to_shape(&a.transpose()?.matmul(g)?, b.shape())
@@ -244,13 +244,24 @@ pub(crate) fn vjp(inputs: &[Tensor], g: &Tensor) -> Result<Vec<Option<Tensor>>> 
     ])
 }
 
-/// True for a concrete rank-2 tensor that is the transposed view of a contiguous matrix.
+/// True when `a` and `b` have the same batch axes (nothing broadcast).
+fn same_batch(a: &Tensor, b: &Tensor) -> bool {
+    let r = a.rank();
+    r >= 2 && b.rank() == r && a.shape()[..r - 2] == b.shape()[..r - 2]
+}
+
+/// True for a concrete tensor of rank 2 or more that is the view, with its last two axes
+/// swapped, of a contiguous tensor.
 fn is_transposed_matrix(t: &Tensor) -> bool {
-    if t.is_symbolic() || t.rank() != 2 {
+    let r = t.rank();
+    if t.is_symbolic() || r < 2 || t.shape()[r - 1] <= 1 {
         return false;
     }
-    let l = t.layout();
-    l.strides.as_slice() == [1, t.shape()[0] as isize] && t.shape()[1] > 1
+    let mut dims = t.shape().to_vec();
+    dims.swap(r - 2, r - 1);
+    let mut strides = spore_kernels::layout::Layout::contiguous(&dims).strides;
+    strides.swap(r - 2, r - 1);
+    t.layout().strides[..] == strides[..]
 }
 
 impl Tensor {
