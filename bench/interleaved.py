@@ -2,7 +2,7 @@
 """Spore against its peers with a method host drift cannot bias (issue 40).
 
     python3 bench/interleaved.py [--workloads W1,W2] [--threads N | --sweep] [--rounds R]
-                                 [--peers torch_eager,torch_compile,jax,numpy] [--out DIR] [--quick]
+                                 [--peers torch_eager,torch_compile,jax] [--out DIR] [--quick]
 
 Every round runs each workload once in every framework and mode, each in its own process, in
 an order that rotates from round to round (so no framework is always first after a pause, or
@@ -96,7 +96,10 @@ def run(argv, env, timeout):
         return {"error": f"timed out after {timeout} s"}
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
+            try:
+                return json.loads(line[len("RESULT "):])
+            except json.JSONDecodeError as e:
+                return {"error": f"malformed RESULT line ({e})"}
     tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
     return {"error": tail[:300]}
 
@@ -129,7 +132,9 @@ def measure(job, threads, py, protocol, timeout):
 
 
 def ms(rec):
-    return rec.get("median_ms") if "error" not in rec else None
+    """The record's median ms, or None for a failed (or figure-less) measurement."""
+    v = rec.get("median_ms") if "error" not in rec else None
+    return v if isinstance(v, (int, float)) and v > 0 else None
 
 
 def summarize(records, workload, threads):
@@ -181,9 +186,10 @@ def report(records, workloads, thread_counts, cpu, rounds):
             pyn_cell = "n/a" if w == "gemm_2048" else spread(f["pynative"])
             lines.append(f"| {w} | {best_cell(f['spore'])} | {best_cell(f['peer'])} | {spread(f['speed'])} | "
                          f"{pyn_cell} | {spread(f['memory'])} |")
-        failures = [r for r in records if r["threads_asked"] == t and "error" in r]
+        failures = [r for r in records if r["threads_asked"] == t and not ms(r)]
         for r in failures:
-            lines.append(f"\n- failed: {r['workload']} {r['label']} (round {r['round']}): {r['error']}")
+            lines.append(f"\n- failed: {r['workload']} {r['label']} (round {r['round']}): "
+                         f"{r.get('error', 'no median_ms')}")
         lines.append("")
     return "\n".join(lines)
 
@@ -212,8 +218,8 @@ def main():
     thread_counts = sorted({1, 2, os.cpu_count() or 2}) if a.sweep else [a.threads]
     protocol = {"ANCHOR_REPEATS": "2", "ANCHOR_REPEAT_S": "0.2", "ANCHOR_WARMUP": "1"} if a.quick else \
         {k: os.environ.get(k, d) for k, d in (("ANCHOR_REPEATS", "3"), ("ANCHOR_REPEAT_S", "0.6"), ("ANCHOR_WARMUP", "2"))}
-    if not os.path.exists(SPORE_BIN):
-        subprocess.run(["cargo", "build", "--release", "-p", "spore", "--example", "bench"], cwd=ROOT, check=True)
+    # Always: a no-op when the binary is current, and never a stale binary measured.
+    subprocess.run(["cargo", "build", "--release", "-p", "spore", "--example", "bench"], cwd=ROOT, check=True)
     py = peer_python()
     os.makedirs(a.out, exist_ok=True)
     raw_path = os.path.join(a.out, "interleaved.jsonl")
@@ -232,7 +238,7 @@ def main():
                         records.append(rec)
                         raw.write(json.dumps(rec) + "\n")
                         raw.flush()
-                        shown = f"{ms(rec):.3f} ms" if ms(rec) else f"failed: {rec['error']}"
+                        shown = f"{ms(rec):.3f} ms" if ms(rec) else f"failed: {rec.get('error', 'no median_ms')}"
                         print(f"[{t} thr, round {rnd + 1}/{a.rounds}] {w:<20} {job[0]:<16} {shown} "
                               f"({time.time() - t0:.0f} s)", flush=True)
     text = report(records, workloads, thread_counts, cpu, a.rounds)

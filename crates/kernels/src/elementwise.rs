@@ -479,25 +479,18 @@ fn mismatch(what: &str, a: DType, b: DType) -> String {
 /// Applies a unary function; the output has the input's dtype.
 pub fn unary(f: UnaryFn, src: &Buffer, layout: &Layout) -> Result<Buffer, String> {
     fn go<T: Num>(f: UnaryFn, src: &[T], layout: &Layout) -> Vec<T> {
-        let mut out = crate::arena::for_overwrite::<T>(layout.numel());
-        let (shape, strides): (Dims, Strides) = if layout.is_contiguous() {
-            (smallvec![layout.numel()], smallvec![1])
-        } else {
-            (layout.shape.clone(), layout.strides.clone())
-        };
-        // Rows read in place go through the type's slice functions (the same values as
-        // element by element, vectorised); strided rows go element by element.
-        fill_rows(&mut out, &shape, [&strides], [layout.offset], |r, o| {
-            let (s, st) = (r.starts[0], r.steps[0]);
-            if st == 1 {
-                let s = s as usize;
-                return unary_slice(f, &src[s..s + r.len], o);
-            }
-            for (i, o) in o.iter_mut().enumerate() {
-                *o = src[(s + i as isize * st) as usize].unary(f);
-            }
-        });
-        out
+        // A contiguous input goes through the type's slice functions (vectorised, the same
+        // values as element by element); a strided view element by element, one
+        // monomorphised loop per function (the `match` stays out of the inner loop).
+        if layout.is_contiguous() {
+            let mut out = crate::arena::for_overwrite::<T>(layout.numel());
+            unary_slice(f, &src[layout.offset..layout.offset + out.len()], &mut out);
+            return out;
+        }
+        macro_rules! arms {
+            ($($v:ident),*) => { match f { $(UnaryFn::$v => map_unary(src, layout, |x: T| x.unary(UnaryFn::$v)),)* } };
+        }
+        with_unary_fns!(arms)
     }
     Ok(match src {
         Buffer::F32(s) => Buffer::F32(go(f, s, layout)),

@@ -14,10 +14,12 @@
 //! assert!((out[2] - 0.995_322_3).abs() < 1e-6);
 //! ```
 //!
-//! Accuracy (tested against f64 over a dense sweep): `exp` within 2 ulp, with
-//! overflow to infinity, gradual underflow and NaN as libm; `erf` within 4e-7 relative.
+//! Accuracy: `exp` within 1 ulp of the correctly rounded value over every finite float32
+//! (checked exhaustively once; the tests sweep 400,000 points and allow 2), with overflow to
+//! infinity, gradual underflow and NaN as libm; `erf` within 4e-7 relative (tested).
 
-/// Largest argument whose `exp` is finite in float32 (above: infinity).
+/// Arguments are clamped to this (`exp` overflows to infinity from 88.73 on; the clamp only
+/// keeps the exponent arithmetic in range).
 const EXP_HI: f32 = 89.0;
 /// Below this `exp` is 0 in float32 (under half the smallest subnormal).
 const EXP_LO: f32 = -104.0;
@@ -31,7 +33,7 @@ const LN2_LO: f32 = -2.121_944_4e-4;
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
     let clamped = x.clamp(EXP_LO, EXP_HI);
-    let n = (clamped * std::f32::consts::LOG2_E).round_ties_even();
+    let n = round_even(clamped * std::f32::consts::LOG2_E);
     let r = (clamped - n * LN2_HI) - n * LN2_LO;
     let mut p = 1.0 / 5040.0;
     p = p * r + 1.0 / 720.0;
@@ -41,10 +43,19 @@ pub fn exp(x: f32) -> f32 {
     p = p * r + 0.5;
     p = p * r + 1.0;
     p = p * r + 1.0;
-    // n lies in [-150, 129]: each half in [-75, 65], a normal power of two.
-    let half = (n * 0.5).floor();
+    // n lies in [-150, 128]: each half in [-75, 64], a normal power of two.
+    let half = round_even(n * 0.5);
     let y = p * pow2(half) * pow2(n - half);
     if x.is_nan() { x } else { y }
+}
+
+/// `v` rounded to the nearest whole number, ties to even, for `|v| < 2^22`. Why not
+/// `round_ties_even`: without SSE4.1 (the baseline x86-64 target) it is a library call per
+/// element; adding and subtracting `1.5 * 2^23` rounds in the adder, in every instruction set.
+#[inline(always)]
+fn round_even(v: f32) -> f32 {
+    const SHIFTER: f32 = 12_582_912.0;
+    (v + SHIFTER) - SHIFTER
 }
 
 /// `2^k` for a whole `k` in the normal exponent range. Why not `k as i32`: float-to-int

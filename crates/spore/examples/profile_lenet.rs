@@ -75,7 +75,8 @@ fn main() -> Result<()> {
     };
     let step = spore::nn::amp::build_train_network(net.clone(), opt, Some(loss), level, options)?;
     let batch = x_shape[0] as i32;
-    let y = Tensor::from_vec((0..batch).map(|i| i % 10).collect(), &[x_shape[0]])?;
+    let classes = if flag("--bert") { 2 } else { 10 };
+    let y = Tensor::from_vec((0..batch).map(|i| i % classes).collect(), &[x_shape[0]])?;
     let run = || -> Result<()> {
         match infer {
             true => no_grad(|| net.call1(&x)).map(drop),

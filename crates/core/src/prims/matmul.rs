@@ -232,10 +232,11 @@ pub(crate) fn vjp(inputs: &[Tensor], g: &Tensor) -> Result<Vec<Option<Tensor>>> 
         })?,
         when(b.requires_grad(), || {
             if is_transposed_matrix(b) && same_batch(a, b) {
-                // b = Wᵀ of a contiguous W (a `Dense` weight, or attention's keys in
-                // `q kᵀ`): (gᵀ a)ᵀ equals aᵀ g and is laid out like b, so the gradient
-                // that reaches W is contiguous and the optimizer (or the next op) reads it
-                // in order. (Traced graphs get the same from the simplify pass.)
+                // b = Wᵀ of a contiguous W (a `Dense` weight, or a batch of matrices so
+                // viewed): (gᵀ a)ᵀ equals aᵀ g and is laid out like b, so the gradient that
+                // reaches W is contiguous and the optimizer reads it in order. (Traced graphs
+                // get the same from the simplify pass, which also catches views of views,
+                // such as attention's keys split into heads, that this test does not.)
                 g.transpose()?.matmul(a)?.transpose()
             } else {
                 sum_to_shape(&a.transpose()?.matmul(g)?, b.shape())

@@ -4,7 +4,7 @@
 //! mask, then a GELU feed-forward block), a pooler (`tanh(Dense)` of the first token) and a
 //! `Dense(hidden, num_classes)` classifier.
 //!
-//! Input: token ids, `int32` of shape `batch x sequence`. Id 0 is padding: keys holding it
+//! Input: token ids, `int32` or `int64` of shape `batch x sequence`. Id 0 is padding: keys holding it
 //! get a -10000 bias before the softmax (BERT's additive mask), so the mask travels with
 //! the ids and a training step takes the same `(inputs, labels)` pair as every other model.
 //!
@@ -91,6 +91,11 @@ pub struct SelfAttention {
 
 impl SelfAttention {
     pub fn new(hidden: usize, heads: usize) -> Result<Arc<SelfAttention>> {
+        if heads == 0 || hidden == 0 || !hidden.is_multiple_of(heads) {
+            return Err(Error::invalid(format!(
+                "SelfAttention: hidden ({hidden}) must be a positive multiple of heads ({heads})"
+            )));
+        }
         Ok(Arc::new(SelfAttention {
             base: CellBase::new(),
             query: Dense::new(hidden, hidden)?,
@@ -166,6 +171,7 @@ pub struct EncoderLayer {
 
 impl EncoderLayer {
     pub fn new(cfg: &BertConfig) -> Result<Arc<EncoderLayer>> {
+        cfg.check()?;
         Ok(Arc::new(EncoderLayer {
             base: CellBase::new(),
             attention: SelfAttention::new(cfg.hidden, cfg.heads)?,
@@ -263,7 +269,7 @@ impl BertClassifier {
 /// `batch x 1 x 1 x sequence` to broadcast over heads and queries.
 fn padding_mask(ids: &Tensor) -> Result<Tensor> {
     let (b, s) = (ids.shape()[0], ids.shape()[1]);
-    ids.equal(&Tensor::scalar(0i32))?
+    ids.equal(&Tensor::scalar_of(0.0, ids.dtype()))?
         .cast(DType::F32)?
         .mul_scalar(-10_000.0)?
         .reshape(&[b, 1, 1, s])
@@ -277,9 +283,9 @@ impl Cell for BertClassifier {
                 inputs.len()
             )));
         };
-        if ids.rank() != 2 || ids.dtype() != DType::I32 {
+        if ids.rank() != 2 || !matches!(ids.dtype(), DType::I32 | DType::I64) {
             return Err(Error::invalid(format!(
-                "BertClassifier: expected int32 token ids of shape batch x sequence, got {} {:?}",
+                "BertClassifier: expected int32 or int64 token ids of shape batch x sequence, got {} {:?}",
                 ids.dtype(),
                 ids.shape()
             )));

@@ -129,8 +129,19 @@ const BENCHES: &[(&str, &[&str])] = &[
 #[derive(Clone, Copy)]
 struct Protocol {
     warmup: usize,
+    /// Set by `ANCHOR_WARMUP`, which then holds for every workload (see [`Protocol::slow`]).
+    warmup_set: bool,
     repeats: usize,
     repeat_s: f64,
+}
+
+impl Protocol {
+    /// The protocol for workloads of a second or more per step: two warm-up steps, unless
+    /// `ANCHOR_WARMUP` says otherwise (so an interleaved run warms every framework alike).
+    fn slow(self) -> Protocol {
+        let warmup = if self.warmup_set { self.warmup } else { 2 };
+        Protocol { warmup, ..self }
+    }
 }
 
 /// What one child process measured.
@@ -335,16 +346,14 @@ fn run_child(bench: &str, mode: &str, p: Protocol) -> Result<Measurement> {
     match bench {
         "lenet5_train_b32" => train_step(|| Ok(LeNet5::new(10)?), &[32, 1, 32, 32], p),
         "mlp_train_b64" => train_step(|| Ok(Mlp::new()?), &[64, 1, 28, 28], p),
-        "resnet18_train_b32" => train_step(
-            || Ok(ResNet::resnet18(10)?),
-            &[32, 3, 32, 32],
-            Protocol { warmup: 2, ..p },
-        ),
-        "bert_train_b16" => bert_step(Protocol { warmup: 2, ..p }),
+        "resnet18_train_b32" => {
+            train_step(|| Ok(ResNet::resnet18(10)?), &[32, 3, 32, 32], p.slow())
+        }
+        "bert_train_b16" => bert_step(p.slow()),
         "resnet50_train_b8" => train_step(
             || Ok(ImageNetResNet::resnet50(1000)?),
             &[8, 3, 224, 224],
-            Protocol { warmup: 2, ..p },
+            p.slow(),
         ),
         "resnet50_infer_b1" => {
             let (x, _) = batch(&[1, 3, 224, 224])?;
@@ -614,21 +623,30 @@ fn main() -> Result<()> {
 /// `ANCHOR_REPEATS` and `ANCHOR_REPEAT_S` (so an interleaved run times every framework
 /// alike).
 fn protocol(quick: bool) -> Result<Protocol> {
-    let env = |key: &str, default: f64| -> Result<f64> {
+    let parse = |key: &str, default: f64, least: f64| -> Result<f64> {
         match std::env::var(key) {
             Err(_) => Ok(default),
-            Ok(v) => v.parse::<f64>().ok().filter(|x| *x > 0.0).ok_or_else(|| {
-                Error::invalid(format!("{key} must be a positive number, got {v:?}"))
-            }),
+            Ok(v) => v
+                .parse::<f64>()
+                .ok()
+                .filter(|x| *x >= least)
+                .ok_or_else(|| {
+                    Error::invalid(format!(
+                        "{key} must be a number of at least {least}, got {v:?}"
+                    ))
+                }),
         }
     };
+    let env = |key: &str, default: f64| parse(key, default, f64::MIN_POSITIVE);
+    let env_or_zero = |key: &str, default: f64| parse(key, default, 0.0);
     let (warmup, repeats, repeat_s) = if quick {
         (2.0, 3.0, 0.3)
     } else {
         (5.0, 5.0, 1.2)
     };
     Ok(Protocol {
-        warmup: env("ANCHOR_WARMUP", warmup)? as usize,
+        warmup_set: std::env::var_os("ANCHOR_WARMUP").is_some(),
+        warmup: env_or_zero("ANCHOR_WARMUP", warmup)? as usize,
         repeats: env("ANCHOR_REPEATS", repeats)?.max(1.0) as usize,
         repeat_s: env("ANCHOR_REPEAT_S", repeat_s)?,
     })
