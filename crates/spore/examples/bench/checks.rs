@@ -83,13 +83,21 @@ pub fn loss_after_timing(
     })
 }
 
-/// Two training steps from `seed` in Graph mode against the same in PyNative mode.
+/// Two training steps from `seed` in Graph mode against the same in PyNative mode: the
+/// first loss (the forward pass at the initial weights) to 1e-4, the second (after one
+/// update: gradients and optimizer) to `second_tolerance`.
+///
+/// Why a second tolerance: through a deep batch-normalised network at initialisation the
+/// step is ill-conditioned. ResNet-50 at batch 8 falls from loss 6.84 to 4.25 in one step,
+/// and two correct PyNative runs that differ only in the 3x3 convolution algorithm
+/// (`SPORE_WINOGRAD=off`) end that step 4.9e-3 apart; a wrong gradient moves it by far more.
 pub fn two_steps_against_pynative(
     build: Build,
     seed: u64,
     x: &Tensor,
     y: &Tensor,
-) -> Result<Check> {
+    second_tolerance: f64,
+) -> Result<[Check; 2]> {
     let losses = |mode: Mode| -> Result<Vec<f64>> {
         let step = with_mode(Mode::PyNative, || {
             spore::rng::set_seed(seed);
@@ -99,16 +107,18 @@ pub fn two_steps_against_pynative(
         with_mode(mode, || (0..2).map(|_| step.step(x, y)?.item()).collect())
     };
     let (graph, eager) = (losses(Mode::Graph)?, losses(Mode::PyNative)?);
-    let worst = graph
-        .iter()
-        .zip(&eager)
-        .map(|(g, e)| relative(*g, *e))
-        .fold(0.0, f64::max);
-    Ok(Check {
-        what: "two steps' losses, Graph vs PyNative from one seed",
-        worst,
-        tolerance: 1e-4,
-    })
+    Ok([
+        Check {
+            what: "first step's loss, Graph vs PyNative from one seed",
+            worst: relative(graph[0], eager[0]),
+            tolerance: 1e-4,
+        },
+        Check {
+            what: "second step's loss, Graph vs PyNative from one seed",
+            worst: relative(graph[1], eager[1]),
+            tolerance: second_tolerance,
+        },
+    ])
 }
 
 /// The network's output in the current mode against PyNative's, relative to the largest
