@@ -59,7 +59,7 @@ PEERS = {
     "jax": ("jax", "jit", lambda w: ["bench_jax.py", w, "jit"]),
 }
 BLAS_PEERS = {"numpy": ["bench_gemm.py", "numpy"], "torch": ["bench_gemm.py", "torch"]}
-JAX_WORKLOADS = {"lenet_train", "mlp_train", "mlp_infer", "resnet18_train"}
+JAX_WORKLOADS = {"lenet_train", "mlp_train", "mlp_infer", "resnet18_train", "bert_train"}
 
 
 def peer_python():
