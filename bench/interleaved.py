@@ -97,9 +97,10 @@ def run(argv, env, timeout):
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
             try:
-                return json.loads(line[len("RESULT "):])
+                rec = json.loads(line[len("RESULT "):])
             except json.JSONDecodeError as e:
                 return {"error": f"malformed RESULT line ({e})"}
+            return rec if isinstance(rec, dict) else {"error": "RESULT line is not a JSON object"}
     tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
     return {"error": tail[:300]}
 
@@ -179,7 +180,7 @@ def report(records, workloads, thread_counts, cpu, rounds):
     lines = [f"CPU: {cpu}; {rounds} interleaved rounds; ratios >1 mean Spore is faster.", ""]
     for t in thread_counts:
         lines += [f"### {t} thread{'s' if t > 1 else ''}", "",
-                  "| workload | Spore best (ms) | best peer (ms) | speed ratio | PyNative / torch eager | memory ratio |",
+                  "| workload | Spore best (ms) | best peer (ms) | speed ratio | torch eager ÷ Spore PyNative | memory ratio |",
                   "|---|--:|--:|--:|--:|--:|"]
         for w in workloads:
             f = summarize(records, w, t)

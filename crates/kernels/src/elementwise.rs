@@ -126,9 +126,8 @@ impl CompareFn {
 pub trait Num: Element {
     fn unary(self, f: UnaryFn) -> Self;
     fn binary(self, f: BinaryFn, other: Self) -> Self;
-    /// `dst[i] = f(src[i])` over equal-length slices: [`unary_slice`]. A type overrides it
-    /// where it has faster whole-slice versions of some functions (float32's vectorised
-    /// transcendental functions); the results must equal [`Num::unary`]'s bit for bit.
+    /// [`unary_slice`]; overridden where a type has faster whole-slice functions (float32's
+    /// vectorised `exp`, `erf`, sigmoid), whose results must equal [`Num::unary`]'s bits.
     fn unary_run(f: UnaryFn, src: &[Self], dst: &mut [Self]) {
         each_unary(f, src, dst)
     }
@@ -216,8 +215,7 @@ impl_num_float!(
     each_unary
 );
 
-/// float32's whole-slice functions: the vectorised ones of [`vmath`] (equal to
-/// `f32::unary`'s values, which use the same functions).
+/// float32's whole-slice functions: [`vmath`]'s (`f32::unary` uses the same functions).
 fn f32_unary_run(f: UnaryFn, src: &[f32], dst: &mut [f32]) {
     match f {
         UnaryFn::Exp => vmath::exp_slice(src, dst),
@@ -479,18 +477,27 @@ fn mismatch(what: &str, a: DType, b: DType) -> String {
 /// Applies a unary function; the output has the input's dtype.
 pub fn unary(f: UnaryFn, src: &Buffer, layout: &Layout) -> Result<Buffer, String> {
     fn go<T: Num>(f: UnaryFn, src: &[T], layout: &Layout) -> Vec<T> {
-        // A contiguous input goes through the type's slice functions (vectorised, the same
-        // values as element by element); a strided view element by element, one
-        // monomorphised loop per function (the `match` stays out of the inner loop).
-        if layout.is_contiguous() {
-            let mut out = crate::arena::for_overwrite::<T>(layout.numel());
-            unary_slice(f, &src[layout.offset..layout.offset + out.len()], &mut out);
-            return out;
-        }
-        macro_rules! arms {
-            ($($v:ident),*) => { match f { $(UnaryFn::$v => map_unary(src, layout, |x: T| x.unary(UnaryFn::$v)),)* } };
-        }
-        with_unary_fns!(arms)
+        let mut out = crate::arena::for_overwrite::<T>(layout.numel());
+        let (shape, strides): (Dims, Strides) = if layout.is_contiguous() {
+            (smallvec![layout.numel()], smallvec![1])
+        } else {
+            (layout.shape.clone(), layout.strides.clone())
+        };
+        // Rows go through the type's slice functions (vectorised), strided ones in blocks.
+        fill_rows(&mut out, &shape, [&strides], [layout.offset], |r, o| {
+            let (s, st) = (r.starts[0], r.steps[0]);
+            if st == 1 {
+                return unary_slice(f, &src[s as usize..s as usize + r.len], o);
+            }
+            let mut block = [T::zero(); 256];
+            for (c, o) in o.chunks_mut(256).enumerate() {
+                for (i, v) in block[..o.len()].iter_mut().enumerate() {
+                    *v = src[(s + (c * 256 + i) as isize * st) as usize];
+                }
+                unary_slice(f, &block[..o.len()], o);
+            }
+        });
+        out
     }
     Ok(match src {
         Buffer::F32(s) => Buffer::F32(go(f, s, layout)),

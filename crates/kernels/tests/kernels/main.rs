@@ -5,6 +5,7 @@
 mod bf16_products;
 mod half;
 mod products;
+mod vmath;
 
 use spore_kernels::conv::{
     ConvGeometry, ConvPath, Pass, conv2d, conv2d_backward_filter, conv2d_backward_input,

@@ -155,4 +155,30 @@ fn bert_padding_tokens_are_masked_out_of_attention() {
     let long = Tensor::from_vec(vec![1i32; 13], &[1, 13]).unwrap();
     let err = net.call1(&long).err().unwrap().to_string();
     assert!(err.contains("longer than the 12 positions"), "{err}");
+    // int64 ids are the same tokens (and the same mask).
+    let wide = Tensor::from_vec(vec![5i64, 7, 9, 0, 0, 0], &[1, 6]).unwrap();
+    let from_i64 = net.call1(&wide).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(from_i64, padded);
+    let floats = Tensor::ones(&[1, 3], spore_core::DType::F32).unwrap();
+    let err = net.call1(&floats).err().unwrap().to_string();
+    assert!(err.contains("int32 or int64 token ids"), "{err}");
+}
+
+#[test]
+fn attention_layers_refuse_head_counts_that_do_not_divide_the_width() {
+    let _s = serial();
+    for (hidden, heads) in [(16, 0), (16, 5), (0, 4)] {
+        let err = spore_nn::zoo::SelfAttention::new(hidden, heads)
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string().contains("positive multiple of heads"),
+            "{err}"
+        );
+    }
+    let cfg = BertConfig {
+        heads: 3,
+        ..tiny_bert()
+    };
+    assert!(spore_nn::zoo::EncoderLayer::new(&cfg).is_err());
 }

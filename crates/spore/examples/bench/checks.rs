@@ -90,7 +90,9 @@ pub fn loss_after_timing(
 /// Why a second tolerance: through a deep batch-normalised network at initialisation the
 /// step is ill-conditioned. ResNet-50 at batch 8 falls from loss 6.84 to 4.25 in one step,
 /// and two correct PyNative runs that differ only in the 3x3 convolution algorithm
-/// (`SPORE_WINOGRAD=off`) end that step 4.9e-3 apart; a wrong gradient moves it by far more.
+/// (`SPORE_WINOGRAD=off`) end that step 4.9e-3 apart (relative; 0.021 absolute). There the
+/// second-step check only catches gross gradient errors; the first step and the loss after
+/// the timed steps stay checked to 1e-4, and the gradients have their own tests.
 pub fn two_steps_against_pynative(
     build: Build,
     seed: u64,

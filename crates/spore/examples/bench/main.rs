@@ -129,7 +129,8 @@ const BENCHES: &[(&str, &[&str])] = &[
 #[derive(Clone, Copy)]
 struct Protocol {
     warmup: usize,
-    /// Set by `ANCHOR_WARMUP`, which then holds for every workload (see [`Protocol::slow`]).
+    /// Set by `ANCHOR_WARMUP`, which then holds for every workload that `bench/interleaved.py`
+    /// runs (see [`Protocol::slow`]).
     warmup_set: bool,
     repeats: usize,
     repeat_s: f64,
@@ -273,7 +274,8 @@ const SEED: u64 = 0;
 
 /// How far Graph mode's second-step loss may be from PyNative's (see
 /// `checks::two_steps_against_pynative`): 1e-4, except for ResNet-50, whose first update
-/// moves by 4.9e-3 between two correct convolution algorithms; its bound is three times that.
+/// moves by 4.9e-3 (relative) between two correct convolution algorithms; its bound is three
+/// times that.
 const SECOND_STEP: f64 = 1e-4;
 const SECOND_STEP_RESNET50: f64 = 1.5e-2;
 
