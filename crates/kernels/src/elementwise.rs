@@ -126,8 +126,7 @@ impl CompareFn {
 pub trait Num: Element {
     fn unary(self, f: UnaryFn) -> Self;
     fn binary(self, f: BinaryFn, other: Self) -> Self;
-    /// [`unary_slice`]; overridden where a type has faster whole-slice functions (float32's
-    /// vectorised `exp`, `erf`, sigmoid), whose results must equal [`Num::unary`]'s bits.
+    /// [`unary_slice`]; float32 overrides it with vectorised functions ([`Num::unary`]'s bits).
     fn unary_run(f: UnaryFn, src: &[Self], dst: &mut [Self]) {
         each_unary(f, src, dst)
     }
@@ -378,6 +377,15 @@ pub fn binary_slice_over<T: Num>(f: BinaryFn, other: &[T], dst_is_lhs: bool, dst
     arms!(Add, Sub, Mul, Div, Pow, Maximum, Minimum)
 }
 
+/// The shape and strides a row walk over `layout` takes: a contiguous view as one row.
+fn rows_of(layout: &Layout) -> (Dims, Strides) {
+    if layout.is_contiguous() {
+        (smallvec![layout.numel()], smallvec![1])
+    } else {
+        (layout.shape.clone(), layout.strides.clone())
+    }
+}
+
 /// Maps a strided view to a new contiguous vector.
 pub fn map_unary<T: Element, U: Element>(
     src: &[T],
@@ -385,11 +393,7 @@ pub fn map_unary<T: Element, U: Element>(
     f: impl Fn(T) -> U + Sync,
 ) -> Vec<U> {
     let mut out = crate::arena::for_overwrite::<U>(layout.numel());
-    let (shape, strides): (Dims, Strides) = if layout.is_contiguous() {
-        (smallvec![layout.numel()], smallvec![1])
-    } else {
-        (layout.shape.clone(), layout.strides.clone())
-    };
+    let (shape, strides) = rows_of(layout);
     fill_rows(&mut out, &shape, [&strides], [layout.offset], |r, o| {
         let (s, st) = (r.starts[0], r.steps[0]);
         if st == 1 {
@@ -478,11 +482,7 @@ fn mismatch(what: &str, a: DType, b: DType) -> String {
 pub fn unary(f: UnaryFn, src: &Buffer, layout: &Layout) -> Result<Buffer, String> {
     fn go<T: Num>(f: UnaryFn, src: &[T], layout: &Layout) -> Vec<T> {
         let mut out = crate::arena::for_overwrite::<T>(layout.numel());
-        let (shape, strides): (Dims, Strides) = if layout.is_contiguous() {
-            (smallvec![layout.numel()], smallvec![1])
-        } else {
-            (layout.shape.clone(), layout.strides.clone())
-        };
+        let (shape, strides) = rows_of(layout);
         // Rows go through the type's slice functions (vectorised), strided ones in blocks.
         fill_rows(&mut out, &shape, [&strides], [layout.offset], |r, o| {
             let (s, st) = (r.starts[0], r.steps[0]);

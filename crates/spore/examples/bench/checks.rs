@@ -57,7 +57,8 @@ fn with_mode<T>(mode: Mode, f: impl FnOnce() -> Result<T>) -> Result<T> {
     out
 }
 
-fn loss_cell(net: Arc<dyn Cell>) -> Arc<WithLossCell> {
+/// The workloads' loss: sparse softmax cross-entropy, mean over the batch.
+pub fn loss_cell(net: Arc<dyn Cell>) -> Arc<WithLossCell> {
     WithLossCell::new_dyn(
         net,
         SoftmaxCrossEntropyWithLogits::new(true, Reduction::Mean),

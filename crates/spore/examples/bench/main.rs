@@ -320,8 +320,7 @@ fn timed_train_step(
 ) -> Result<Measurement> {
     spore::rng::set_seed(SEED);
     let (net, opt) = build()?;
-    let loss = SoftmaxCrossEntropyWithLogits::new(true, Reduction::Mean);
-    let step = TrainOneStepCell::new_dyn(WithLossCell::new_dyn(net.clone(), loss), opt);
+    let step = TrainOneStepCell::new_dyn(checks::loss_cell(net.clone()), opt);
     let mut m = measure(p, || step.step(x, y).map(drop))?;
     m.graph_flop_per_step = compiled_flops(&*step, &[x, y]);
     if get_context().mode == Mode::Graph {
