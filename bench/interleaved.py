@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Spore against its peers with a method host drift cannot bias (issue 40).
 
-    python3 bench/interleaved.py [--workloads W1,W2] [--threads N | --sweep] [--rounds R]
-                                 [--peers torch_eager,torch_compile,jax] [--out DIR] [--quick]
+    python3 bench/interleaved.py [--workloads W1,W2] [--threads N | --sweep | --thread-list 2,4,8]
+                                 [--rounds R] [--peers torch_eager,torch_compile,jax]
+                                 [--spore-modes graph,pynative] [--out DIR] [--quick]
 
 Every round runs each workload once in every framework and mode, each in its own process, in
 an order that rotates from round to round (so no framework is always first after a pause, or
@@ -20,8 +21,12 @@ processes check their own results (see crates/spore/examples/bench/checks.rs): a
 is a failed measurement, reported as such, never a figure.
 
 --threads reaches every process (Spore's kernel pool, torch.set_num_threads, OMP/MKL/OpenBLAS,
-XLA); --sweep runs 1, 2 and the machine's core count in one command. Raw records go to
-DIR/interleaved.jsonl and the tables to DIR/interleaved.md (DIR: target/bench).
+XLA); --sweep runs 1, 2 and the machine's core count in one command, --thread-list the counts
+it names. Raw records go to DIR/interleaved.jsonl and the tables to DIR/interleaved.md (DIR:
+target/bench).
+
+On a machine without Rust (a lent host): --spore-bin names a `bench` binary built elsewhere
+(nothing is built then) and --python the peers' interpreter.
 
 Environment: SPORE_PEER_VENV (the peers' Python, as bench/run_all.sh; default
 ~/.cache/spore-peer-venv), ANCHOR_REPEATS / ANCHOR_REPEAT_S / ANCHOR_WARMUP (the protocol of
@@ -105,14 +110,14 @@ def run(argv, env, timeout):
     return {"error": tail[:300]}
 
 
-def jobs_for(workload, peers):
-    """(label, kind, argv-or-None) for one workload: Spore's modes, then the peers'."""
+def jobs_for(workload, peers, spore_bin, spore_modes):
+    """(label, kind, argv) for one workload: Spore's modes, then the peers'."""
     name = WORKLOADS[workload]
     if workload == "gemm_2048":
-        out = [("spore", "spore", [SPORE_BIN, "--child", "gemm_2048:n/a"])]
+        out = [("spore", "spore", [spore_bin, "--child", "gemm_2048:n/a"])]
         return out + [(f"{lib} (BLAS)", "peer", BLAS_PEERS[lib]) for lib in BLAS_PEERS
                       if lib == "numpy" or any(p.startswith(lib) for p in peers)]
-    out = [(f"spore {m}", "spore", [SPORE_BIN, "--child", f"{workload}:{m}"]) for m in ("graph", "pynative")]
+    out = [(f"spore {m}", "spore", [spore_bin, "--child", f"{workload}:{m}"]) for m in spore_modes]
     for p in peers:
         if p == "jax" and name not in JAX_WORKLOADS:
             continue
@@ -200,6 +205,10 @@ def main():
     ap.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS))
     ap.add_argument("--threads", type=int, default=int(os.environ.get("SPORE_BENCH_THREADS", "2")))
     ap.add_argument("--sweep", action="store_true", help="threads 1, 2 and the machine's core count")
+    ap.add_argument("--thread-list", help="comma-separated thread counts, e.g. 2,4,8,16")
+    ap.add_argument("--spore-modes", default="graph,pynative")
+    ap.add_argument("--spore-bin", help="a prebuilt bench binary (then nothing is built)")
+    ap.add_argument("--python", help="the peers' Python (default: the venv of bench/run_all.sh)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--peers", default="torch_eager,torch_compile,jax")
     ap.add_argument("--out", default=os.path.join(ROOT, "target", "bench"))
@@ -214,14 +223,27 @@ def main():
     for p in peers:
         if p not in PEERS:
             sys.exit(f"interleaved.py: unknown peer {p!r}; known: {', '.join(PEERS)}")
-    if a.threads < 1 or a.rounds < 1:
-        sys.exit("interleaved.py: --threads and --rounds must be at least 1")
-    thread_counts = sorted({1, 2, os.cpu_count() or 2}) if a.sweep else [a.threads]
+    spore_modes = [m.strip() for m in a.spore_modes.split(",") if m.strip()]
+    if not spore_modes or any(m not in ("graph", "pynative") for m in spore_modes):
+        sys.exit(f"interleaved.py: --spore-modes takes graph and/or pynative, got {a.spore_modes!r}")
+    if a.thread_list:
+        try:
+            thread_counts = sorted({int(t) for t in a.thread_list.split(",") if t.strip()})
+        except ValueError:
+            sys.exit(f"interleaved.py: --thread-list takes integers, got {a.thread_list!r}")
+    else:
+        thread_counts = sorted({1, 2, os.cpu_count() or 2}) if a.sweep else [a.threads]
+    if not thread_counts or min(thread_counts) < 1 or a.rounds < 1:
+        sys.exit("interleaved.py: thread counts and --rounds must be at least 1")
     protocol = {"ANCHOR_REPEATS": "2", "ANCHOR_REPEAT_S": "0.2", "ANCHOR_WARMUP": "1"} if a.quick else \
         {k: os.environ.get(k, d) for k, d in (("ANCHOR_REPEATS", "3"), ("ANCHOR_REPEAT_S", "0.6"), ("ANCHOR_WARMUP", "2"))}
-    # Always: a no-op when the binary is current, and never a stale binary measured.
-    subprocess.run(["cargo", "build", "--release", "-p", "spore", "--example", "bench"], cwd=ROOT, check=True)
-    py = peer_python()
+    spore_bin = a.spore_bin or SPORE_BIN
+    if a.spore_bin is None:
+        # Always: a no-op when the binary is current, and never a stale binary measured.
+        subprocess.run(["cargo", "build", "--release", "-p", "spore", "--example", "bench"], cwd=ROOT, check=True)
+    elif not os.access(spore_bin, os.X_OK):
+        sys.exit(f"interleaved.py: --spore-bin {spore_bin!r} is not an executable file")
+    py = a.python or peer_python()
     os.makedirs(a.out, exist_ok=True)
     raw_path = os.path.join(a.out, "interleaved.jsonl")
     records = []
@@ -230,7 +252,7 @@ def main():
         for t in thread_counts:
             for rnd in range(a.rounds):
                 for w in workloads:
-                    jobs = jobs_for(w, peers)
+                    jobs = jobs_for(w, peers, spore_bin, spore_modes)
                     shift = rnd % len(jobs)
                     for job in jobs[shift:] + jobs[:shift]:
                         t0 = time.time()

@@ -234,6 +234,9 @@ pub fn fill_rows<T: Send, const K: usize>(
         return;
     }
     let inner = out.len() / rows;
+    if rows == 1 && out.len() >= PARALLEL_THRESHOLD {
+        return fill_one_long_row(out, shape, strides, offsets, fill);
+    }
     if out.len() < PARALLEL_THRESHOLD || rows < 2 {
         walk_rows(shape, strides, offsets, 0..rows, |r| {
             fill(r, &mut out[r.out_start..r.out_start + r.len])
@@ -251,6 +254,35 @@ pub fn fill_rows<T: Send, const K: usize>(
                 let s = r.out_start - first * inner;
                 fill(r, &mut chunk[s..s + r.len])
             });
+        });
+}
+
+/// [`fill_rows`] of a shape with one row (contiguous operands walk as one flat row): the
+/// row cut into stretches, one task each. Why: as one row, the residual additions of the
+/// BERT encoder ran on one thread of sixteen.
+fn fill_one_long_row<T: Send, const K: usize>(
+    out: &mut [T],
+    shape: &[usize],
+    strides: [&[isize]; K],
+    offsets: [usize; K],
+    fill: impl Fn(Row<K>, &mut [T]) + Sync,
+) {
+    let last = shape.len() - 1;
+    let steps: [isize; K] = std::array::from_fn(|k| strides[k][last]);
+    let threads = rayon::current_num_threads().max(1);
+    // Stretches of whole cache lines (16 f32), several per thread for balance.
+    let stretch = out.len().div_ceil(threads * 4).next_multiple_of(16);
+    out.par_chunks_mut(stretch)
+        .enumerate()
+        .for_each(|(c, dst)| {
+            let first = c * stretch;
+            let row = Row {
+                out_start: first,
+                len: dst.len(),
+                starts: std::array::from_fn(|k| offsets[k] as isize + first as isize * steps[k]),
+                steps,
+            };
+            fill(row, dst)
         });
 }
 

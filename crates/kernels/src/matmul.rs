@@ -25,6 +25,15 @@ use crate::sgemm;
 /// Work (m*n*k) above which one product is split across threads.
 pub(crate) const GEMM_PARALLEL_WORK: usize = 1 << 18;
 
+/// Whether a batch of `nb` products, one per task, keeps the threads at least 3/4 busy:
+/// then each product runs on one thread, even a large one. Why: the attention products
+/// of a BERT step (64 of 128 x 128 x 64) were each split among all threads, whose parts
+/// were too small to pay for the split (1.6x from 2 to 16 threads).
+pub(crate) fn batch_fills_threads(nb: usize) -> bool {
+    let threads = rayon::current_num_threads().max(1);
+    4 * nb >= 3 * nb.div_ceil(threads) * threads
+}
+
 /// Parallelism for one product of `m*n*k` multiply-adds.
 /// Whether f32 products run on Spore's own GEMM (x86-64 with AVX2 and FMA, unless
 /// `SPORE_GEMM=crate`); otherwise they go through the `gemm` crate, which allocates its
@@ -257,7 +266,7 @@ pub fn matmul(
         let offsets = batch_offsets(la, lb, batch);
         let mat = |off: usize, l: &Layout| MatRef::of_last_two(l, off);
         let work = m * n * k;
-        if nb > 1 && work < GEMM_PARALLEL_WORK && m * n > 0 {
+        if nb > 1 && (work < GEMM_PARALLEL_WORK || batch_fills_threads(nb)) && m * n > 0 {
             out.par_chunks_mut(m * n)
                 .zip(offsets.par_chunks(2))
                 .for_each(|(c, o)| {

@@ -4,16 +4,25 @@
 //! ResNet-50 (batch 8, 224x224), `--bert` the BERT-style encoder (batch 16, AdamW); `--infer`
 //! profiles the network's inference (forward, no gradients) instead of a training step;
 //! `--save-graphs` (with `--graph`) also writes the step's IR after every pass; `--o2` or
-//! `--o3` trains at that mixed-precision level (bfloat16 with `--bf16`, else float16).
+//! `--o3` trains at that mixed-precision level (bfloat16 with `--bf16`, else float16);
+//! `--threads N` sizes the kernel pool (default 2).
 //! Run: `cargo run --release --example profile_lenet [-- --graph [--save-graphs]] [--mlp |
-//! --resnet | --resnet50 | --bert] [--infer] [--o2 | --o3 [--bf16]]`
+//! --resnet | --resnet50 | --bert] [--infer] [--o2 | --o3 [--bf16]] [--threads N]`
 
 use spore::prelude::*;
 use spore_core::debug::profiler::Profiler;
 
 fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let threads = match args.iter().position(|a| a == "--threads") {
+        Some(i) => args
+            .get(i + 1)
+            .and_then(|n| n.parse::<usize>().ok())
+            .ok_or_else(|| Error::invalid("profile_lenet: --threads needs a positive integer"))?,
+        None => 2,
+    };
     // The main thread is one of the kernel pool's workers (see `spore::core::threads`).
-    spore::core::threads::join_kernel_pool(Some(2))?;
+    spore::core::threads::join_kernel_pool(Some(threads))?;
     // glibc tuned as the `spore` command and the benchmark harness tune it.
     spore::kernels::arena::set_malloc_tuning(true);
     let flag = |f: &str| std::env::args().any(|a| a == f);

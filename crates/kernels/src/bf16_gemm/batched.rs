@@ -6,7 +6,9 @@ use rayon::prelude::*;
 
 use super::{Path, gemm_bf16};
 use crate::layout::Layout;
-use crate::matmul::{GEMM_PARALLEL_WORK, MatRef, batch_offsets, parallelism_for, threads_of};
+use crate::matmul::{
+    GEMM_PARALLEL_WORK, MatRef, batch_fills_threads, batch_offsets, parallelism_for, threads_of,
+};
 
 /// `[..., m, k] x [..., k, n] -> [..., m, n]` in bfloat16; `la` and `lb` are already
 /// broadcast to the output's batch shape `batch`.
@@ -29,7 +31,7 @@ pub(crate) fn batched(
         let (ma, mb) = (MatRef::of_last_two(la, oa), MatRef::of_last_two(lb, ob));
         gemm_bf16(path, c, false, (m, n, k), (a, ma), (b, mb), threads);
     };
-    if m * n > 0 && nb > 1 && work < GEMM_PARALLEL_WORK {
+    if m * n > 0 && nb > 1 && (work < GEMM_PARALLEL_WORK || batch_fills_threads(nb)) {
         wide.par_chunks_mut(m * n)
             .zip(offsets.par_chunks(2))
             .for_each(|(c, o)| item(c, o, 1));

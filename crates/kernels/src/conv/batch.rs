@@ -8,9 +8,21 @@
 //! sum_partials(&mut dw, &partials);                 // the blocks' weight gradients, added
 //! ```
 
+use rayon::prelude::*;
+
 use super::geometry::ConvGeometry;
 use crate::elementwise::{BinaryFn, Num};
 use crate::matmul::MatRef;
+
+/// Whether one block of the batch per thread keeps the threads at least 3/4 busy. Where
+/// it does not (ResNet-50's 8 images on 16 threads: half of them idle; one image on two),
+/// the paths split each product among all threads instead and take the images one chunk
+/// after another.
+pub(crate) fn batch_split_pays(n: usize) -> bool {
+    let threads = rayon::current_num_threads().max(1);
+    let per = n.div_ceil(threads).max(1);
+    4 * n >= 3 * per * threads
+}
 
 /// The batch split into one block of consecutive samples per thread: (blocks, per block).
 /// Scratch is taken once per block, on the calling thread, so that a graph's buffer pool
@@ -62,13 +74,22 @@ fn gather_dy<T: Num>(dy: &[T], g: &ConvGeometry, s0: usize, k: usize, group: usi
 }
 
 /// `dw` = the sum of the `dw.len()`-long partial gradients in `partials` (one per block of
-/// the batch).
+/// the batch), on all threads: each sums one stretch of `dw` over every partial. Why in
+/// parallel: with 16 blocks, a serial sum read 16 copies of ResNet-50's 2048 x 1024
+/// gradients on one thread while the others waited.
 pub(crate) fn sum_partials<T: Num>(dw: &mut [T], partials: &[T]) {
+    // A stretch: 16 KiB of f32, large enough that a task's cost dwarfs its scheduling.
+    const STRETCH: usize = 4096;
     let len = dw.len();
-    dw.copy_from_slice(&partials[..len]);
-    for p in partials.chunks(len.max(1)).skip(1) {
-        for (d, &v) in dw.iter_mut().zip(p) {
-            *d = d.binary(BinaryFn::Add, v);
-        }
-    }
+    dw.par_chunks_mut(STRETCH)
+        .enumerate()
+        .for_each(|(i, stretch)| {
+            let at = i * STRETCH;
+            stretch.copy_from_slice(&partials[at..][..stretch.len()]);
+            for p in partials.chunks(len.max(1)).skip(1) {
+                for (d, &v) in stretch.iter_mut().zip(&p[at..]) {
+                    *d = d.binary(BinaryFn::Add, v);
+                }
+            }
+        });
 }

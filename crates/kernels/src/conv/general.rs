@@ -11,9 +11,9 @@
 
 use rayon::prelude::*;
 
-use super::batch::{batch_blocks, group_output_gradient, sum_partials};
+use super::batch::{batch_blocks, batch_split_pays, group_output_gradient, sum_partials};
 use super::geometry::ConvGeometry;
-use super::lowering::{col2im, im2col};
+use super::lowering::{col2im, col2im_parallel, im2col};
 use super::panels;
 use super::plan::{CACHED_COLUMNS_BYTES, GEMM_COLUMNS, MIN_CACHED_COLUMNS, inner_par};
 use crate::arena;
@@ -167,6 +167,13 @@ pub(super) fn input_gradient<T: Num>(
     let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
     let chw = g.c * g.h * g.w;
     let mut dx = arena::zeroed::<T>(g.n * chw);
+    let threads = rayon::current_num_threads();
+    if pack_filters && threads > 1 && !batch_split_pays(g.n) {
+        if let (Some(wf), Some(dyf), Some(dxf)) = (as_f32(w), as_f32(dy), as_f32_mut(&mut dx)) {
+            input_gradient_split_products(dyf, wf, g, dxf, threads);
+            return dx;
+        }
+    }
     let l = Lowering::new::<T>(g);
     let (per, nb, par) = (l.per, l.nb, l.par);
     // Each group's Wᵀ packed once for the whole batch (f32 with the blocked GEMM):
@@ -214,6 +221,44 @@ pub(super) fn input_gradient<T: Num>(
         arena::recycle(Buffer::F32(filters));
     }
     dx
+}
+
+/// [`input_gradient`] (f32, filters packed) where a block of the batch per thread would
+/// leave threads idle (see [`batch_split_pays`]): the images go one chunk after another,
+/// each chunk's product `cols = Wᵀ · dY` split among the threads, and col2im one channel's
+/// plane per thread.
+fn input_gradient_split_products(
+    dy: &[f32],
+    w: &[f32],
+    g: &ConvGeometry,
+    dx: &mut [f32],
+    threads: usize,
+) {
+    let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
+    let chw = g.c * g.h * g.w;
+    let nb = images_per_gemm::<f32>(g, g.n);
+    let (filters, len) = panels::packed_filters(w, g, true);
+    let dy_len = if nb > 1 { og * nb * ohw } else { 0 };
+    let mut scratch = arena::for_overwrite::<f32>(ckk * nb * ohw + dy_len);
+    let (cols, tmp) = scratch.split_at_mut(ckk * nb * ohw);
+    for (c, dxs) in dx.chunks_mut(nb * chw).enumerate() {
+        let (s0, k) = (c * nb, dxs.len() / chw);
+        let ld = k * ohw;
+        for group in 0..g.groups {
+            let (dyg, dm) = group_output_gradient(dy, g, (s0, k), group, tmp);
+            let panels = |dst: &mut [f32], p0, kc, j0, width| {
+                sgemm::pack_b_panel(dst, dyg, dm, p0, kc, j0, width)
+            };
+            let a = PanelsA::Prepacked(&filters[group * len..][..len]);
+            let cols = &mut cols[..ckk * ld];
+            sgemm::blocked_with_threads(cols, false, (ckk, ld, og), a, &panels, threads);
+            for s in 0..k {
+                col2im_parallel(&cols[s * ohw..], ld, g, group, &mut dxs[s * chw..][..chw]);
+            }
+        }
+    }
+    arena::recycle(Buffer::F32(scratch));
+    arena::recycle(Buffer::F32(filters));
 }
 
 /// Weight gradient: per block, im2col of its images and `dW += dY · colsᵀ` by GEMM into a

@@ -5,6 +5,8 @@
 //! are `ld` elements apart, so the columns of several images can sit side by side in one
 //! matrix (image `s` starting at column `s * OH * OW`) and share one GEMM.
 
+use rayon::prelude::*;
+
 use super::geometry::ConvGeometry;
 use crate::elementwise::{BinaryFn, Num};
 
@@ -152,49 +154,69 @@ fn copy8<T: Copy>(dst: &mut [T], src: &[T]) {
 /// Adds the im2col-shaped gradient `cols` (rows `ld` apart) of group `group` back into
 /// the image gradient `dx`.
 pub(crate) fn col2im<T: Num>(cols: &[T], ld: usize, g: &ConvGeometry, group: usize, dx: &mut [T]) {
-    let (ohw, ow) = (g.ohw(), g.ow);
     for cl in 0..g.cg() {
         let plane = &mut dx[(group * g.cg() + cl) * g.h * g.w..][..g.h * g.w];
-        for i in 0..g.kh {
-            for j in 0..g.kw {
-                let row = &cols[((cl * g.kh + i) * g.kw + j) * ld..][..ohw];
-                if is_plain(g) && ow > 0 {
-                    for (oy, src) in row.chunks_exact(ow).enumerate() {
-                        let dst = &mut plane[(oy + i) * g.w + j..][..ow];
-                        for (d, &v) in dst.iter_mut().zip(src) {
-                            *d = d.binary(BinaryFn::Add, v);
-                        }
+        col2im_plane(cols, ld, g, cl, plane);
+    }
+}
+
+/// [`col2im`] on all threads, one channel's plane per task (each plane's sums are its own).
+pub(crate) fn col2im_parallel<T: Num>(
+    cols: &[T],
+    ld: usize,
+    g: &ConvGeometry,
+    group: usize,
+    dx: &mut [T],
+) {
+    let hw = g.h * g.w;
+    dx[group * g.cg() * hw..][..g.cg() * hw]
+        .par_chunks_mut(hw.max(1))
+        .enumerate()
+        .for_each(|(cl, plane)| col2im_plane(cols, ld, g, cl, plane));
+}
+
+/// The taps of channel `cl` (of its group) in `cols`, added into its plane of `dx`.
+fn col2im_plane<T: Num>(cols: &[T], ld: usize, g: &ConvGeometry, cl: usize, plane: &mut [T]) {
+    let (ohw, ow) = (g.ohw(), g.ow);
+    for i in 0..g.kh {
+        for j in 0..g.kw {
+            let row = &cols[((cl * g.kh + i) * g.kw + j) * ld..][..ohw];
+            if is_plain(g) && ow > 0 {
+                for (oy, src) in row.chunks_exact(ow).enumerate() {
+                    let dst = &mut plane[(oy + i) * g.w + j..][..ow];
+                    for (d, &v) in dst.iter_mut().zip(src) {
+                        *d = d.binary(BinaryFn::Add, v);
                     }
-                    continue;
                 }
-                // Output row oy lands on input row oy * sy + y0, column ox on ox * sx + x0:
-                // the rows and columns that fall inside the image are found once per tap,
-                // not per row or value. ResNet's 8x8 and 4x4 layers have runs of 4-8
-                // values, and its stride-2 layers were added value by value with a bounds
-                // check each, a large share of their input gradient under `perf` (measured:
-                // BENCHMARKS.md, "Figures moved from code comments").
-                let [sy, sx] = g.stride;
-                let y0 = (i * g.dilation[0]) as isize - g.pads[0] as isize;
-                let x0 = (j * g.dilation[1]) as isize - g.pads[2] as isize;
-                let (oy_lo, oy_hi) = inside_strided(y0, sy, g.oh, g.h);
-                let (lo, hi) = inside_strided(x0, sx, ow, g.w);
-                if lo == hi {
-                    continue;
-                }
-                let first = (x0 + (lo * sx) as isize) as usize;
-                for oy in oy_lo..oy_hi {
-                    let iy = (y0 + (oy * sy) as isize) as usize;
-                    let src = &row[oy * ow + lo..][..hi - lo];
-                    if sx == 1 {
-                        let dst = &mut plane[iy * g.w + first..][..hi - lo];
-                        for (d, &v) in dst.iter_mut().zip(src) {
-                            *d = d.binary(BinaryFn::Add, v);
-                        }
-                    } else {
-                        let dst = &mut plane[iy * g.w + first..][..(hi - lo - 1) * sx + 1];
-                        for (d, &v) in dst.iter_mut().step_by(sx).zip(src) {
-                            *d = d.binary(BinaryFn::Add, v);
-                        }
+                continue;
+            }
+            // Output row oy lands on input row oy * sy + y0, column ox on ox * sx + x0:
+            // the rows and columns that fall inside the image are found once per tap,
+            // not per row or value. ResNet's 8x8 and 4x4 layers have runs of 4-8
+            // values, and its stride-2 layers were added value by value with a bounds
+            // check each, a large share of their input gradient under `perf` (measured:
+            // BENCHMARKS.md, "Figures moved from code comments").
+            let [sy, sx] = g.stride;
+            let y0 = (i * g.dilation[0]) as isize - g.pads[0] as isize;
+            let x0 = (j * g.dilation[1]) as isize - g.pads[2] as isize;
+            let (oy_lo, oy_hi) = inside_strided(y0, sy, g.oh, g.h);
+            let (lo, hi) = inside_strided(x0, sx, ow, g.w);
+            if lo == hi {
+                continue;
+            }
+            let first = (x0 + (lo * sx) as isize) as usize;
+            for oy in oy_lo..oy_hi {
+                let iy = (y0 + (oy * sy) as isize) as usize;
+                let src = &row[oy * ow + lo..][..hi - lo];
+                if sx == 1 {
+                    let dst = &mut plane[iy * g.w + first..][..hi - lo];
+                    for (d, &v) in dst.iter_mut().zip(src) {
+                        *d = d.binary(BinaryFn::Add, v);
+                    }
+                } else {
+                    let dst = &mut plane[iy * g.w + first..][..(hi - lo - 1) * sx + 1];
+                    for (d, &v) in dst.iter_mut().step_by(sx).zip(src) {
+                        *d = d.binary(BinaryFn::Add, v);
                     }
                 }
             }

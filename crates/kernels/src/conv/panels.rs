@@ -30,7 +30,7 @@
 
 use rayon::prelude::*;
 
-use super::batch::{batch_blocks, group_output_gradient, sum_partials};
+use super::batch::{batch_blocks, batch_split_pays, group_output_gradient, sum_partials};
 use super::geometry::ConvGeometry;
 use super::lowering::{border_plane, copy_short};
 use super::plan::GEMM_COLUMNS;
@@ -372,9 +372,8 @@ pub(crate) fn forward_packed(
     y: &mut [f32],
 ) {
     let threads = rayon::current_num_threads();
-    // One image: its product is split. (Two or more run as a block per thread, several
-    // images per product: measured at batch 1 only.)
-    if g.n == 1 && threads > 1 {
+    // Too few images for a block per thread: each product is split among the threads.
+    if threads > 1 && !batch_split_pays(g.n) {
         return forward_split_products(x, filters, filter_len, g, y, threads);
     }
     let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
@@ -420,9 +419,11 @@ pub(crate) fn forward_packed(
     arena::recycle(Buffer::F32(scratch));
 }
 
-/// [`forward_packed`] for one image, where a block of the batch per thread would leave
-/// threads idle: each group's product split among the threads (`sgemm::blocked_with_threads`), which pack their own
-/// panels from the shared (padded) image.
+/// [`forward_packed`] where a block of the batch per thread would leave threads idle
+/// (see [`batch_split_pays`]): the images go one chunk after another (several side by side
+/// where they are small, as in the batch split), and each chunk's product is split among
+/// the threads (`sgemm::blocked_with_threads`), which pack their own panels from the
+/// shared (padded) images.
 fn forward_split_products(
     x: &[f32],
     filters: &[f32],
@@ -432,24 +433,49 @@ fn forward_split_products(
     threads: usize,
 ) {
     let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
-    let mut padded = arena::for_overwrite::<f32>(padded_len(g, 1).max(1));
-    for (s, ys) in y.chunks_mut(g.o * ohw).take(g.n).enumerate() {
+    let out_len = g.o * ohw;
+    let nb = images_per_gemm(g, g.n);
+    let pad_len = padded_len(g, nb);
+    let tmp_len = if nb > 1 { og * nb * ohw } else { 0 };
+    let mut scratch = arena::for_overwrite::<f32>((pad_len + tmp_len).max(1));
+    let (padded, tmp) = scratch.split_at_mut(pad_len);
+    for (c, ys) in y.chunks_mut(nb * out_len).enumerate() {
+        let (s0, k) = (c * nb, ys.len() / out_len);
         for group in 0..g.groups {
-            let cols = ImageColumns::new(x, g, group, (s, 1), &mut padded);
+            let cols = ImageColumns::new(x, g, group, (s0, k), padded);
             let panels =
                 |dst: &mut [f32], p0, kc, j0, width| cols.pack_positions(dst, p0, kc, j0, width);
             let a = PanelsA::Prepacked(&filters[group * filter_len..][..filter_len]);
-            let yg = &mut ys[group * og * ohw..][..og * ohw];
-            sgemm::blocked_with_threads(yg, false, (og, ohw, ckk), a, &panels, threads);
+            if k == 1 {
+                let yg = &mut ys[group * og * ohw..][..og * ohw];
+                sgemm::blocked_with_threads(yg, false, (og, ohw, ckk), a, &panels, threads);
+                continue;
+            }
+            let ld = k * ohw;
+            let product = &mut tmp[..og * ld];
+            sgemm::blocked_with_threads(product, false, (og, ld, ckk), a, &panels, threads);
+            let product = &*product;
+            ys.par_chunks_mut(out_len)
+                .enumerate()
+                .for_each(|(s, image)| {
+                    for o in 0..og {
+                        image[(group * og + o) * ohw..][..ohw]
+                            .copy_from_slice(&product[o * ld + s * ohw..][..ohw]);
+                    }
+                });
         }
     }
-    arena::recycle(Buffer::F32(padded));
+    arena::recycle(Buffer::F32(scratch));
 }
 
 /// Weight gradient into `dw` ([O, C/groups, KH, KW]); the caller checked [`applies`] and
 /// the sizes. Each thread sums its block of the batch into a private partial; the
 /// partials are added at the end.
 pub(crate) fn filter_gradient(dy: &[f32], x: &[f32], g: &ConvGeometry, dw: &mut [f32]) {
+    let threads = rayon::current_num_threads();
+    if threads > 1 && !batch_split_pays(g.n) {
+        return filter_gradient_split_products(dy, x, g, dw, threads);
+    }
     let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
     let dw_len = g.o * ckk;
     let (blocks, per) = batch_blocks(g.n);
@@ -492,5 +518,53 @@ pub(crate) fn filter_gradient(dy: &[f32], x: &[f32], g: &ConvGeometry, dw: &mut 
         });
     sum_partials(dw, &partials);
     arena::recycle(Buffer::F32(partials));
+    arena::recycle(Buffer::F32(scratch));
+}
+
+thread_local! {
+    /// The tap rows [`ImageColumns::pack_taps`] transposes, for a thread that packs panels
+    /// of a product split among threads (each packs its own).
+    static TAP_ROWS: std::cell::RefCell<Vec<Vec<f32>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// [`filter_gradient`] where a block of the batch per thread would leave threads idle (see
+/// [`batch_split_pays`]): no partial gradients; the images go one chunk after another,
+/// each chunk's product `dW += dY · colsᵀ` split among the threads over `dW`'s rows and
+/// columns.
+fn filter_gradient_split_products(
+    dy: &[f32],
+    x: &[f32],
+    g: &ConvGeometry,
+    dw: &mut [f32],
+    threads: usize,
+) {
+    let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
+    let nb = images_per_gemm(g, g.n);
+    let dy_len = if nb > 1 { og * nb * ohw } else { 0 };
+    let pad_len = padded_len(g, nb);
+    let mut scratch = arena::for_overwrite::<f32>((dy_len + pad_len).max(1));
+    let (gathered, padded) = scratch.split_at_mut(dy_len);
+    let rows_len = NR * sgemm::depth_block_bound(nb * ohw);
+    let keep = crate::scratch::Keep {
+        min: rows_len,
+        max: usize::MAX,
+    };
+    let mut s0 = 0;
+    while s0 < g.n {
+        let k = nb.min(g.n - s0);
+        for group in 0..g.groups {
+            let cols = ImageColumns::new(x, g, group, (s0, k), padded);
+            let panels = |dst: &mut [f32], p0, kc, j0, width| {
+                crate::scratch::with_scratch(&TAP_ROWS, rows_len, keep, |rows| {
+                    cols.pack_taps(dst, p0, kc, j0, width, rows)
+                })
+            };
+            let (dyg, dm) = group_output_gradient(dy, g, (s0, k), group, gathered);
+            let a = PanelsA::Strided(dyg, dm);
+            let dw_g = &mut dw[group * og * ckk..][..og * ckk];
+            sgemm::blocked_with_threads(dw_g, s0 > 0, (og, ckk, k * ohw), a, &panels, threads);
+        }
+        s0 += k;
+    }
     arena::recycle(Buffer::F32(scratch));
 }

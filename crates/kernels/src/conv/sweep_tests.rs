@@ -258,12 +258,13 @@ fn check(got: &[f32], (want, scale): &(Vec<f64>, Vec<f64>), what: &str) {
     }
 }
 
-#[test]
-fn every_path_matches_naive_f64_on_random_geometries() {
-    let mut rng = Rng(0x5EED_C0DE_2026_1126);
+/// Runs every applicable path of `count` random geometries against the naive loops;
+/// returns how often each (path, pass) ran.
+fn sweep(seed: u64, count: usize) -> std::collections::HashMap<(ConvPath, Pass), usize> {
+    let mut rng = Rng(seed);
     let mut ran: std::collections::HashMap<(ConvPath, Pass), usize> = Default::default();
     let mut cases = 0;
-    while cases < 220 {
+    while cases < count {
         let Some(g) = draw(&mut rng) else { continue };
         cases += 1;
         let x = rng.values(g.n * g.c * g.h * g.w);
@@ -290,12 +291,18 @@ fn every_path_matches_naive_f64_on_random_geometries() {
             }
         }
     }
+    ran
+}
+
+#[test]
+fn every_path_matches_naive_f64_on_random_geometries() {
+    let ran = sweep(0x5EED_C0DE_2026_1126, 220);
     let mut counts: Vec<_> = ran
         .iter()
         .map(|((p, s), n)| format!("{p:?}/{s:?}: {n}"))
         .collect();
     counts.sort();
-    eprintln!("{cases} geometries; paths run: {}", counts.join(", "));
+    eprintln!("220 geometries; paths run: {}", counts.join(", "));
     let every = [
         (ConvPath::Winograd, Pass::Forward),
         (ConvPath::Winograd, Pass::FilterGradient),
@@ -322,6 +329,33 @@ fn every_path_matches_naive_f64_on_random_geometries() {
             "NOTE: Spore's GEMM (AVX2 and FMA) or Winograd is off here: only the paths that \
              apply on this machine were checked"
         );
+    }
+}
+
+/// On 16 threads, batches of 1 to 8 leave a block per thread idle threads, so the
+/// products of `Panels` and `Im2colPackedFilters` are split among the threads instead
+/// (`batch::batch_split_pays`): the same sweep, on such a pool.
+#[test]
+fn paths_split_among_more_threads_than_images_match_naive_f64() {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(16)
+        .build()
+        .expect("a 16-thread pool");
+    let ran = pool.install(|| {
+        assert!(!super::batch::batch_split_pays(8));
+        sweep(0x16_7412_EAD5, 80)
+    });
+    if crate::sgemm::available() {
+        for key in [
+            (ConvPath::Panels, Pass::Forward),
+            (ConvPath::Panels, Pass::FilterGradient),
+            (ConvPath::Im2colPackedFilters, Pass::InputGradient),
+        ] {
+            assert!(
+                ran.contains_key(&key),
+                "the 16-thread sweep never ran {key:?}"
+            );
+        }
     }
 }
 

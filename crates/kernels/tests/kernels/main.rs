@@ -4,6 +4,7 @@
 
 mod bf16_products;
 mod half;
+mod parallel_loops;
 mod products;
 mod vmath;
 

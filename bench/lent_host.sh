@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Spore against PyTorch on a lent many-core host (issue 40's thread sweep), with binaries
+# built elsewhere: such a host has Python and PyTorch but no Rust toolchain.
+#
+#   here:   bash bench/lent_host.sh stage          # builds, strips and stages the binaries
+#   there:  bash bench/lent_host.sh profile OUT    # Spore's per-op profiles at 2 and N threads
+#           bash bench/lent_host.sh sweep OUT [THREADS] [ROUNDS]
+#
+# `stage` puts stripped `bench` and `profile_lenet` binaries in .lent/ (git ignores it through
+# .git/info/exclude; the device tool's `carry` takes it). `profile` writes the op-by-op
+# profiles of ResNet-18, ResNet-50 and the BERT encoder at 2 threads and at the host's core
+# count. `sweep` runs bench/interleaved.py at THREADS (default 2,4,8,16) against PyTorch eager,
+# Spore in Graph mode, with a short protocol so the whole sweep fits one call; it writes
+# interleaved.jsonl and interleaved.md to OUT, plus host.txt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STAGE=.lent
+
+case "${1:-}" in
+stage)
+    cargo build --release -p spore --example bench --example profile_lenet
+    mkdir -p "$STAGE"
+    grep -qx "/$STAGE/" .git/info/exclude 2>/dev/null || echo "/$STAGE/" >> .git/info/exclude
+    strip -o "$STAGE/bench" target/release/examples/bench
+    strip -o "$STAGE/profile_lenet" target/release/examples/profile_lenet
+    git rev-parse --short HEAD > "$STAGE/commit"
+    git diff --quiet HEAD || echo "(with uncommitted changes)" >> "$STAGE/commit"
+    ls -la "$STAGE"
+    ;;
+profile)
+    out=${2:?profile needs an output folder}
+    cores=$(nproc)
+    mkdir -p "$out"
+    for t in 2 "$cores"; do
+        for net in resnet resnet50 bert; do
+            "$STAGE/profile_lenet" --graph "--$net" --threads "$t" | head -12
+            cp "${TMPDIR:-/tmp}/spore-profile-lenet/profiler/cpu_op_detail_info_0.csv" \
+                "$out/profile_${net}_${t}t.csv"
+        done
+    done
+    ;;
+sweep)
+    out=${2:?sweep needs an output folder}
+    threads=${3:-2,4,8,16}
+    rounds=${4:-2}
+    mkdir -p "$out"
+    { cat "$STAGE/commit"; lscpu; nproc; python3 -c "import torch; print('torch', torch.__version__)"; } \
+        > "$out/host.txt" 2>&1
+    # The protocol is shorter than interleaved.py's default so that 4 thread counts and 2
+    # rounds of 6 workloads fit one 10-minute call; the rounds still interleave.
+    CUDA_VISIBLE_DEVICES="" ANCHOR_WARMUP=2 ANCHOR_REPEATS=3 ANCHOR_REPEAT_S=0.3 \
+        python3 bench/interleaved.py --spore-bin "$STAGE/bench" --python "$(command -v python3)" \
+        --thread-list "$threads" --rounds "$rounds" --spore-modes graph --peers torch_eager \
+        --workloads lenet5_train_b32,mlp_train_b64,resnet18_train_b32,bert_train_b16,resnet50_train_b8,resnet50_infer_b1 \
+        --timeout 240 --out "$out"
+    ;;
+*)
+    echo "usage: bash bench/lent_host.sh stage | profile OUT | sweep OUT [THREADS] [ROUNDS]" >&2
+    exit 2
+    ;;
+esac
