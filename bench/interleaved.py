@@ -4,6 +4,7 @@
     python3 bench/interleaved.py [--workloads W1,W2] [--threads N | --sweep | --thread-list 2,4,8]
                                  [--rounds R] [--peers torch_eager,torch_compile,jax]
                                  [--spore-modes graph,pynative] [--out DIR] [--quick]
+    python3 bench/interleaved.py --report-from DIR/interleaved.jsonl
 
 Every round runs each workload once in every framework and mode, each in its own process, in
 an order that rotates from round to round (so no framework is always first after a pause, or
@@ -200,6 +201,23 @@ def report(records, workloads, thread_counts, cpu, rounds):
     return "\n".join(lines)
 
 
+def report_from(path):
+    """Prints the report of a run's raw records (one JSON object per line)."""
+    try:
+        with open(path) as f:
+            records = [json.loads(line) for line in f if line.strip()]
+    except (OSError, json.JSONDecodeError) as e:
+        sys.exit(f"interleaved.py: cannot read records from {path}: {e}")
+    if not records or not all(isinstance(r, dict) and {"workload", "round", "threads_asked", "label"} <= r.keys()
+                              for r in records):
+        sys.exit(f"interleaved.py: {path} holds no run records (workload, round, threads_asked, label)")
+    workloads = list(dict.fromkeys(r["workload"] for r in records))
+    thread_counts = sorted({r["threads_asked"] for r in records})
+    rounds = len({r["round"] for r in records})
+    cpu = next((r["cpu"] for r in records if "cpu" in r), "CPU not recorded")
+    print(report(records, workloads, thread_counts, cpu, rounds))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS))
@@ -214,7 +232,12 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "target", "bench"))
     ap.add_argument("--quick", action="store_true", help="short protocol: a smoke test, not a measurement")
     ap.add_argument("--timeout", type=int, default=1200, help="seconds per measuring process")
+    ap.add_argument("--report-from", metavar="JSONL",
+                    help="only write the report of the records in JSONL (a run's raw records, "
+                         "possibly cut short)")
     a = ap.parse_args()
+    if a.report_from:
+        return report_from(a.report_from)
     workloads = [w.strip() for w in a.workloads.split(",") if w.strip()]
     for w in workloads:
         if w not in WORKLOADS:
@@ -249,15 +272,16 @@ def main():
     records = []
     cpu = cpu_name()
     with open(raw_path, "w") as raw:
-        for t in thread_counts:
-            for rnd in range(a.rounds):
+        # Rounds outermost: a run cut short still has every thread count's first round.
+        for rnd in range(a.rounds):
+            for t in thread_counts:
                 for w in workloads:
                     jobs = jobs_for(w, peers, spore_bin, spore_modes)
                     shift = rnd % len(jobs)
                     for job in jobs[shift:] + jobs[:shift]:
                         t0 = time.time()
                         rec = measure(job, t, py, protocol, a.timeout)
-                        rec.update(workload=w, round=rnd, threads_asked=t)
+                        rec.update(workload=w, round=rnd, threads_asked=t, cpu=cpu)
                         records.append(rec)
                         raw.write(json.dumps(rec) + "\n")
                         raw.flush()

@@ -8,8 +8,8 @@
 #
 # `stage` puts stripped `bench` and `profile_lenet` binaries in .lent/ (git ignores it through
 # .git/info/exclude; the device tool's `carry` takes it). `profile` writes the op-by-op
-# profiles of ResNet-18, ResNet-50 and the BERT encoder at 2 threads and at the host's core
-# count. `sweep` runs bench/interleaved.py at THREADS (default 2,4,8,16) against PyTorch eager,
+# profiles of ResNet-18, ResNet-50 and the BERT encoder at each of THREADS (default: 2 and
+# the host's core count). `sweep` runs bench/interleaved.py at THREADS (default 2,4,8,16) against PyTorch eager,
 # Spore in Graph mode, with a short protocol so the whole sweep fits one call; it writes
 # interleaved.jsonl and interleaved.md to OUT, plus host.txt.
 set -euo pipefail
@@ -29,9 +29,11 @@ stage)
     ;;
 profile)
     out=${2:?profile needs an output folder}
-    cores=$(nproc)
+    shift 2
+    counts=("$@")
+    [ ${#counts[@]} -gt 0 ] || counts=(2 "$(nproc)")
     mkdir -p "$out"
-    for t in 2 "$cores"; do
+    for t in "${counts[@]}"; do
         for net in resnet resnet50 bert; do
             "$STAGE/profile_lenet" --graph "--$net" --threads "$t" | head -12
             cp "${TMPDIR:-/tmp}/spore-profile-lenet/profiler/cpu_op_detail_info_0.csv" \
@@ -48,11 +50,15 @@ sweep)
         > "$out/host.txt" 2>&1
     # The protocol is shorter than interleaved.py's default so that 4 thread counts and 2
     # rounds of 6 workloads fit one 10-minute call; the rounds still interleave.
+    # SWEEP_LIMIT_S stops it in time for the call's limit; the rounds done so far stay.
     CUDA_VISIBLE_DEVICES="" ANCHOR_WARMUP=2 ANCHOR_REPEATS=3 ANCHOR_REPEAT_S=0.3 \
-        python3 bench/interleaved.py --spore-bin "$STAGE/bench" --python "$(command -v python3)" \
+        timeout "${SWEEP_LIMIT_S:-86400}" python3 bench/interleaved.py --spore-bin "$STAGE/bench" --python "$(command -v python3)" \
         --thread-list "$threads" --rounds "$rounds" --spore-modes graph --peers torch_eager \
         --workloads lenet5_train_b32,mlp_train_b64,resnet18_train_b32,bert_train_b16,resnet50_train_b8,resnet50_infer_b1 \
-        --timeout 240 --out "$out"
+        --timeout 240 --out "$out" || echo "sweep stopped early (exit $?)"
+    # Rounds go outermost, so a sweep cut short keeps whole rounds; this rebuilds its report.
+    [ -s "$out/interleaved.md" ] || python3 bench/interleaved.py --report-from "$out/interleaved.jsonl" \
+        > "$out/interleaved.md"
     ;;
 *)
     echo "usage: bash bench/lent_host.sh stage | profile OUT | sweep OUT [THREADS] [ROUNDS]" >&2
