@@ -46,7 +46,7 @@ sweep)
     threads=${3:-2,4,8,16}
     rounds=${4:-2}
     mkdir -p "$out"
-    { cat "$STAGE/commit"; lscpu; nproc; python3 -c "import torch; print('torch', torch.__version__)"; } \
+    { cat "$STAGE/commit"; lscpu; nproc; python3 -c "import torch; print('torch', torch.__version__)" || true; } \
         > "$out/host.txt" 2>&1
     # The protocol is shorter than interleaved.py's default so that 4 thread counts and 2
     # rounds of 6 workloads fit one 10-minute call; the rounds still interleave.
