@@ -5,6 +5,7 @@
 #   here:   bash bench/lent_host.sh stage          # builds, strips and stages the binaries
 #   there:  bash bench/lent_host.sh profile OUT    # Spore's per-op profiles at 2 and N threads
 #           bash bench/lent_host.sh sweep OUT [THREADS] [ROUNDS]
+#           bash bench/lent_host.sh avx512 OUT      # the 12x16 AVX-512 GEMM kernel, off/on
 #
 # `stage` puts stripped `bench` and `profile_lenet` binaries in .lent/ (git ignores it through
 # .git/info/exclude; the device tool's `carry` takes it). `profile` writes the op-by-op
@@ -23,6 +24,8 @@ stage)
     grep -qx "/$STAGE/" .git/info/exclude 2>/dev/null || echo "/$STAGE/" >> .git/info/exclude
     strip -o "$STAGE/bench" target/release/examples/bench
     strip -o "$STAGE/profile_lenet" target/release/examples/profile_lenet
+    cargo build --release -p spore-kernels --example gemm_micro
+    strip -o "$STAGE/gemm_micro" target/release/examples/gemm_micro
     git rev-parse --short HEAD > "$STAGE/commit"
     git diff --quiet HEAD || echo "(with uncommitted changes)" >> "$STAGE/commit"
     ls -la "$STAGE"
@@ -60,8 +63,27 @@ sweep)
     [ -s "$out/interleaved.md" ] || python3 bench/interleaved.py --report-from "$out/interleaved.jsonl" \
         > "$out/interleaved.md"
     ;;
+avx512)
+    # The GEMM and the steps that rest on it with the 12x16 kernel off and on
+    # (SPORE_AVX512_GEMM), alternated, with PyTorch eager beside them at 16 threads.
+    out=${2:?avx512 needs an output folder}
+    mkdir -p "$out"
+    for v in off on; do
+        echo "== SPORE_AVX512_GEMM=$v"
+        SPORE_AVX512_GEMM=$v "$STAGE/gemm_micro" | head -4
+    done > "$out/gemm_micro.txt" 2>&1
+    export ANCHOR_WARMUP=1 ANCHOR_REPEATS=3 ANCHOR_REPEAT_S=0.2
+    for t in 2 16; do
+        for w in bert_train_b16 resnet18_train_b32 resnet50_train_b8 resnet50_infer_b1; do
+            for v in off on; do
+                SPORE_AVX512_GEMM=$v "$STAGE/bench" --child "$w:graph" --threads "$t" | grep '^RESULT' \
+                    | sed "s/^RESULT /{\"avx512\":\"$v\",\"threads\":$t,\"rec\":/; s/\$/}/"
+            done
+        done
+    done > "$out/avx512.jsonl" 2> "$out/avx512.err"
+    ;;
 *)
-    echo "usage: bash bench/lent_host.sh stage | profile OUT | sweep OUT [THREADS] [ROUNDS]" >&2
+    echo "usage: bash bench/lent_host.sh stage | profile OUT | sweep OUT [THREADS] [ROUNDS] | avx512 OUT" >&2
     exit 2
     ;;
 esac

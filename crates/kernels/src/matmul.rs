@@ -35,6 +35,16 @@ pub(crate) fn batch_fills_threads(nb: usize) -> bool {
 }
 
 /// Parallelism for one product of `m*n*k` multiply-adds.
+/// Whether Spore's f32 GEMM can run its 12x16 AVX-512 kernel on this CPU, and makes it
+/// take that kernel from now on even where it is not the default (Zen 4): for tests that
+/// check its products on whichever AVX-512 machine runs them. Returns false (and changes
+/// nothing) on a CPU without AVX-512.
+#[doc(hidden)]
+pub fn force_avx512_gemm_pairs() -> bool {
+    crate::sgemm::kernel512::force_pairs();
+    crate::sgemm::kernel512::runs_here()
+}
+
 /// Whether f32 products run on Spore's own GEMM (x86-64 with AVX2 and FMA, unless
 /// `SPORE_GEMM=crate`); otherwise they go through the `gemm` crate, which allocates its
 /// packing buffers inside every call.

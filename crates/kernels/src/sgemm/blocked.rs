@@ -21,8 +21,8 @@ use rayon::prelude::*;
 
 use super::pack::{pack_a, pack_b};
 use super::{
-    Dst, MR, NR, PRIVATE, Product, SHARED, depth_blocks, max_depth_block, split, tile_at,
-    with_scratch,
+    Dst, MR, NR, PRIVATE, Product, SHARED, depth_blocks, kernel512, max_depth_block, split,
+    tile_at, tile_pair_at, with_scratch,
 };
 use crate::operand::MatRef;
 
@@ -248,17 +248,41 @@ fn part(p: &Product, a: PanelsA, b: PanelsB, rows: Range<usize>, cols: Range<usi
     with_scratch(&PRIVATE, b_len + a_len, |scratch| {
         let (packed_b, a_scratch) = scratch.split_at_mut(b_len);
         // The row tiles of rows `r0..` (packed in `packed_a`) against one packed B panel.
+        // Full pairs of row tiles go to the 12x16 kernel where it pays (AVX-512 at full width).
+        let pairs = kernel512::chosen();
         let tiles = |packed_a: &[f32], r0: usize, bp: &[f32], j0: usize, kc: usize, acc, plus| {
             let width = NR.min(p.n - j0);
-            for (s, ap) in packed_a.chunks_exact(MR * kc).enumerate() {
+            let count = packed_a.len() / (MR * kc);
+            let mut s = 0;
+            while s < count {
                 let i0 = r0 + s * MR;
+                let ap = packed_a[s * MR * kc..].as_ptr();
+                if pairs && width == NR && s + 1 < count && i0 + 2 * MR <= p.m {
+                    // SAFETY: two packed panels of MR x kc from `ap`, a kc x NR panel;
+                    // the 12 x 16 block lies inside C.
+                    unsafe {
+                        let at = (i0, j0);
+                        tile_pair_at(
+                            (p.dst, p.n),
+                            kc,
+                            ap,
+                            bp.as_ptr(),
+                            NR as isize,
+                            at,
+                            acc,
+                            plus,
+                        )
+                    };
+                    s += 2;
+                    continue;
+                }
                 let shape = (MR.min(p.m - i0), width);
                 // SAFETY: packed panels of MR x kc and kc x NR; the tile lies inside C.
                 unsafe {
                     tile_at(
                         (p.dst, p.n),
                         kc,
-                        ap.as_ptr(),
+                        ap,
                         bp.as_ptr(),
                         NR as isize,
                         (i0, j0),
@@ -267,6 +291,7 @@ fn part(p: &Product, a: PanelsA, b: PanelsB, rows: Range<usize>, cols: Range<usi
                         plus,
                     )
                 };
+                s += 1;
             }
         };
         for jb in cols.clone().step_by(NC / NR) {

@@ -23,6 +23,7 @@ pub(crate) mod dot;
 mod epilogue;
 pub(crate) mod gather;
 mod kernel;
+pub(crate) mod kernel512;
 mod pack;
 pub(crate) mod scatter;
 pub(crate) mod shifted;
@@ -358,6 +359,34 @@ unsafe fn tile_at(
             let tile = (kc, ap, bp, ldb);
             edge_tile(tile, (c, ldc), (height, width), accumulate, epilogue);
         }
+    }
+}
+
+/// Two full tiles of consecutive row panels (`ap` and `ap + MR * kc`, rows `i0..i0 + 12`)
+/// against one full B panel, in one call of the 12x16 AVX-512 kernel.
+///
+/// # Safety
+/// As [`kernel512::tile_pair`], with the 12 x 16 block at (`i0`, `j0`) inside C (and D).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+unsafe fn tile_pair_at(
+    (dst, ldc): (Dst, usize),
+    kc: usize,
+    ap: *const f32,
+    bp: *const f32,
+    ldb: isize,
+    (i0, j0): (usize, usize),
+    accumulate: bool,
+    epilogue: Option<TileEpilogue>,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let c = dst.0.add(i0 * ldc + j0);
+        let top = epilogue.map(|e| e.at(i0, j0, ldc));
+        let bottom = epilogue.map(|e| e.at(i0 + MR, j0, ldc));
+        let a = (ap, ap.add(MR * kc));
+        let epilogues = [top.as_ref(), bottom.as_ref()];
+        kernel512::tile_pair(kc, a, bp, ldb, c, ldc, accumulate, epilogues);
     }
 }
 

@@ -2,6 +2,7 @@
 //! vectors, and large GEMM (`products.rs`) / convolution paths (threaded, strided) against
 //! naive loops.
 
+mod avx512_pairs;
 mod bf16_products;
 mod half;
 mod parallel_loops;

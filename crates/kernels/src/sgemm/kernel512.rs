@@ -1,0 +1,144 @@
+//! The 12x16 microkernel for CPUs with AVX-512: two row panels of A against one B panel,
+//! twelve 16-lane accumulators updated by one load of B and twelve broadcasts of A per
+//! step of the depth.
+//!
+//! ```text
+//! for p in 0..kc:  b = B[p, 0..16]
+//!                  for r in 0..6:  acc[r] += A0[r, p] * b;  acc[6 + r] += A1[r, p] * b
+//! ```
+//!
+//! Why: a CPU with two 512-bit FMA units (Intel's Xeons since Skylake-SP) does twice the
+//! multiply-adds per cycle in 16-lane vectors that it does in the 8-lane ones of the 6x16
+//! kernel, which left half of such a CPU idle (a BERT step at 0.6x PyTorch on a Sapphire
+//! Rapids host: BENCHMARKS.md, "Performance II"). The panels' layout is the 6x16
+//! kernel's, so packing and every path that packs stay as they are; only full pairs of
+//! tiles take this kernel, on the CPUs where it pays ([`chosen`]).
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use super::kernel::store_tile;
+use super::{MR, NR, TileEpilogue};
+
+/// Whether the blocked GEMM takes [`tile_pair`] for full pairs of tiles: where the CPU
+/// runs it ([`runs_here`]) and has 512-bit FMA units, or where `SPORE_AVX512_GEMM=on`
+/// asks for it (`off` turns it off; both read once), or after [`force_pairs`].
+///
+/// Why not on every AVX-512 CPU: AMD's Zen 4 splits each 512-bit multiply-add into two
+/// 256-bit halves, so the 12x16 kernel does no more work per cycle there and measured 2
+/// to 4 % slower than the 6x16 one (`gemm_micro`: BENCHMARKS.md, "Performance II").
+pub(crate) fn chosen() -> bool {
+    use std::sync::OnceLock;
+    static CHOSEN: OnceLock<bool> = OnceLock::new();
+    if FORCED.load(std::sync::atomic::Ordering::Relaxed) {
+        return runs_here();
+    }
+    *CHOSEN.get_or_init(|| match std::env::var("SPORE_AVX512_GEMM").as_deref() {
+        Ok("on") => runs_here(),
+        Ok("off") => false,
+        _ => runs_here() && full_width_fma(),
+    })
+}
+
+static FORCED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes [`chosen`] true from now on wherever the CPU runs the kernel: for the tests that
+/// check the 12x16 kernel's products on CPUs where it is not chosen by default.
+#[doc(hidden)]
+pub fn force_pairs() {
+    FORCED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether this CPU has the instructions [`tile_pair`] uses (checked once).
+pub fn runs_here() -> bool {
+    use std::sync::OnceLock;
+    static RUNS: OnceLock<bool> = OnceLock::new();
+    *RUNS.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512dq")
+                && std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    })
+}
+
+/// Whether an AVX-512 CPU is one whose FMA units are 512 bits wide: every Intel one, and
+/// AMD's from Zen 5 (family 1Ah) on; not Zen 4 (family 19h).
+fn full_width_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: `cpuid` exists on every x86-64 CPU; leaves 0 and 1 always answer.
+        let (vendor, signature) = unsafe { (__cpuid(0), __cpuid(1).eax) };
+        let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
+        // The family: the base field, plus the extended one where the base is 0Fh.
+        let base = (signature >> 8) & 0xF;
+        let family = if base == 0xF {
+            base + ((signature >> 20) & 0xFF)
+        } else {
+            base
+        };
+        !amd || family >= 0x1A
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// `C[12 x 16] (+)= [A0; A1] * B_panel`, then each half's epilogue: `a0` and `a1` are two
+/// packed row panels (`MR` values per step), `b` holds `kc` rows of `NR` values, `ldb`
+/// elements apart; C rows are `ldc` apart, the second panel's six rows from `c + 6 * ldc`.
+///
+/// # Safety
+/// The CPU supports AVX-512 F and DQ, AVX2 and FMA ([`runs_here`]); `a0` and `a1` have
+/// `MR * kc` readable values, `b` `kc` rows of `NR`, and `c` (and each epilogue's
+/// operands) twelve rows of sixteen.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn tile_pair(
+    kc: usize,
+    (a0, a1): (*const f32, *const f32),
+    b: *const f32,
+    ldb: isize,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+    epilogues: [Option<&TileEpilogue>; 2],
+) {
+    // SAFETY (whole body): pointer arithmetic stays inside the ranges the caller promised.
+    unsafe {
+        for r in 0..2 * MR {
+            _mm_prefetch::<_MM_HINT_T0>(c.add(r * ldc).cast::<i8>());
+            _mm_prefetch::<_MM_HINT_T0>(c.add(r * ldc + NR - 1).cast::<i8>());
+        }
+        for e in epilogues.iter().flatten() {
+            for r in 0..MR {
+                e.prefetch(r, ldc);
+            }
+        }
+        let mut acc = [_mm512_setzero_ps(); 2 * MR];
+        let (mut a0, mut a1, mut b) = (a0, a1, b);
+        for _ in 0..kc {
+            let bv = _mm512_loadu_ps(b);
+            for r in 0..MR {
+                acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(*a0.add(r)), bv, acc[r]);
+                acc[MR + r] = _mm512_fmadd_ps(_mm512_set1_ps(*a1.add(r)), bv, acc[MR + r]);
+            }
+            a0 = a0.add(MR);
+            a1 = a1.add(MR);
+            b = b.offset(ldb);
+        }
+        // Each half as the 6x16 kernel's accumulators (two 8-lane halves per row), stored
+        // through its epilogue code.
+        for (half, epilogue) in epilogues.into_iter().enumerate() {
+            let rows: [[__m256; 2]; MR] = std::array::from_fn(|r| {
+                let v = acc[half * MR + r];
+                [_mm512_castps512_ps256(v), _mm512_extractf32x8_ps::<1>(v)]
+            });
+            store_tile(&rows, c.add(half * MR * ldc), ldc, accumulate, epilogue);
+        }
+    }
+}
