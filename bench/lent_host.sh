@@ -70,7 +70,7 @@ avx512)
     mkdir -p "$out"
     for v in off on; do
         echo "== SPORE_AVX512_GEMM=$v"
-        SPORE_AVX512_GEMM=$v "$STAGE/gemm_micro" | head -4
+        SPORE_AVX512_GEMM=$v "$STAGE/gemm_micro" | sed -n 1,4p
     done > "$out/gemm_micro.txt" 2>&1
     export ANCHOR_WARMUP=1 ANCHOR_REPEATS=3 ANCHOR_REPEAT_S=0.2
     for t in 2 16; do

@@ -36,7 +36,7 @@ pub(crate) fn batch_fills_threads(nb: usize) -> bool {
 
 /// Parallelism for one product of `m*n*k` multiply-adds.
 /// Whether Spore's f32 GEMM can run its 12x16 AVX-512 kernel on this CPU, and makes it
-/// take that kernel from now on even where it is not the default (Zen 4): for tests that
+/// take that kernel from now on (it is off unless `SPORE_AVX512_GEMM=on`): for tests that
 /// check its products on whichever AVX-512 machine runs them. Returns false (and changes
 /// nothing) on a CPU without AVX-512.
 #[doc(hidden)]

@@ -168,11 +168,13 @@ pub(super) fn input_gradient<T: Num>(
     let chw = g.c * g.h * g.w;
     let mut dx = arena::zeroed::<T>(g.n * chw);
     let threads = rayon::current_num_threads();
-    if pack_filters && threads > 1 && !batch_split_pays(g.n) {
-        if let (Some(wf), Some(dyf), Some(dxf)) = (as_f32(w), as_f32(dy), as_f32_mut(&mut dx)) {
-            input_gradient_split_products(dyf, wf, g, dxf, threads);
-            return dx;
-        }
+    if pack_filters
+        && threads > 1
+        && !batch_split_pays(g.n)
+        && let (Some(wf), Some(dyf), Some(dxf)) = (as_f32(w), as_f32(dy), as_f32_mut(&mut dx))
+    {
+        input_gradient_split_products(dyf, wf, g, dxf, threads);
+        return dx;
     }
     let l = Lowering::new::<T>(g);
     let (per, nb, par) = (l.per, l.nb, l.par);

@@ -7,12 +7,12 @@
 //!                  for r in 0..6:  acc[r] += A0[r, p] * b;  acc[6 + r] += A1[r, p] * b
 //! ```
 //!
-//! Why: a CPU with two 512-bit FMA units (Intel's Xeons since Skylake-SP) does twice the
-//! multiply-adds per cycle in 16-lane vectors that it does in the 8-lane ones of the 6x16
-//! kernel, which left half of such a CPU idle (a BERT step at 0.6x PyTorch on a Sapphire
-//! Rapids host: BENCHMARKS.md, "Performance II"). The panels' layout is the 6x16
-//! kernel's, so packing and every path that packs stay as they are; only full pairs of
-//! tiles take this kernel, on the CPUs where it pays ([`chosen`]).
+//! Why: a CPU with two 512-bit FMA units (Intel's Xeons since Skylake-SP) can do twice
+//! the multiply-adds per cycle in 16-lane vectors that it does in the 8-lane ones of the
+//! 6x16 kernel (Spore's BERT step ran at 0.6x PyTorch on a Sapphire Rapids host:
+//! BENCHMARKS.md, "Performance II"). The panels' layout is the 6x16 kernel's, so packing
+//! and every path that packs stay as they are; only full pairs of tiles take this
+//! kernel, and only where it is asked for ([`chosen`]: it is not yet shown to pay).
 
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
@@ -20,30 +20,27 @@ use std::arch::x86_64::*;
 use super::kernel::store_tile;
 use super::{MR, NR, TileEpilogue};
 
-/// Whether the blocked GEMM takes [`tile_pair`] for full pairs of tiles: where the CPU
-/// runs it ([`runs_here`]) and has 512-bit FMA units, or where `SPORE_AVX512_GEMM=on`
-/// asks for it (`off` turns it off; both read once), or after [`force_pairs`].
+/// Whether the blocked GEMM takes [`tile_pair`] for full pairs of tiles: only where
+/// `SPORE_AVX512_GEMM=on` asks for it (read once) or after [`force_pairs`], and the CPU
+/// runs it ([`runs_here`]).
 ///
-/// Why not on every AVX-512 CPU: AMD's Zen 4 splits each 512-bit multiply-add into two
-/// 256-bit halves, so the 12x16 kernel does no more work per cycle there and measured 2
-/// to 4 % slower than the 6x16 one (`gemm_micro`: BENCHMARKS.md, "Performance II").
+/// Why not by default: on the one CPU with full-width 512-bit FMA units measured so far
+/// (a 16-core Sapphire Rapids host), the kernel made one-thread products 1.5x faster but
+/// a two-thread 2048³ product 11 % slower, and whole training steps moved both ways
+/// within that host's noise; on Zen 4, which splits each 512-bit multiply-add in two, it
+/// measured 2 to 4 % slower (BENCHMARKS.md, "Performance II").
 pub(crate) fn chosen() -> bool {
     use std::sync::OnceLock;
-    static CHOSEN: OnceLock<bool> = OnceLock::new();
-    if FORCED.load(std::sync::atomic::Ordering::Relaxed) {
-        return runs_here();
-    }
-    *CHOSEN.get_or_init(|| match std::env::var("SPORE_AVX512_GEMM").as_deref() {
-        Ok("on") => runs_here(),
-        Ok("off") => false,
-        _ => runs_here() && full_width_fma(),
-    })
+    static ASKED: OnceLock<bool> = OnceLock::new();
+    let asked = FORCED.load(std::sync::atomic::Ordering::Relaxed)
+        || *ASKED.get_or_init(|| std::env::var("SPORE_AVX512_GEMM").as_deref() == Ok("on"));
+    asked && runs_here()
 }
 
 static FORCED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Makes [`chosen`] true from now on wherever the CPU runs the kernel: for the tests that
-/// check the 12x16 kernel's products on CPUs where it is not chosen by default.
+/// check the 12x16 kernel's products (it is off by default).
 #[doc(hidden)]
 pub fn force_pairs() {
     FORCED.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -64,27 +61,6 @@ pub fn runs_here() -> bool {
         #[cfg(not(target_arch = "x86_64"))]
         false
     })
-}
-
-/// Whether an AVX-512 CPU is one whose FMA units are 512 bits wide: every Intel one, and
-/// AMD's from Zen 5 (family 1Ah) on; not Zen 4 (family 19h).
-fn full_width_fma() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: `cpuid` exists on every x86-64 CPU; leaves 0 and 1 always answer.
-        let (vendor, signature) = unsafe { (__cpuid(0), __cpuid(1).eax) };
-        let amd = (vendor.ebx, vendor.edx, vendor.ecx) == (0x6874_7541, 0x6974_6e65, 0x444d_4163);
-        // The family: the base field, plus the extended one where the base is 0Fh.
-        let base = (signature >> 8) & 0xF;
-        let family = if base == 0xF {
-            base + ((signature >> 20) & 0xFF)
-        } else {
-            base
-        };
-        !amd || family >= 0x1A
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
 }
 
 /// `C[12 x 16] (+)= [A0; A1] * B_panel`, then each half's epilogue: `a0` and `a1` are two

@@ -1,7 +1,7 @@
 //! The 12x16 AVX-512 kernel (two row tiles per call) gives the 6x16 kernel's products bit
 //! for bit, epilogues included: both sum each element's depth in the same order with
-//! fused multiply-adds. Where the CPU does not choose it by default (Zen 4), the products
-//! are computed before and after forcing it; where it is the default, against f64 loops.
+//! fused multiply-adds. The products are computed before and after forcing it (it is off
+//! unless `SPORE_AVX512_GEMM=on`), and both against f64 loops.
 
 use gemm::Parallelism;
 use spore_kernels::matmul::{MatRef, force_avx512_gemm_pairs, gemm_into};
@@ -9,7 +9,8 @@ use spore_kernels::matmul_epilogue::{Epilogue, gemm_epilogue_into};
 
 use super::values;
 
-fn row_major(rows: usize, cols: usize) -> MatRef {
+/// A row-major operand of `cols` columns.
+fn row_major(cols: usize) -> MatRef {
     MatRef {
         offset: 0,
         row_stride: cols as isize,
@@ -34,9 +35,9 @@ fn products(shapes: &[(usize, usize, usize)]) -> Vec<Vec<f32>> {
                 n,
                 k,
                 &a,
-                row_major(m, k),
+                row_major(k),
                 &b,
-                row_major(k, n),
+                row_major(n),
                 par,
             );
             // Against float64, so that a wrong kernel cannot pass by being consistently wrong.
@@ -67,9 +68,9 @@ fn products(shapes: &[(usize, usize, usize)]) -> Vec<Vec<f32>> {
                 n,
                 k,
                 &a,
-                row_major(m, k),
+                row_major(k),
                 &b,
-                row_major(k, n),
+                row_major(n),
                 par,
             );
             out.push(e);
