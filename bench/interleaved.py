@@ -100,6 +100,8 @@ def run(argv, env, timeout):
         out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout} s"}
+    except OSError as e:
+        return {"error": f"could not start {argv[0]}: {e}"}
     for line in out.stdout.splitlines():
         if line.startswith("RESULT "):
             try:
@@ -205,9 +207,18 @@ def report_from(path):
     """Prints the report of a run's raw records (one JSON object per line)."""
     try:
         with open(path) as f:
-            records = [json.loads(line) for line in f if line.strip()]
-    except (OSError, json.JSONDecodeError) as e:
+            lines = [line for line in f if line.strip()]
+    except OSError as e:
         sys.exit(f"interleaved.py: cannot read records from {path}: {e}")
+    records = []
+    for n, line in enumerate(lines):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            # A run killed mid-write leaves its last line cut short: that one is skipped.
+            if n + 1 < len(lines):
+                sys.exit(f"interleaved.py: {path} line {n + 1} is not JSON: {e}")
+            print(f"interleaved.py: skipped the unfinished last line of {path}", file=sys.stderr)
     if not records or not all(isinstance(r, dict) and {"workload", "round", "threads_asked", "label"} <= r.keys()
                               for r in records):
         sys.exit(f"interleaved.py: {path} holds no run records (workload, round, threads_asked, label)")
@@ -249,6 +260,8 @@ def main():
     spore_modes = [m.strip() for m in a.spore_modes.split(",") if m.strip()]
     if not spore_modes or any(m not in ("graph", "pynative") for m in spore_modes):
         sys.exit(f"interleaved.py: --spore-modes takes graph and/or pynative, got {a.spore_modes!r}")
+    if a.thread_list and a.sweep:
+        sys.exit("interleaved.py: --thread-list and --sweep each choose the thread counts; give one")
     if a.thread_list:
         try:
             thread_counts = sorted({int(t) for t in a.thread_list.split(",") if t.strip()})
@@ -267,6 +280,8 @@ def main():
     elif not os.access(spore_bin, os.X_OK):
         sys.exit(f"interleaved.py: --spore-bin {spore_bin!r} is not an executable file")
     py = a.python or peer_python()
+    if not os.access(py, os.X_OK):
+        sys.exit(f"interleaved.py: --python {py!r} is not an executable file")
     os.makedirs(a.out, exist_ok=True)
     raw_path = os.path.join(a.out, "interleaved.jsonl")
     records = []

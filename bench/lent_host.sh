@@ -38,7 +38,7 @@ profile)
     mkdir -p "$out"
     for t in "${counts[@]}"; do
         for net in resnet resnet50 bert; do
-            "$STAGE/profile_lenet" --graph "--$net" --threads "$t" | head -12
+            "$STAGE/profile_lenet" --graph "--$net" --threads "$t" | sed -n 1,12p
             cp "${TMPDIR:-/tmp}/spore-profile-lenet/profiler/cpu_op_detail_info_0.csv" \
                 "$out/profile_${net}_${t}t.csv"
         done
@@ -49,8 +49,11 @@ sweep)
     threads=${3:-2,4,8,16}
     rounds=${4:-2}
     mkdir -p "$out"
-    { cat "$STAGE/commit"; lscpu; nproc; python3 -c "import torch; print('torch', torch.__version__)" || true; } \
-        > "$out/host.txt" 2>&1
+    [ -x "$STAGE/bench" ] || { echo "no $STAGE/bench: run 'bash bench/lent_host.sh stage' first" >&2; exit 1; }
+    # What the host is (nothing here may stop the sweep).
+    { cat "$STAGE/commit"; lscpu; nproc; python3 -c "import torch; print('torch', torch.__version__)"; } \
+        > "$out/host.txt" 2>&1 || true
+    rm -f "$out/interleaved.md"
     # The protocol is shorter than interleaved.py's default so that 4 thread counts and 2
     # rounds of 6 workloads fit one 10-minute call; the rounds still interleave.
     # SWEEP_LIMIT_S stops it in time for the call's limit; the rounds done so far stay.
@@ -65,19 +68,20 @@ sweep)
     ;;
 avx512)
     # The GEMM and the steps that rest on it with the 12x16 kernel off and on
-    # (SPORE_AVX512_GEMM), alternated, with PyTorch eager beside them at 16 threads.
+    # (SPORE_AVX512_GEMM), alternated; a child that fails leaves an error record.
     out=${2:?avx512 needs an output folder}
     mkdir -p "$out"
     for v in off on; do
         echo "== SPORE_AVX512_GEMM=$v"
-        SPORE_AVX512_GEMM=$v "$STAGE/gemm_micro" | sed -n 1,4p
+        SPORE_AVX512_GEMM=$v "$STAGE/gemm_micro" | sed -n 1,4p || true
     done > "$out/gemm_micro.txt" 2>&1
     export ANCHOR_WARMUP=1 ANCHOR_REPEATS=3 ANCHOR_REPEAT_S=0.2
     for t in 2 16; do
         for w in bert_train_b16 resnet18_train_b32 resnet50_train_b8 resnet50_infer_b1; do
             for v in off on; do
                 SPORE_AVX512_GEMM=$v "$STAGE/bench" --child "$w:graph" --threads "$t" | grep '^RESULT' \
-                    | sed "s/^RESULT /{\"avx512\":\"$v\",\"threads\":$t,\"rec\":/; s/\$/}/"
+                    | sed "s/^RESULT /{\"avx512\":\"$v\",\"threads\":$t,\"rec\":/; s/\$/}/" \
+                    || echo "{\"avx512\":\"$v\",\"threads\":$t,\"error\":\"$w failed\"}"
             done
         done
     done > "$out/avx512.jsonl" 2> "$out/avx512.err"

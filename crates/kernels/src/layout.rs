@@ -270,7 +270,8 @@ fn fill_one_long_row<T: Send, const K: usize>(
     let last = shape.len() - 1;
     let steps: [isize; K] = std::array::from_fn(|k| strides[k][last]);
     let threads = rayon::current_num_threads().max(1);
-    // Stretches of whole cache lines (16 f32), several per thread for balance.
+    // Stretches of a multiple of 16 values (whole cache lines for f32), several per
+    // thread for balance.
     let stretch = out.len().div_ceil(threads * 4).next_multiple_of(16);
     out.par_chunks_mut(stretch)
         .enumerate()

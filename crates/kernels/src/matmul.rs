@@ -28,13 +28,12 @@ pub(crate) const GEMM_PARALLEL_WORK: usize = 1 << 18;
 /// Whether a batch of `nb` products, one per task, keeps the threads at least 3/4 busy:
 /// then each product runs on one thread, even a large one. Why: the attention products
 /// of a BERT step (64 of 128 x 128 x 64) were each split among all threads, whose parts
-/// were too small to pay for the split (1.6x from 2 to 16 threads).
-pub(crate) fn batch_fills_threads(nb: usize) -> bool {
+/// were too small to pay for the split (BENCHMARKS.md, "16-core host").
+pub fn batch_fills_threads(nb: usize) -> bool {
     let threads = rayon::current_num_threads().max(1);
     4 * nb >= 3 * nb.div_ceil(threads) * threads
 }
 
-/// Parallelism for one product of `m*n*k` multiply-adds.
 /// Whether Spore's f32 GEMM can run its 12x16 AVX-512 kernel on this CPU, and makes it
 /// take that kernel from now on (it is off unless `SPORE_AVX512_GEMM=on`): for tests that
 /// check its products on whichever AVX-512 machine runs them. Returns false (and changes
@@ -70,10 +69,14 @@ pub fn crate_gemm_running() -> bool {
 /// thread steals which task; larger products grow a thread's scratch once.
 pub fn reserve_gemm_scratch() {
     if sgemm::available() {
-        rayon::broadcast(|_| sgemm::reserve_scratch(2));
+        rayon::broadcast(|_| {
+            sgemm::reserve_scratch(2);
+            crate::conv::reserve_tap_rows(2);
+        });
     }
 }
 
+/// Parallelism for one product of `m*n*k` multiply-adds.
 pub fn parallelism_for(work: usize) -> Parallelism {
     if work >= GEMM_PARALLEL_WORK && rayon::current_num_threads() > 1 {
         Parallelism::Rayon(rayon::current_num_threads())

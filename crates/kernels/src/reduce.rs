@@ -86,7 +86,7 @@ fn reduce_leading<T: Num>(f: ReduceFn, s: &[T], l: &Layout, axes: &[usize]) -> O
     // partials then combined in block order. The blocks follow from the shape alone, so
     // every thread count gives the same bits. Why rows, not columns: a thread per stripe
     // of columns read a few cache lines of every row, a new page each row, and BERT's
-    // bias gradients (2048 rows of 256) ran three times slower on 16 threads than on one.
+    // bias gradients ran slower on 16 threads than serially (BENCHMARKS.md, "16-core host").
     let blocks = if data.len() >= PARALLEL_THRESHOLD {
         (rows / FOLD_BLOCK_ROWS).clamp(1, MAX_FOLD_BLOCKS)
     } else {

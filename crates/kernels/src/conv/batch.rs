@@ -24,6 +24,16 @@ pub(crate) fn batch_split_pays(n: usize) -> bool {
     4 * n >= 3 * per * threads
 }
 
+/// Whether a pass whose batch leaves threads idle ([`batch_split_pays`] false) should split
+/// each of its products, of `work` multiply-adds, among the threads instead: only where
+/// the product is large enough to be split at all (`sgemm::PARALLEL_PRODUCT_MIN`), since
+/// a smaller one runs on one thread and the images would then go one after another.
+pub(crate) fn split_products_pay(n: usize, work: usize) -> bool {
+    rayon::current_num_threads() > 1
+        && !batch_split_pays(n)
+        && work >= crate::sgemm::PARALLEL_PRODUCT_MIN
+}
+
 /// The batch split into one block of consecutive samples per thread: (blocks, per block).
 /// Scratch is taken once per block, on the calling thread, so that a graph's buffer pool
 /// (see [`crate::arena`]) serves it.

@@ -11,7 +11,7 @@
 
 use rayon::prelude::*;
 
-use super::batch::{batch_blocks, batch_split_pays, group_output_gradient, sum_partials};
+use super::batch::{batch_blocks, group_output_gradient, split_products_pay, sum_partials};
 use super::geometry::ConvGeometry;
 use super::lowering::{col2im, col2im_parallel, im2col};
 use super::panels;
@@ -168,9 +168,9 @@ pub(super) fn input_gradient<T: Num>(
     let chw = g.c * g.h * g.w;
     let mut dx = arena::zeroed::<T>(g.n * chw);
     let threads = rayon::current_num_threads();
+    let chunk = images_per_gemm::<T>(g, g.n) * ohw;
     if pack_filters
-        && threads > 1
-        && !batch_split_pays(g.n)
+        && split_products_pay(g.n, ckk * chunk * og)
         && let (Some(wf), Some(dyf), Some(dxf)) = (as_f32(w), as_f32(dy), as_f32_mut(&mut dx))
     {
         input_gradient_split_products(dyf, wf, g, dxf, threads);
@@ -226,7 +226,7 @@ pub(super) fn input_gradient<T: Num>(
 }
 
 /// [`input_gradient`] (f32, filters packed) where a block of the batch per thread would
-/// leave threads idle (see [`batch_split_pays`]): the images go one chunk after another,
+/// leave threads idle (see [`split_products_pay`]): the images go one chunk after another,
 /// each chunk's product `cols = Wᵀ · dY` split among the threads, and col2im one channel's
 /// plane per thread.
 fn input_gradient_split_products(

@@ -38,6 +38,7 @@ use crate::elementwise::{Num, UnaryFn};
 use crate::matmul::{as_f32, as_f32_mut};
 
 pub use geometry::ConvGeometry;
+pub(crate) use panels::reserve_tap_rows;
 pub use plan::{ConvPath, Pass, applicable, choose};
 
 /// Whether `T` is f32 (the specialised paths' type).

@@ -30,7 +30,7 @@
 
 use rayon::prelude::*;
 
-use super::batch::{batch_blocks, batch_split_pays, group_output_gradient, sum_partials};
+use super::batch::{batch_blocks, group_output_gradient, split_products_pay, sum_partials};
 use super::geometry::ConvGeometry;
 use super::lowering::{border_plane, copy_short};
 use super::plan::GEMM_COLUMNS;
@@ -373,7 +373,8 @@ pub(crate) fn forward_packed(
 ) {
     let threads = rayon::current_num_threads();
     // Too few images for a block per thread: each product is split among the threads.
-    if threads > 1 && !batch_split_pays(g.n) {
+    let chunk = images_per_gemm(g, g.n) * g.ohw();
+    if split_products_pay(g.n, g.og() * chunk * g.ckk()) {
         return forward_split_products(x, filters, filter_len, g, y, threads);
     }
     let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
@@ -420,7 +421,7 @@ pub(crate) fn forward_packed(
 }
 
 /// [`forward_packed`] where a block of the batch per thread would leave threads idle
-/// (see [`batch_split_pays`]): the images go one chunk after another (several side by side
+/// (see [`split_products_pay`]): the images go one chunk after another (several side by side
 /// where they are small, as in the batch split), and each chunk's product is split among
 /// the threads (`sgemm::blocked_with_threads`), which pack their own panels from the
 /// shared (padded) images.
@@ -473,7 +474,8 @@ fn forward_split_products(
 /// partials are added at the end.
 pub(crate) fn filter_gradient(dy: &[f32], x: &[f32], g: &ConvGeometry, dw: &mut [f32]) {
     let threads = rayon::current_num_threads();
-    if threads > 1 && !batch_split_pays(g.n) {
+    let chunk = images_per_gemm(g, g.n) * g.ohw();
+    if split_products_pay(g.n, g.og() * chunk * g.ckk()) {
         return filter_gradient_split_products(dy, x, g, dw, threads);
     }
     let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
@@ -527,8 +529,26 @@ thread_local! {
     static TAP_ROWS: std::cell::RefCell<Vec<Vec<f32>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Every tap-rows vector holds the longest depth block, so one reserved ahead serves all.
+const TAP_ROWS_KEEP: crate::scratch::Keep = crate::scratch::Keep {
+    min: NR * sgemm::MAX_DEPTH_BLOCK,
+    max: usize::MAX,
+};
+
+/// Gives this thread `depth` tap-rows vectors (a worker waiting inside one product may
+/// pack for another), so that a compiled step's split filter gradients allocate nothing;
+/// called with the GEMM's own reservation ([`crate::matmul::reserve_gemm_scratch`]).
+pub(crate) fn reserve_tap_rows(depth: usize) {
+    let _ = TAP_ROWS.try_with(|stack| {
+        let mut stack = stack.borrow_mut();
+        while stack.len() < depth {
+            stack.push(vec![0.0; TAP_ROWS_KEEP.min]);
+        }
+    });
+}
+
 /// [`filter_gradient`] where a block of the batch per thread would leave threads idle (see
-/// [`batch_split_pays`]): no partial gradients; the images go one chunk after another,
+/// [`split_products_pay`]): no partial gradients; the images go one chunk after another,
 /// each chunk's product `dW += dY · colsᵀ` split among the threads over `dW`'s rows and
 /// columns.
 fn filter_gradient_split_products(
@@ -545,17 +565,13 @@ fn filter_gradient_split_products(
     let mut scratch = arena::for_overwrite::<f32>((dy_len + pad_len).max(1));
     let (gathered, padded) = scratch.split_at_mut(dy_len);
     let rows_len = NR * sgemm::depth_block_bound(nb * ohw);
-    let keep = crate::scratch::Keep {
-        min: rows_len,
-        max: usize::MAX,
-    };
     let mut s0 = 0;
     while s0 < g.n {
         let k = nb.min(g.n - s0);
         for group in 0..g.groups {
             let cols = ImageColumns::new(x, g, group, (s0, k), padded);
             let panels = |dst: &mut [f32], p0, kc, j0, width| {
-                crate::scratch::with_scratch(&TAP_ROWS, rows_len, keep, |rows| {
+                crate::scratch::with_scratch(&TAP_ROWS, rows_len, TAP_ROWS_KEEP, |rows| {
                     cols.pack_taps(dst, p0, kc, j0, width, rows)
                 })
             };

@@ -332,9 +332,10 @@ fn every_path_matches_naive_f64_on_random_geometries() {
     }
 }
 
-/// On 16 threads, batches of 1 to 8 leave a block per thread idle threads, so the
-/// products of `Panels` and `Im2colPackedFilters` are split among the threads instead
-/// (`batch::batch_split_pays`): the same sweep, on such a pool.
+/// On 16 threads a batch of 1 to 11 images, one block per thread, leaves threads idle, so
+/// the products of `Panels` and `Im2colPackedFilters` are split among the threads instead
+/// where they are large enough (`batch::split_products_pay`): the same sweep on such a
+/// pool, then geometries whose products are surely split, every applicable path each.
 #[test]
 fn paths_split_among_more_threads_than_images_match_naive_f64() {
     let pool = rayon::ThreadPoolBuilder::new()
@@ -343,7 +344,46 @@ fn paths_split_among_more_threads_than_images_match_naive_f64() {
         .expect("a 16-thread pool");
     let ran = pool.install(|| {
         assert!(!super::batch::batch_split_pays(8));
-        sweep(0x16_7412_EAD5, 80)
+        let ran = sweep(0x16_7412_EAD5, 80);
+        // A "same" 3x3 layer (Panels forward and filter gradient: 64 x 256 x 576 per
+        // image) and a strided 1x1 one (the packed-filter input gradient: 64 x 98 x 256).
+        let large = [
+            ConvGeometry::new([3, 64, 16, 16], [64, 64, 3, 3], [1, 1], [1, 1], [1; 4], 1),
+            ConvGeometry::new([5, 64, 14, 14], [256, 64, 1, 1], [2, 2], [1, 1], [0; 4], 1),
+        ];
+        let mut rng = Rng(7);
+        for g in &large {
+            assert!(super::batch::split_products_pay(
+                g.n,
+                g.og() * g.ohw() * g.ckk()
+            ));
+            let x = rng.values(g.n * g.c * g.h * g.w);
+            let w = rng.values(g.o * g.ckk());
+            let dy = rng.values(g.n * g.o * g.ohw());
+            let want = reference(g, &x, &w, &dy);
+            for path in applicable(g, Pass::Forward, true) {
+                check(
+                    &forward_on(path, &x, &w, g, false).0,
+                    &want.y,
+                    &format!("{path:?} forward of {g:?}"),
+                );
+            }
+            for path in applicable(g, Pass::InputGradient, true) {
+                check(
+                    &input_gradient_on(path, &dy, &w, g),
+                    &want.dx,
+                    &format!("{path:?} input gradient of {g:?}"),
+                );
+            }
+            for path in applicable(g, Pass::FilterGradient, true) {
+                check(
+                    &filter_gradient_on(path, &dy, &x, g),
+                    &want.dw,
+                    &format!("{path:?} filter gradient of {g:?}"),
+                );
+            }
+        }
+        ran
     });
     if crate::sgemm::available() {
         for key in [

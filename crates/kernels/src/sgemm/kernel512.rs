@@ -17,6 +17,7 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
+#[cfg(target_arch = "x86_64")]
 use super::kernel::store_tile;
 use super::{MR, NR, TileEpilogue};
 

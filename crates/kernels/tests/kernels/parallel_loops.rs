@@ -119,15 +119,16 @@ fn scatter_add_into_a_large_base_on_16_threads() {
 
 #[test]
 fn batched_large_products_one_per_thread_match_naive_f64() {
-    // 20 products of 70 x 50 x 90 (315,000 multiply-adds each, past the size at which a
+    // 16 products of 70 x 50 x 90 (315,000 multiply-adds each, past the size at which a
     // single product is split): on 16 threads each runs whole on one thread.
-    let (nb, m, k, n) = (20, 70, 90, 50);
+    let (nb, m, k, n) = (16, 70, 90, 50);
     let (a, b) = (f32s(nb * m * k, 6), f32s(nb * k * n, 7));
     let (la, lb) = (
         Layout::contiguous(&[nb, m, k]),
         Layout::contiguous(&[nb, k, n]),
     );
     let got = on_16_threads(|| {
+        assert!(spore_kernels::matmul::batch_fills_threads(nb));
         spore_kernels::matmul::matmul(
             &Buffer::F32(a.clone()),
             &la,
