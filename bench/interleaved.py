@@ -36,6 +36,7 @@ every process; defaults here 3 / 0.6 / 2, --quick 2 / 0.2 / 1).
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -280,8 +281,8 @@ def main():
     elif not os.access(spore_bin, os.X_OK):
         sys.exit(f"interleaved.py: --spore-bin {spore_bin!r} is not an executable file")
     py = a.python or peer_python()
-    if not os.access(py, os.X_OK):
-        sys.exit(f"interleaved.py: --python {py!r} is not an executable file")
+    if shutil.which(py) is None:
+        sys.exit(f"interleaved.py: --python {py!r} is not an executable (a path, or a name on PATH)")
     os.makedirs(a.out, exist_ok=True)
     raw_path = os.path.join(a.out, "interleaved.jsonl")
     records = []

@@ -53,7 +53,7 @@ sweep)
     # What the host is (nothing here may stop the sweep).
     { cat "$STAGE/commit"; lscpu; nproc; python3 -c "import torch; print('torch', torch.__version__)"; } \
         > "$out/host.txt" 2>&1 || true
-    rm -f "$out/interleaved.md"
+    rm -f "$out/interleaved.md" "$out/interleaved.jsonl"
     # The protocol is shorter than interleaved.py's default so that 4 thread counts and 2
     # rounds of 6 workloads fit one 10-minute call; the rounds still interleave.
     # SWEEP_LIMIT_S stops it in time for the call's limit; the rounds done so far stay.
@@ -81,7 +81,7 @@ avx512)
             for v in off on; do
                 SPORE_AVX512_GEMM=$v "$STAGE/bench" --child "$w:graph" --threads "$t" | grep '^RESULT' \
                     | sed "s/^RESULT /{\"avx512\":\"$v\",\"threads\":$t,\"rec\":/; s/\$/}/" \
-                    || echo "{\"avx512\":\"$v\",\"threads\":$t,\"error\":\"$w failed\"}"
+                    || echo "{\"avx512\":\"$v\",\"threads\":$t,\"workload\":\"$w\",\"error\":\"no RESULT line\"}"
             done
         done
     done > "$out/avx512.jsonl" 2> "$out/avx512.err"

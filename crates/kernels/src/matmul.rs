@@ -29,6 +29,7 @@ pub(crate) const GEMM_PARALLEL_WORK: usize = 1 << 18;
 /// then each product runs on one thread, even a large one. Why: the attention products
 /// of a BERT step (64 of 128 x 128 x 64) were each split among all threads, whose parts
 /// were too small to pay for the split (BENCHMARKS.md, "16-core host").
+#[doc(hidden)]
 pub fn batch_fills_threads(nb: usize) -> bool {
     let threads = rayon::current_num_threads().max(1);
     4 * nb >= 3 * nb.div_ceil(threads) * threads

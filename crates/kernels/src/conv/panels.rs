@@ -372,7 +372,8 @@ pub(crate) fn forward_packed(
     y: &mut [f32],
 ) {
     let threads = rayon::current_num_threads();
-    // Too few images for a block per thread: each product is split among the threads.
+    // Too few images for a block per thread, and products large enough to split: each is
+    // split among the threads.
     let chunk = images_per_gemm(g, g.n) * g.ohw();
     if split_products_pay(g.n, g.og() * chunk * g.ckk()) {
         return forward_split_products(x, filters, filter_len, g, y, threads);
@@ -541,6 +542,8 @@ const TAP_ROWS_KEEP: crate::scratch::Keep = crate::scratch::Keep {
 pub(crate) fn reserve_tap_rows(depth: usize) {
     let _ = TAP_ROWS.try_with(|stack| {
         let mut stack = stack.borrow_mut();
+        let missing = depth.saturating_sub(stack.len());
+        stack.reserve(missing + 2);
         while stack.len() < depth {
             stack.push(vec![0.0; TAP_ROWS_KEEP.min]);
         }

@@ -346,10 +346,13 @@ fn paths_split_among_more_threads_than_images_match_naive_f64() {
         assert!(!super::batch::batch_split_pays(8));
         let ran = sweep(0x16_7412_EAD5, 80);
         // A "same" 3x3 layer (Panels forward and filter gradient: 64 x 256 x 576 per
-        // image) and a strided 1x1 one (the packed-filter input gradient: 64 x 98 x 256).
+        // image, 3 images per product), a strided 1x1 one (the packed-filter input
+        // gradient: 64 x 245 x 256, 5 images per product), and a layer of one image per
+        // product, so that its filter gradient adds the later images' products into dW.
         let large = [
             ConvGeometry::new([3, 64, 16, 16], [64, 64, 3, 3], [1, 1], [1, 1], [1; 4], 1),
             ConvGeometry::new([5, 64, 14, 14], [256, 64, 1, 1], [2, 2], [1, 1], [0; 4], 1),
+            ConvGeometry::new([3, 16, 24, 24], [32, 16, 3, 3], [1, 1], [1, 1], [1; 4], 1),
         ];
         let mut rng = Rng(7);
         for g in &large {
