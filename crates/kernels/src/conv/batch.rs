@@ -83,6 +83,21 @@ fn gather_dy<T: Num>(dy: &[T], g: &ConvGeometry, s0: usize, k: usize, group: usi
     }
 }
 
+/// Copies image `s` of a product of several images side by side (`og` rows of `ld`, image
+/// `s` from column `s * ohw`) into group `group`'s planes of that image's output `image`
+/// ([O, OH, OW]): the way back of [`group_output_gradient`]'s gathering.
+pub(crate) fn scatter_image<T: Copy>(
+    product: &[T],
+    ld: usize,
+    s: usize,
+    (group, og, ohw): (usize, usize, usize),
+    image: &mut [T],
+) {
+    for o in 0..og {
+        image[(group * og + o) * ohw..][..ohw].copy_from_slice(&product[o * ld + s * ohw..][..ohw]);
+    }
+}
+
 /// `dw` = the sum of the `dw.len()`-long partial gradients in `partials` (one per block of
 /// the batch), on all threads: each sums one stretch of `dw` over every partial. Why in
 /// parallel: with 16 blocks, a serial sum read 16 copies of ResNet-50's 2048 x 1024

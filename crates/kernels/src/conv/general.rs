@@ -11,7 +11,9 @@
 
 use rayon::prelude::*;
 
-use super::batch::{batch_blocks, group_output_gradient, split_products_pay, sum_partials};
+use super::batch::{
+    batch_blocks, group_output_gradient, scatter_image, split_products_pay, sum_partials,
+};
 use super::geometry::ConvGeometry;
 use super::lowering::{col2im, col2im_parallel, im2col};
 use super::panels;
@@ -143,11 +145,8 @@ pub(super) fn forward<T: Num>(x: &[T], w: &[T], g: &ConvGeometry, y: &mut [T]) {
                         cm,
                         par,
                     );
-                    for s in 0..k {
-                        for o in 0..og {
-                            ys[s * out_len + (group * og + o) * ohw..][..ohw]
-                                .copy_from_slice(&tmp[o * ld + s * ohw..][..ohw]);
-                        }
+                    for (s, image) in ys.chunks_mut(out_len).enumerate() {
+                        scatter_image(tmp, ld, s, (group, og, ohw), image);
                     }
                 }
             }

@@ -30,7 +30,9 @@
 
 use rayon::prelude::*;
 
-use super::batch::{batch_blocks, group_output_gradient, split_products_pay, sum_partials};
+use super::batch::{
+    batch_blocks, group_output_gradient, scatter_image, split_products_pay, sum_partials,
+};
 use super::geometry::ConvGeometry;
 use super::lowering::{border_plane, copy_short};
 use super::plan::GEMM_COLUMNS;
@@ -409,11 +411,8 @@ pub(crate) fn forward_packed(
                     }
                     let ld = k * ohw;
                     sgemm::blocked_with(&mut tmp[..og * ld], false, og, ld, ckk, a, &mut panels);
-                    for s in 0..k {
-                        for o in 0..og {
-                            ys[s * out_len + (group * og + o) * ohw..][..ohw]
-                                .copy_from_slice(&tmp[o * ld + s * ohw..][..ohw]);
-                        }
+                    for (s, image) in ys.chunks_mut(out_len).enumerate() {
+                        scatter_image(tmp, ld, s, (group, og, ohw), image);
                     }
                 }
             }
@@ -459,12 +458,7 @@ fn forward_split_products(
             let product = &*product;
             ys.par_chunks_mut(out_len)
                 .enumerate()
-                .for_each(|(s, image)| {
-                    for o in 0..og {
-                        image[(group * og + o) * ohw..][..ohw]
-                            .copy_from_slice(&product[o * ld + s * ohw..][..ohw]);
-                    }
-                });
+                .for_each(|(s, image)| scatter_image(product, ld, s, (group, og, ohw), image));
         }
     }
     arena::recycle(Buffer::F32(scratch));
