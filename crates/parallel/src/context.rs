@@ -16,10 +16,12 @@
 //! assert_eq!(get_auto_parallel_context().parallel_mode, ParallelMode::StandAlone);
 //! ```
 //!
-//! The fields of operator-level, automatic and pipeline parallelism (`search_mode`,
-//! `pipeline_stages`, `enable_parallel_optimizer`, strategy files, `full_batch`,
-//! `dataset_strategy`, ...) are recognised and refused with an error until those modes
-//! exist; so are the `semi_auto_parallel` and `auto_parallel` modes.
+//! `semi_auto_parallel` is operator-level parallelism: a network wrapped in
+//! [`crate::sharding::ShardedCell`] with per-operator strategies. The fields of automatic
+//! and pipeline parallelism (`search_mode`, `pipeline_stages`,
+//! `enable_parallel_optimizer`, strategy files, `full_batch`, `dataset_strategy`, ...)
+//! are recognised and refused with an error until those modes exist; so is the
+//! `auto_parallel` mode.
 
 use std::sync::RwLock;
 
@@ -36,7 +38,10 @@ pub enum ParallelMode {
     /// The user splits the model by hand with the collective operators; Spore adds no
     /// communication of its own.
     HybridParallel,
+    /// Operator-level parallelism: strategies split each operator's tensors across the
+    /// ranks and Spore inserts the communication (`sharding::ShardedCell`).
     SemiAutoParallel,
+    /// Strategies found by a search over a cost model (not available yet).
     AutoParallel,
 }
 
@@ -213,12 +218,13 @@ impl AutoParallelUpdate {
 
     pub fn parallel_mode(self, mode: ParallelMode) -> Self {
         self.change(move |c| {
-            if matches!(mode, ParallelMode::SemiAutoParallel | ParallelMode::AutoParallel) {
-                return Err(invalid(format!(
-                    "parallel_mode {} (operator-level and automatic parallelism) is not available yet; \
-                     use data_parallel, or hybrid_parallel with the collective operators",
-                    mode.name()
-                )));
+            if mode == ParallelMode::AutoParallel {
+                return Err(invalid(
+                    "parallel_mode auto_parallel (the strategy search) is not available yet; \
+                     use semi_auto_parallel with strategies (sharding::ShardedCell), data_parallel, \
+                     or hybrid_parallel with the collective operators"
+                        .to_string(),
+                ));
             }
             c.parallel_mode = mode;
             Ok(())

@@ -28,6 +28,7 @@ mod engine;
 mod management;
 pub mod ops;
 mod recycle;
+pub mod sharding;
 
 pub use backend::ReduceOp;
 pub use collective::{barrier, collective_max_f64, collective_sum_f64};

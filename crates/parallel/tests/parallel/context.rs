@@ -54,7 +54,7 @@ fn the_context_takes_mindspores_fields_and_refuses_bad_values() {
             "data",
             "parallel_mode must be one of stand_alone, data_parallel",
         ),
-        ("parallel_mode", "semi_auto_parallel", "not available yet"),
+        ("parallel_mode", "auto_parallel", "not available yet"),
         ("device_num", "0", "device_num must be in [1, 4096], got 0"),
         (
             "device_num",

@@ -12,3 +12,4 @@ mod faults;
 mod launch;
 mod loss_scaled;
 mod model;
+mod sharding;

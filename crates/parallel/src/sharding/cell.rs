@@ -1,0 +1,197 @@
+//! [`ShardedCell`]: a network (with its loss) split across the job's ranks by
+//! strategies, trained with the usual wrappers.
+//!
+//! ```
+//! use spore_core::{DType, Tensor, TensorType};
+//! use spore_nn::prelude::*;
+//! use spore_parallel::sharding::{ShardedCell, Strategies};
+//! use spore_parallel::context::*;
+//! spore_parallel::init().unwrap();
+//! set_auto_parallel_context(AutoParallelUpdate::new().parallel_mode(ParallelMode::SemiAutoParallel)).unwrap();
+//! let net = WithLossCell::new(Dense::new(4, 2).unwrap(), MSELoss::new(Reduction::Mean));
+//! let types = [TensorType::new(&[8, 4], DType::F32), TensorType::new(&[8, 2], DType::F32)];
+//! // On a job of 4 ranks, `"((4, 1), (1, 1))"` would split the batch 4 ways.
+//! let sharded = ShardedCell::new(net, &types, &Strategies::new()).unwrap();
+//! let opt = Momentum::new(sharded.trainable_params(), 0.1, 0.9).unwrap();
+//! let step = TrainOneStepCell::new(sharded, opt);
+//! let x = Tensor::ones(&[8, 4], DType::F32).unwrap();
+//! let y = Tensor::zeros(&[8, 2], DType::F32).unwrap();
+//! assert!(step.call(&[x, y]).unwrap()[0].item().unwrap() >= 0.0);
+//! # reset_auto_parallel_context();
+//! ```
+//!
+//! Construction traces the network once at its global shapes, plans every value's
+//! layout ([`super::plan_graph`]), and keeps only this rank's block of each
+//! parameter: the network given can be dropped, and with it the whole weights.
+//! Calls take the whole batch on every rank and return whole outputs.
+
+use std::sync::Arc;
+
+use spore_core::ir::Graph;
+use spore_core::trace::trace;
+use spore_core::{Error, Parameter, Result, Tensor, TensorType};
+use spore_nn::cell::{Cell, CellBase, CellCall};
+
+use super::execute::run_planned;
+use super::layout::Layout;
+use super::plan::{ShardingPlan, plan_graph};
+use super::redistribute::redistribute;
+use super::strategy::Strategies;
+use crate::context::ParallelMode;
+use crate::management::engine;
+
+/// A network run on its blocks of every tensor, on every rank of the job.
+pub struct ShardedCell {
+    base: CellBase,
+    graph: Graph,
+    plan: ShardingPlan,
+    params: Vec<(String, Parameter)>,
+    /// The whole shapes of the parameters, in the graph's order.
+    whole_types: Vec<TensorType>,
+    inputs: Vec<TensorType>,
+}
+
+impl ShardedCell {
+    /// Plans `network` for this job (after `init()`) at the given global input types.
+    pub fn new<C: Cell + ?Sized>(
+        network: Arc<C>,
+        inputs: &[TensorType],
+        strategies: &Strategies,
+    ) -> Result<Arc<ShardedCell>> {
+        let e = engine()?;
+        let mode = crate::context::get_auto_parallel_context().parallel_mode;
+        if mode != ParallelMode::SemiAutoParallel {
+            return Err(Error::invalid(format!(
+                "ShardedCell: parallel_mode is {}; set it to semi_auto_parallel first (a sharded network inserts its own gradient reductions, which data parallelism would repeat)",
+                mode.name()
+            )));
+        }
+        let name = format!("Sharded_{}", network.class_name());
+        let mut graph = trace(&name, inputs, |xs| network.call(xs))?;
+        let plan = plan_graph(&graph, strategies, e.size)?;
+        let mut params = vec![];
+        let mut whole_types = vec![];
+        for (p, layout) in graph.params.iter().zip(&plan.params) {
+            let whole = p.stored();
+            let block = local_block(&whole, layout, e.rank)
+                .map_err(|m| Error::invalid(format!("sharding parameter {}: {m}", p.name())))?;
+            whole_types.push(whole.tensor_type().clone());
+            let local = Parameter::with_requires_grad(block, &p.name(), p.requires_grad());
+            params.push((p.name(), local));
+        }
+        // The graph now reads the blocks; the whole weights go with the network.
+        graph.params = params.iter().map(|(_, p)| p.clone()).collect();
+        let cell = ShardedCell {
+            base: CellBase::new(),
+            graph,
+            plan,
+            params,
+            whole_types,
+            inputs: inputs.to_vec(),
+        };
+        cell.save_plan(e.rank)?;
+        Ok(Arc::new(cell))
+    }
+
+    /// Every value's layout.
+    pub fn plan(&self) -> &ShardingPlan {
+        &self.plan
+    }
+
+    /// The traced global graph (reading the local parameters).
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// The plan as text (what `save_graphs` writes as `sharding_plan_rank<r>.txt`).
+    pub fn describe(&self) -> String {
+        self.plan.describe(&self.graph)
+    }
+
+    /// The layout a parameter is stored in and its whole type.
+    pub fn parameter_layout(&self, name: &str) -> Option<(&Layout, &TensorType)> {
+        let i = self.params.iter().position(|(n, _)| n == name)?;
+        Some((&self.plan.params[i], &self.whole_types[i]))
+    }
+
+    /// The whole value of a parameter (or of a tensor laid out like it, such as its
+    /// gradient), gathered from every rank: a collective every rank must call.
+    pub fn gather_parameter(&self, name: &str, local: &Tensor) -> Result<Tensor> {
+        let (layout, ty) = self
+            .parameter_layout(name)
+            .ok_or_else(|| Error::invalid(format!("ShardedCell: no parameter named '{name}'")))?;
+        let whole = Layout::replicated(self.plan.devices, ty.shape.len());
+        redistribute(&local.detach(), &ty.shape, layout, &whole)
+    }
+
+    fn save_plan(&self, rank: usize) -> Result<()> {
+        let ctx = spore_core::context::get_context();
+        if ctx.save_graphs == 0 {
+            return Ok(());
+        }
+        let dir = &ctx.save_graphs_path;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io(dir, format!("cannot create save_graphs_path: {e}")))?;
+        let path = dir.join(format!("sharding_plan_rank{rank}.txt"));
+        std::fs::write(&path, self.describe())
+            .map_err(|e| Error::io(&path, format!("cannot write the sharding plan: {e}")))
+    }
+}
+
+/// This rank's block of a whole tensor (no communication).
+pub(crate) fn local_block(
+    whole: &Tensor,
+    layout: &Layout,
+    rank: usize,
+) -> std::result::Result<Tensor, String> {
+    let shape = whole.shape().to_vec();
+    layout.local_shape(&shape)?;
+    let mut x = whole.detach();
+    for d in 0..shape.len() {
+        let (start, len) = layout.block(&shape, rank, d);
+        if len != shape[d] {
+            x = x
+                .narrow(d as isize, start, len)
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    // Its own contiguous storage, so the whole tensor can be freed.
+    let s = x
+        .storage()
+        .ok_or("a parameter must hold a concrete value")?;
+    let block = spore_kernels::elementwise::copy(&s.buffer, &s.layout);
+    Tensor::from_buffer(block, x.shape()).map_err(|e| e.to_string())
+}
+
+impl Cell for ShardedCell {
+    fn construct(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        if inputs.len() != self.inputs.len() {
+            return Err(Error::invalid(format!(
+                "{}: expected {} inputs (the whole batch on every rank), got {}",
+                self.graph.name,
+                self.inputs.len(),
+                inputs.len()
+            )));
+        }
+        for (k, (x, t)) in inputs.iter().zip(&self.inputs).enumerate() {
+            if x.tensor_type() != t {
+                return Err(Error::invalid(format!(
+                    "{}: input {k} must be {t} (the global shape it was planned for), got {}",
+                    self.graph.name,
+                    x.tensor_type()
+                )));
+            }
+        }
+        let params: Vec<Parameter> = self.params.iter().map(|(_, p)| p.clone()).collect();
+        run_planned(&self.graph, &self.plan, &params, inputs)
+    }
+    fn params(&self) -> Vec<(String, Parameter)> {
+        self.params.clone()
+    }
+    fn base(&self) -> &CellBase {
+        &self.base
+    }
+    fn class_name(&self) -> &'static str {
+        "ShardedCell"
+    }
+}

@@ -1,0 +1,153 @@
+//! Running a planned graph on one rank: each op on its local blocks, with the planned
+//! communication before it. Every step goes through Spore's `apply`, so the same code
+//! runs op by op (PyNative, with gradients) and records a graph when traced (Graph mode).
+//!
+//! ```
+//! use spore_core::{trace::trace, DType, Tensor, TensorType};
+//! use spore_parallel::sharding::{plan_graph, run_planned, Strategies};
+//! spore_parallel::init().unwrap();
+//! let g = trace("f", &[TensorType::new(&[2], DType::F32)], |x| Ok(vec![x[0].exp()?])).unwrap();
+//! let plan = plan_graph(&g, &Strategies::new(), 1).unwrap();
+//! let y = run_planned(&g, &plan, &[], &[Tensor::zeros(&[2], DType::F32).unwrap()]).unwrap();
+//! assert_eq!(y[0].to_vec::<f32>().unwrap(), [1.0, 1.0]);
+//! ```
+
+use std::panic::Location;
+
+use spore_core::ir::{Graph, NodeKind};
+use spore_core::op::Op;
+use spore_core::trace::{random_key, with_scope};
+use spore_core::{Error, Parameter, Result, Tensor};
+
+use super::layout::Layout;
+use super::plan::ShardingPlan;
+use super::redistribute::{mark_gradient_sum, redistribute};
+
+/// Runs `graph` as planned: `inputs` are whole (global) tensors, `params` the local
+/// parameters (one per `graph.params`, in the plan's layouts). Returns whole outputs
+/// and stores the graph's parameter updates into `params`.
+pub fn run_planned(
+    graph: &Graph,
+    plan: &ShardingPlan,
+    params: &[Parameter],
+    inputs: &[Tensor],
+) -> Result<Vec<Tensor>> {
+    if params.len() != graph.params.len() {
+        return Err(Error::invalid(format!(
+            "sharded graph {}: {} parameters given, the graph reads {}",
+            graph.name,
+            params.len(),
+            graph.params.len()
+        )));
+    }
+    let mut uses = graph.use_counts();
+    let mut values: Vec<Option<Tensor>> = vec![None; graph.nodes.len()];
+    for (id, node) in graph.nodes.iter().enumerate() {
+        let value = match &node.kind {
+            NodeKind::Input(i) => inputs.get(*i).cloned().ok_or_else(|| {
+                Error::invalid(format!("sharded graph {}: input {i} missing", graph.name))
+            })?,
+            NodeKind::Parameter(p) => params[*p].value(),
+            NodeKind::RandomKey(_) => random_key(),
+            NodeKind::Constant(t) => t.clone(),
+            NodeKind::Op { op, args } => {
+                let Some(op_plan) = &plan.nodes[id].op else {
+                    return Err(Error::invalid(format!(
+                        "internal: op {} has no sharding plan",
+                        node.name
+                    )));
+                };
+                let scope = scope_path(&node.name);
+                let mut locals = Vec::with_capacity(args.len());
+                for (k, &a) in args.iter().enumerate() {
+                    let x = take(&mut values, &mut uses, a)?;
+                    let shape = &graph.nodes[a].ty().shape;
+                    let x = in_scope(&scope, || {
+                        let moved = redistribute(&x, shape, &plan.nodes[a].out, &op_plan.args[k])?;
+                        match op_plan.marks[k].is_empty() {
+                            true => Ok(moved),
+                            false => {
+                                mark_gradient_sum(&moved, &op_plan.args[k].dev, &op_plan.marks[k])
+                            }
+                        }
+                    })?;
+                    locals.push(x);
+                }
+                let out_shape = op_plan
+                    .out
+                    .local_shape(&node.ty().shape)
+                    .map_err(|e| Error::invalid(format!("sharding {}: {e}", node.name)))?;
+                let local = local_op(op, &out_shape);
+                let refs: Vec<&Tensor> = locals.iter().collect();
+                let at = node.location.unwrap_or(Location::caller());
+                in_scope(&scope, || spore_core::apply::apply(local, &refs, at))?
+            }
+            _ => {
+                return Err(Error::invalid(format!(
+                    "sharding {}: control flow inside a sharded network is not supported",
+                    node.name
+                )));
+            }
+        };
+        values[id] = Some(value);
+    }
+    for &(p, v) in &graph.updates {
+        let x = take(&mut values, &mut uses, v)?;
+        let shape = &graph.nodes[v].ty().shape;
+        let stored = redistribute(&x, shape, &plan.nodes[v].out, &plan.params[p])?;
+        params[p].assign(&stored)?;
+    }
+    let mut outputs = vec![];
+    for &o in &graph.outputs {
+        let x = take(&mut values, &mut uses, o)?;
+        let shape = &graph.nodes[o].ty().shape;
+        let whole = Layout::replicated(plan.devices, shape.len());
+        outputs.push(redistribute(&x, shape, &plan.nodes[o].out, &whole)?);
+    }
+    Ok(outputs)
+}
+
+/// A value for one of its readers, released after the last.
+fn take(values: &mut [Option<Tensor>], uses: &mut [usize], id: usize) -> Result<Tensor> {
+    let v = values[id]
+        .clone()
+        .ok_or_else(|| Error::invalid(format!("internal: value %{id} read before it was made")))?;
+    uses[id] = uses[id].saturating_sub(1);
+    if uses[id] == 0 {
+        values[id] = None;
+    }
+    Ok(v)
+}
+
+/// The op on local blocks: shape attributes become the local shapes.
+fn local_op(op: &Op, out_shape: &[usize]) -> Op {
+    match op {
+        Op::Reshape(_) => Op::Reshape(out_shape.to_vec()),
+        Op::BroadcastTo(_) => Op::BroadcastTo(out_shape.to_vec()),
+        // Split dimensions are whole-range slices, so each local length is the block's.
+        Op::StridedSlice { begin, step, .. } => Op::StridedSlice {
+            begin: begin.clone(),
+            step: step.clone(),
+            len: out_shape.to_vec(),
+        },
+        other => other.clone(),
+    }
+}
+
+/// `Default/_backbone/fc1/MatMul-op2` -> `["_backbone", "fc1"]`: the scopes to rerun
+/// an op under, so the local graph keeps the network's names.
+fn scope_path(name: &str) -> Vec<String> {
+    let mut parts: Vec<&str> = name.split('/').collect();
+    parts.pop();
+    if parts.first() == Some(&"Default") {
+        parts.remove(0);
+    }
+    parts.into_iter().map(str::to_string).collect()
+}
+
+fn in_scope<R>(path: &[String], f: impl FnOnce() -> R) -> R {
+    match path.split_first() {
+        Some((first, rest)) => with_scope(first, || in_scope(rest, f)),
+        None => f(),
+    }
+}

@@ -1,0 +1,265 @@
+//! Where a tensor's elements live across the ranks: MindSpore's device matrix and tensor
+//! map, plus the device axes over which the local values are partial sums.
+//!
+//! ```
+//! use spore_parallel::sharding::Layout;
+//! // 4 ranks as a 2x2 matrix; rows split over device axis 0, columns over axis 1.
+//! let l = Layout::new(vec![2, 2], vec![Some(0), Some(1)], vec![]).unwrap();
+//! assert_eq!(l.local_shape(&[8, 6]).unwrap(), [4, 3]);
+//! assert_eq!(l.block(&[8, 6], 3, 1), (3, 3)); // rank 3 = (1, 1): columns 3..6
+//! assert_eq!(l.to_string(), "dev[2,2] (S0, S1)");
+//! ```
+//!
+//! Rank `r`'s coordinates in the device matrix are row-major (the last axis varies
+//! fastest), as in MindSpore. A tensor dimension mapped to device axis `a` is cut into
+//! `dev[a]` equal blocks and the rank with coordinate `c` on `a` holds block `c`; an
+//! unmapped dimension is whole on every rank. Axes listed in `partial` hold summands:
+//! the tensor is the sum of the local values over that axis's ranks.
+
+use std::fmt;
+
+/// A tensor's placement over the ranks of a job.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Layout {
+    /// The device matrix: its product is the number of ranks.
+    pub dev: Vec<usize>,
+    /// Per tensor dimension, the device axis that splits it.
+    pub map: Vec<Option<usize>>,
+    /// Device axes over which the local values are summands, in increasing order.
+    pub partial: Vec<usize>,
+}
+
+impl Layout {
+    /// Checks that `map` and `partial` name distinct axes of `dev`.
+    pub fn new(
+        dev: Vec<usize>,
+        map: Vec<Option<usize>>,
+        mut partial: Vec<usize>,
+    ) -> Result<Layout, String> {
+        if dev.is_empty() || dev.contains(&0) {
+            return Err(format!("a device matrix needs positive sizes, got {dev:?}"));
+        }
+        partial.sort_unstable();
+        partial.dedup();
+        let mut used = vec![false; dev.len()];
+        for a in map.iter().flatten().chain(&partial) {
+            if *a >= dev.len() {
+                return Err(format!(
+                    "device axis {a} does not exist in the device matrix {dev:?}"
+                ));
+            }
+            if used[*a] {
+                return Err(format!(
+                    "device axis {a} is used twice in map {map:?} / partial {partial:?}"
+                ));
+            }
+            used[*a] = true;
+        }
+        Ok(Layout { dev, map, partial })
+    }
+
+    /// Every rank holds the whole tensor of `rank` dimensions.
+    pub fn replicated(devices: usize, rank: usize) -> Layout {
+        Layout {
+            dev: vec![devices.max(1)],
+            map: vec![None; rank],
+            partial: vec![],
+        }
+    }
+
+    /// The number of ranks the layout spreads over.
+    pub fn devices(&self) -> usize {
+        self.dev.iter().product()
+    }
+
+    /// Whether every rank holds the whole value.
+    pub fn is_replicated(&self) -> bool {
+        self.partial.is_empty() && self.map.iter().all(|m| m.is_none_or(|a| self.dev[a] == 1))
+    }
+
+    /// The same placement without its partial sums (what a consumer reads once they
+    /// are reduced).
+    pub fn without_partial(&self) -> Layout {
+        Layout {
+            partial: vec![],
+            ..self.clone()
+        }
+    }
+
+    /// The split factor of tensor dimension `d`.
+    pub fn factor(&self, d: usize) -> usize {
+        self.map[d].map_or(1, |a| self.dev[a])
+    }
+
+    /// Device axes of size > 1 that split some dimension.
+    pub fn split_axes(&self) -> Vec<usize> {
+        self.map
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|&a| self.dev[a] > 1)
+            .collect()
+    }
+
+    /// `rank`'s coordinates in the device matrix.
+    pub fn coords(&self, rank: usize) -> Vec<usize> {
+        coords(&self.dev, rank)
+    }
+
+    /// The local shape of a tensor of `global` shape; an error where a split does not
+    /// divide its dimension.
+    pub fn local_shape(&self, global: &[usize]) -> Result<Vec<usize>, String> {
+        if global.len() != self.map.len() {
+            return Err(format!(
+                "layout {self} is for {} dimensions, the tensor has shape {global:?}",
+                self.map.len()
+            ));
+        }
+        global
+            .iter()
+            .enumerate()
+            .map(|(d, &n)| {
+                let f = self.factor(d);
+                if n % f == 0 {
+                    Ok(n / f)
+                } else {
+                    Err(format!(
+                        "dimension {d} of shape {global:?} ({n}) cannot be split {f} ways (layout {self})"
+                    ))
+                }
+            })
+            .collect()
+    }
+
+    /// `rank`'s block of dimension `d` (size `global[d]`): (start, length).
+    pub fn block(&self, global: &[usize], rank: usize, d: usize) -> (usize, usize) {
+        let len = global[d] / self.factor(d);
+        match self.map[d] {
+            Some(a) => (self.coords(rank)[a] * len, len),
+            None => (0, len),
+        }
+    }
+
+    /// Whether every rank holds the same elements in `self` and `other` along `d`.
+    pub fn same_blocks(&self, other: &Layout, global: &[usize], d: usize) -> bool {
+        (0..self.devices()).all(|r| self.block(global, r, d) == other.block(global, r, d))
+    }
+
+    /// Whether `self` and `other` put the same elements on every rank and agree on
+    /// partial sums: the two describe one placement (device matrices may differ).
+    pub fn equivalent(&self, other: &Layout, global: &[usize]) -> bool {
+        self.devices() == other.devices()
+            && self.map.len() == other.map.len()
+            && (0..self.map.len()).all(|d| self.same_blocks(other, global, d))
+            && self.partial_groups() == other.partial_groups()
+    }
+
+    /// For each rank, the ranks it sums with (empty without partial axes).
+    fn partial_groups(&self) -> Vec<Vec<usize>> {
+        let real: Vec<usize> = self
+            .partial
+            .iter()
+            .copied()
+            .filter(|&a| self.dev[a] > 1)
+            .collect();
+        if real.is_empty() {
+            return vec![];
+        }
+        (0..self.devices())
+            .map(|r| group_ranks(&self.dev, &real, r))
+            .collect()
+    }
+}
+
+/// `rank`'s coordinates in device matrix `dev` (row-major).
+pub fn coords(dev: &[usize], rank: usize) -> Vec<usize> {
+    let mut c = vec![0; dev.len()];
+    let mut r = rank;
+    for (a, &n) in dev.iter().enumerate().rev() {
+        c[a] = r % n;
+        r /= n;
+    }
+    c
+}
+
+/// The ranks that share `rank`'s coordinates on every axis outside `axes`, ordered
+/// row-major over `axes`: the group a collective over those axes runs on.
+pub fn group_ranks(dev: &[usize], axes: &[usize], rank: usize) -> Vec<usize> {
+    let mine = coords(dev, rank);
+    let total: usize = dev.iter().product();
+    // Enumerating every rank keeps the order row-major over `axes` for free.
+    (0..total)
+        .filter(|&r| {
+            let c = coords(dev, r);
+            (0..dev.len()).all(|a| axes.contains(&a) || c[a] == mine[a])
+        })
+        .collect()
+}
+
+impl fmt::Display for Layout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let dev: Vec<String> = self.dev.iter().map(|d| d.to_string()).collect();
+        let map: Vec<String> = self
+            .map
+            .iter()
+            .map(|m| match m {
+                Some(a) if self.dev[*a] > 1 => format!("S{a}"),
+                _ => "R".to_string(),
+            })
+            .collect();
+        write!(f, "dev[{}] ({})", dev.join(","), map.join(", "))?;
+        let partial: Vec<String> = self
+            .partial
+            .iter()
+            .filter(|&&a| self.dev[a] > 1)
+            .map(|a| a.to_string())
+            .collect();
+        if !partial.is_empty() {
+            write!(f, " partial[{}]", partial.join(","))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coordinates_are_row_major() {
+        assert_eq!(coords(&[2, 3], 4), [1, 1]);
+        assert_eq!(coords(&[2, 3], 5), [1, 2]);
+        assert_eq!(group_ranks(&[2, 3], &[1], 4), [3, 4, 5]);
+        assert_eq!(group_ranks(&[2, 3], &[0], 4), [1, 4]);
+        assert_eq!(group_ranks(&[2, 3], &[0, 1], 4), [0, 1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn equivalence_ignores_how_the_matrix_is_written() {
+        let a = Layout::new(vec![4], vec![Some(0), None], vec![]).unwrap();
+        let b = Layout::new(vec![4, 1, 1], vec![Some(0), Some(2)], vec![]).unwrap();
+        assert!(a.equivalent(&b, &[8, 8]));
+        // Splitting rows over the fast axis of a 2x2 matrix is a different placement.
+        let c = Layout::new(vec![2, 2], vec![Some(1), None], vec![]).unwrap();
+        let d = Layout::new(vec![2, 2], vec![Some(0), None], vec![]).unwrap();
+        assert!(!c.equivalent(&d, &[8, 8]));
+        assert!(!a.equivalent(&a.clone().with_partial(0), &[8, 8]));
+    }
+
+    #[test]
+    fn bad_layouts_and_splits_are_errors() {
+        assert!(Layout::new(vec![2], vec![Some(1)], vec![]).is_err());
+        assert!(Layout::new(vec![2, 2], vec![Some(0), Some(0)], vec![]).is_err());
+        let l = Layout::new(vec![4], vec![Some(0)], vec![]).unwrap();
+        let e = l.local_shape(&[6]).unwrap_err();
+        assert!(e.contains("cannot be split 4 ways"), "{e}");
+    }
+
+    impl Layout {
+        fn with_partial(mut self, a: usize) -> Layout {
+            self.map = vec![None; self.map.len()];
+            self.partial = vec![a];
+            self
+        }
+    }
+}

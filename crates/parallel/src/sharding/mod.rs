@@ -1,0 +1,46 @@
+//! Operator-level parallelism (MindSpore's `semi_auto_parallel`): each operator's
+//! tensors are cut into blocks across the ranks by a strategy, the parameters are stored
+//! as blocks, and the communication between operators whose layouts differ is inserted.
+//!
+//! ```
+//! use spore_core::{DType, TensorType};
+//! use spore_nn::prelude::*;
+//! use spore_parallel::sharding::{plan_graph, Strategies};
+//! // Megatron's MLP on 4 ranks: the first product split by columns, the second by rows.
+//! let net = WithLossCell::new(
+//!     SequentialCell::new(vec![Dense::new(16, 64).unwrap(), ReLU::new(), Dense::new(64, 8).unwrap()]),
+//!     MSELoss::new(Reduction::Mean),
+//! );
+//! let types = [TensorType::new(&[32, 16], DType::F32), TensorType::new(&[32, 8], DType::F32)];
+//! let g = spore_core::trace::trace("mlp", &types, |x| net.call(x)).unwrap();
+//! let mut s = Strategies::new();
+//! s.shard("0/MatMul", "((1, 1), (1, 4))").unwrap();
+//! s.shard("2/MatMul", "((1, 4), (4, 1))").unwrap();
+//! let plan = plan_graph(&g, &s, 4).unwrap();
+//! let text = plan.describe(&g);
+//! // The hidden layer never leaves its blocks; one AllReduce adds the second product's summands.
+//! assert_eq!(text.matches("AllReduce(").count(), 1, "{text}");
+//! ```
+//!
+//! The pieces, each usable alone: [`Layout`] (device matrix, tensor map, partial sums),
+//! [`Strategy`]/[`Strategies`] (MindSpore's `shard` tuples by operator path),
+//! [`plan_op`] (one operator's rule), [`plan_graph`] (the pass over a traced graph),
+//! [`redistribution_steps`]/[`redistribute`] (the collectives between two layouts, with
+//! gradients that keep every rank's loss the same), [`run_planned`] and [`ShardedCell`].
+
+mod cell;
+mod comm;
+mod execute;
+mod layout;
+mod plan;
+mod redistribute;
+mod rules;
+mod strategy;
+
+pub use cell::ShardedCell;
+pub use execute::run_planned;
+pub use layout::{Layout, coords, group_ranks};
+pub use plan::{NodeSharding, ShardingPlan, plan_graph};
+pub use redistribute::{Step, mark_gradient_sum, redistribute, redistribution_steps};
+pub use rules::{OpPlan, plan_op};
+pub use strategy::{Strategies, Strategy, op_path};

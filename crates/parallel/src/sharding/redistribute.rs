@@ -1,0 +1,245 @@
+//! Moving a tensor from one layout to another: the steps (planned without running
+//! anything, so plans can be printed and costed) and their execution on a rank.
+//!
+//! ```
+//! use spore_parallel::sharding::{redistribution_steps, Layout, Step};
+//! let blocks = Layout::new(vec![2], vec![Some(0), None], vec![]).unwrap();
+//! let whole = Layout::replicated(2, 2);
+//! let steps = redistribution_steps(&blocks, &whole, &[4, 4]).unwrap();
+//! assert_eq!(steps, [Step::AllGather { dim: 0, dev: vec![2], axis: 0 }]);
+//! ```
+//!
+//! Order: summands are reduced first (a ReduceScatter where the target splits a
+//! dimension over the same device axis, else an AllReduce), then every dimension whose
+//! blocks differ is gathered where the source splits it, then cut where the target
+//! splits it. Each step runs on the ranks that differ only along its device axes.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use spore_core::{Error, Result, Tensor};
+
+use super::comm::{GatherBlocks, GradSum, PartialSum, ReduceScatterBlocks, SliceBlock};
+use super::layout::{Layout, group_ranks};
+use crate::management::{GroupInfo, create_group, engine, group};
+use crate::ops::apply_primitive;
+
+/// One collective (or local cut) of a redistribution, over device matrix `dev`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Summands over `axes` added into the whole value.
+    AllReduce { dev: Vec<usize>, axes: Vec<usize> },
+    /// Summands over `axis` added, and dimension `dim` cut into that axis's blocks.
+    ReduceScatter {
+        dim: usize,
+        dev: Vec<usize>,
+        axis: usize,
+    },
+    /// Blocks of `dim` over `axis` joined into the whole dimension.
+    AllGather {
+        dim: usize,
+        dev: Vec<usize>,
+        axis: usize,
+    },
+    /// The whole dimension `dim` cut into `axis`'s blocks (no communication).
+    Slice {
+        dim: usize,
+        dev: Vec<usize>,
+        axis: usize,
+    },
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Step::AllReduce { dev, axes } => write!(f, "AllReduce(axes {axes:?} of dev{dev:?})"),
+            Step::ReduceScatter { dim, dev, axis } => {
+                write!(f, "ReduceScatter(dim {dim}, axis {axis} of dev{dev:?})")
+            }
+            Step::AllGather { dim, dev, axis } => {
+                write!(f, "AllGather(dim {dim}, axis {axis} of dev{dev:?})")
+            }
+            Step::Slice { dim, dev, axis } => {
+                write!(f, "Slice(dim {dim}, axis {axis} of dev{dev:?})")
+            }
+        }
+    }
+}
+
+/// The steps that turn a tensor of `shape` laid out as `from` into `to`.
+pub fn redistribution_steps(from: &Layout, to: &Layout, shape: &[usize]) -> Result<Vec<Step>> {
+    let fail = |why: String| {
+        Err(Error::invalid(format!(
+            "cannot redistribute a tensor of shape {shape:?} from {from} to {to}: {why}"
+        )))
+    };
+    if from.devices() != to.devices() {
+        return fail(format!(
+            "the layouts span {} and {} ranks",
+            from.devices(),
+            to.devices()
+        ));
+    }
+    if from.map.len() != shape.len() || to.map.len() != shape.len() {
+        return fail("the layouts' ranks differ from the tensor's".into());
+    }
+    if to.partial.iter().any(|&a| to.dev[a] > 1) {
+        return fail("a target layout holds whole values, never summands".into());
+    }
+    from.local_shape(shape).map_err(Error::invalid)?;
+    to.local_shape(shape).map_err(Error::invalid)?;
+    if from.equivalent(to, shape) {
+        return Ok(vec![]);
+    }
+    let mut steps = vec![];
+    let mut cur = from.clone();
+    let partial: Vec<usize> = from
+        .partial
+        .iter()
+        .copied()
+        .filter(|&a| from.dev[a] > 1)
+        .collect();
+    if !partial.is_empty() {
+        let scatter = (partial.len() == 1 && from.dev == to.dev)
+            .then(|| {
+                (0..shape.len()).find(|&d| to.map[d] == Some(partial[0]) && from.factor(d) == 1)
+            })
+            .flatten();
+        match scatter {
+            Some(d) => {
+                steps.push(Step::ReduceScatter {
+                    dim: d,
+                    dev: from.dev.clone(),
+                    axis: partial[0],
+                });
+                cur.map[d] = Some(partial[0]);
+            }
+            None => steps.push(Step::AllReduce {
+                dev: from.dev.clone(),
+                axes: partial,
+            }),
+        }
+        cur.partial.clear();
+    }
+    let differs: Vec<usize> = (0..shape.len())
+        .filter(|&d| !cur.same_blocks(to, shape, d))
+        .collect();
+    for &d in &differs {
+        if cur.factor(d) > 1 {
+            steps.push(Step::AllGather {
+                dim: d,
+                dev: cur.dev.clone(),
+                axis: cur.map[d].unwrap_or_default(),
+            });
+        }
+    }
+    for &d in &differs {
+        if to.factor(d) > 1 {
+            steps.push(Step::Slice {
+                dim: d,
+                dev: to.dev.clone(),
+                axis: to.map[d].unwrap_or_default(),
+            });
+        }
+    }
+    Ok(steps)
+}
+
+/// Runs the steps that move this rank's part of a tensor of global `shape` from `from`
+/// to `to`.
+pub fn redistribute(x: &Tensor, shape: &[usize], from: &Layout, to: &Layout) -> Result<Tensor> {
+    let mut y = x.clone();
+    for step in redistribution_steps(from, to, shape)? {
+        y = run_step(&y, &step)?;
+    }
+    Ok(y)
+}
+
+/// Identity whose gradient is summed over the ranks along `axes` of `dev`: marks a
+/// value that ranks computing different parts of an op all read whole.
+pub fn mark_gradient_sum(x: &Tensor, dev: &[usize], axes: &[usize]) -> Result<Tensor> {
+    match step_group(dev, axes)? {
+        Some(group) => apply_primitive(GradSum { group }, &[x]),
+        None => Ok(x.clone()),
+    }
+}
+
+fn run_step(x: &Tensor, step: &Step) -> Result<Tensor> {
+    match step {
+        Step::AllReduce { dev, axes } => match step_group(dev, axes)? {
+            Some(group) => apply_primitive(PartialSum { group }, &[x]),
+            None => Ok(x.clone()),
+        },
+        Step::ReduceScatter { dim, dev, axis } => along(x, *dim, dev, *axis, |group, x| {
+            apply_primitive(ReduceScatterBlocks { group }, &[x])
+        }),
+        Step::AllGather { dim, dev, axis } => along(x, *dim, dev, *axis, |group, x| {
+            apply_primitive(GatherBlocks { group }, &[x])
+        }),
+        Step::Slice { dim, dev, axis } => along(x, *dim, dev, *axis, |group, x| {
+            apply_primitive(SliceBlock { group }, &[x])
+        }),
+    }
+}
+
+/// Applies `f` to `x` with `dim` moved to the front (views both ways).
+fn along(
+    x: &Tensor,
+    dim: usize,
+    dev: &[usize],
+    axis: usize,
+    f: impl FnOnce(GroupInfo, &Tensor) -> Result<Tensor>,
+) -> Result<Tensor> {
+    let Some(group) = step_group(dev, &[axis])? else {
+        return Ok(x.clone());
+    };
+    if dim == 0 {
+        return f(group, x);
+    }
+    let rank = x.rank();
+    let mut to_front: Vec<usize> = vec![dim];
+    to_front.extend((0..rank).filter(|&d| d != dim));
+    let mut back = vec![0; rank];
+    for (i, &d) in to_front.iter().enumerate() {
+        back[d] = i;
+    }
+    let moved = spore_core::ops::transpose(x, &to_front)?;
+    spore_core::ops::transpose(&f(group, &moved)?, &back)
+}
+
+/// Communicators of the sharding steps: one per (device matrix, axes) and rank, made on
+/// first use. Every rank reaches the steps of one plan in the same order, so the
+/// groups are created in the same order on all of them.
+/// (device matrix, axes) -> the group's name.
+type GroupNames = HashMap<(Vec<usize>, Vec<usize>), String>;
+static GROUPS: Mutex<Option<GroupNames>> = Mutex::new(None);
+
+/// The group of the ranks that differ from this one only along `axes` of `dev`, or
+/// `None` where that group is this rank alone.
+fn step_group(dev: &[usize], axes: &[usize]) -> Result<Option<GroupInfo>> {
+    let e = engine()?;
+    let devices: usize = dev.iter().product();
+    if devices != e.size {
+        return Err(Error::invalid(format!(
+            "a sharded layout spans {devices} ranks (device matrix {dev:?}) but the job has {}; plan for the job's size",
+            e.size
+        )));
+    }
+    let ranks = group_ranks(dev, axes, e.rank);
+    if ranks.len() == 1 {
+        return Ok(None);
+    }
+    if ranks.len() == e.size {
+        return group(None).map(Some);
+    }
+    let key = (dev.to_vec(), axes.to_vec());
+    let mut cache = GROUPS.lock().unwrap_or_else(|p| p.into_inner());
+    let cache = cache.get_or_insert_with(HashMap::new);
+    if let Some(name) = cache.get(&key) {
+        return group(Some(name)).map(Some);
+    }
+    let name = format!("sharding_dev{dev:?}_axes{axes:?}_from{}", ranks[0]);
+    create_group(&name, &ranks)?;
+    cache.insert(key, name.clone());
+    group(Some(&name)).map(Some)
+}

@@ -1,0 +1,181 @@
+//! Sharding strategies (MindSpore's `shard(in_strategy)`): per input, how many ways each
+//! dimension is cut. Strategies are set by the operator's scope path, the names that
+//! `save_graphs` prints, so that a network needs no change to be sharded.
+//!
+//! ```
+//! use spore_parallel::sharding::{Strategies, Strategy};
+//! let s: Strategy = "((2, 1), (1, 4))".parse().unwrap();
+//! assert_eq!(s.inputs, [vec![2, 1], vec![1, 4]]);
+//! let mut all = Strategies::new();
+//! // The MatMul of the layer `fc1` (`Default/.../fc1/MatMul-op3`): columns split 4 ways.
+//! all.shard("fc1/MatMul", "((1, 1), (1, 4))").unwrap();
+//! assert!(all.find("Default/_backbone/fc1/MatMul-op3").is_some());
+//! assert!(all.find("Default/_backbone/fc10/MatMul-op9").is_none());
+//! ```
+
+use std::fmt;
+use std::str::FromStr;
+
+use spore_core::{Error, Result};
+
+/// One operator's strategy: for each input, the number of blocks per dimension.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Strategy {
+    pub inputs: Vec<Vec<usize>>,
+}
+
+impl Strategy {
+    pub fn new(inputs: Vec<Vec<usize>>) -> Result<Strategy> {
+        if inputs.iter().flatten().any(|&f| f == 0) {
+            return Err(Error::invalid(format!(
+                "a strategy's split factors must be at least 1, got {inputs:?}"
+            )));
+        }
+        Ok(Strategy { inputs })
+    }
+}
+
+impl FromStr for Strategy {
+    type Err = Error;
+    /// MindSpore's tuple syntax: `((2, 1), (1, 4))`; `()` is a scalar input.
+    fn from_str(text: &str) -> Result<Strategy> {
+        let bad = |why: &str| {
+            Error::invalid(format!(
+                "strategy {text:?}: {why}; expected a tuple of tuples such as ((2, 1), (1, 4))"
+            ))
+        };
+        let s: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+        let inner = s
+            .strip_prefix('(')
+            .and_then(|s| s.strip_suffix(')'))
+            .ok_or_else(|| bad("missing the outer parentheses"))?;
+        let mut inputs = vec![];
+        let mut rest = inner;
+        while !rest.is_empty() {
+            let body = rest
+                .strip_prefix('(')
+                .ok_or_else(|| bad("each input's strategy must be in parentheses"))?;
+            let end = body.find(')').ok_or_else(|| bad("unclosed parenthesis"))?;
+            let factors = body[..end]
+                .split(',')
+                .filter(|f| !f.is_empty())
+                .map(|f| {
+                    f.parse::<usize>()
+                        .map_err(|_| bad(&format!("{f:?} is not a count")))
+                })
+                .collect::<Result<Vec<usize>>>()?;
+            inputs.push(factors);
+            rest = &body[end + 1..];
+            rest = rest.strip_prefix(',').unwrap_or(rest);
+        }
+        Strategy::new(inputs)
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts: Vec<String> = self
+            .inputs
+            .iter()
+            .map(|i| {
+                let v: Vec<String> = i.iter().map(|x| x.to_string()).collect();
+                format!("({})", v.join(", "))
+            })
+            .collect();
+        write!(f, "({})", parts.join(", "))
+    }
+}
+
+/// Strategies by operator path: `fc1/MatMul` applies to every MatMul whose scope ends in
+/// `fc1` (a whole-segment match), `MatMul` to every MatMul.
+#[derive(Clone, Debug, Default)]
+pub struct Strategies {
+    entries: Vec<(String, Strategy)>,
+}
+
+impl Strategies {
+    pub fn new() -> Strategies {
+        Strategies::default()
+    }
+
+    /// Sets the strategy of the operators `path` names (MindSpore's `op.shard(...)`).
+    pub fn shard(&mut self, path: &str, strategy: &str) -> Result<&mut Strategies> {
+        let s = strategy.parse()?;
+        self.set(path, s)
+    }
+
+    /// Like [`Strategies::shard`] with a parsed strategy.
+    pub fn set(&mut self, path: &str, strategy: Strategy) -> Result<&mut Strategies> {
+        let path = path.trim_matches('/');
+        if path.is_empty() {
+            return Err(Error::invalid(
+                "a strategy's operator path is empty; name the op as save_graphs prints it, e.g. fc1/MatMul",
+            ));
+        }
+        self.entries.retain(|(p, _)| p != path);
+        self.entries.push((path.to_string(), strategy));
+        Ok(self)
+    }
+
+    /// The strategy for the node named `node_name` (`Default/fc1/MatMul-op3`): the last
+    /// entry set whose path matches.
+    pub fn find(&self, node_name: &str) -> Option<(&str, &Strategy)> {
+        let key = op_path(node_name);
+        self.entries
+            .iter()
+            .rev()
+            .find(|(p, _)| key == *p || key.ends_with(&format!("/{p}")))
+            .map(|(p, s)| (p.as_str(), s))
+    }
+
+    /// The paths set, in order.
+    pub fn paths(&self) -> impl Iterator<Item = &str> {
+        self.entries.iter().map(|(p, _)| p.as_str())
+    }
+
+    /// Every entry, in order.
+    pub fn entries(&self) -> &[(String, Strategy)] {
+        &self.entries
+    }
+}
+
+/// A node name without its `-opN` counter: `Default/fc1/MatMul-op3` -> `Default/fc1/MatMul`.
+pub fn op_path(node_name: &str) -> &str {
+    match node_name.rfind("-op") {
+        Some(i) if node_name[i + 3..].chars().all(|c| c.is_ascii_digit()) => &node_name[..i],
+        _ => node_name,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tuples_parse_and_print() {
+        let s: Strategy = "((2,1),(1,4))".parse().unwrap();
+        assert_eq!(s.to_string(), "((2, 1), (1, 4))");
+        let scalar: Strategy = "((4, 1), ())".parse().unwrap();
+        assert_eq!(scalar.inputs, [vec![4, 1], vec![]]);
+        for bad in [
+            "(((2,1),(1,2)))",
+            "(2,1)",
+            "((2,x))",
+            "((0,1))",
+            "((2,1)",
+            "2",
+        ] {
+            assert!(bad.parse::<Strategy>().is_err(), "{bad} parsed");
+        }
+    }
+
+    #[test]
+    fn paths_match_whole_segments() {
+        let mut s = Strategies::new();
+        s.shard("MatMul", "((2, 1), (1, 1))").unwrap();
+        s.shard("fc2/MatMul", "((1, 2), (2, 1))").unwrap();
+        assert_eq!(s.find("Default/fc1/MatMul-op1").unwrap().0, "MatMul");
+        assert_eq!(s.find("Default/fc2/MatMul-op4").unwrap().0, "fc2/MatMul");
+        assert!(s.find("Default/fc2/BatchMatMul-op4").is_none());
+    }
+}
