@@ -49,6 +49,8 @@ pub struct ShardedCell {
     /// The whole shapes of the parameters, in the graph's order.
     whole_types: Vec<TensorType>,
     inputs: Vec<TensorType>,
+    /// The plan as text, with the whole parameter types.
+    text: String,
 }
 
 impl ShardedCell {
@@ -79,6 +81,7 @@ impl ShardedCell {
             let local = Parameter::with_requires_grad(block, &p.name(), p.requires_grad());
             params.push((p.name(), local));
         }
+        let text = plan.describe(&graph);
         // The graph now reads the blocks; the whole weights go with the network.
         graph.params = params.iter().map(|(_, p)| p.clone()).collect();
         let cell = ShardedCell {
@@ -88,6 +91,7 @@ impl ShardedCell {
             params,
             whole_types,
             inputs: inputs.to_vec(),
+            text,
         };
         cell.save_plan(e.rank)?;
         Ok(Arc::new(cell))
@@ -104,8 +108,8 @@ impl ShardedCell {
     }
 
     /// The plan as text (what `save_graphs` writes as `sharding_plan_rank<r>.txt`).
-    pub fn describe(&self) -> String {
-        self.plan.describe(&self.graph)
+    pub fn describe(&self) -> &str {
+        &self.text
     }
 
     /// The layout a parameter is stored in and its whole type.
@@ -133,7 +137,7 @@ impl ShardedCell {
         std::fs::create_dir_all(dir)
             .map_err(|e| Error::io(dir, format!("cannot create save_graphs_path: {e}")))?;
         let path = dir.join(format!("sharding_plan_rank{rank}.txt"));
-        std::fs::write(&path, self.describe())
+        std::fs::write(&path, &self.text)
             .map_err(|e| Error::io(&path, format!("cannot write the sharding plan: {e}")))
     }
 }

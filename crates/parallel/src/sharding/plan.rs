@@ -157,7 +157,37 @@ fn check_divisible(
 /// The views a parameter may be read through on its way to the op that decides its
 /// layout: (the view's node, how to carry a layout back through it).
 fn is_view(op: &Op) -> bool {
-    matches!(op, Op::Transpose(_) | Op::Cast(_) | Op::Identity)
+    matches!(
+        op,
+        Op::Transpose(_) | Op::Reshape(_) | Op::Cast(_) | Op::Identity
+    )
+}
+
+/// The layout of a reshape's input that gives `out` on its output: each output block
+/// split taken back to the input dimension starting at the same flat position (whole
+/// where none does).
+fn reshape_back(out: &Layout, input: &[usize], output: &[usize]) -> Layout {
+    let mut map = vec![None; input.len()];
+    for (e, m) in out.map.iter().enumerate() {
+        let f = out.factor(e);
+        if f == 1 {
+            continue;
+        }
+        let prefix: usize = output[..e].iter().product();
+        let source = (0..input.len()).find(|&d| {
+            input[..d].iter().product::<usize>() == prefix
+                && input[d] > 1
+                && input[d].is_multiple_of(f)
+        });
+        if let Some(d) = source {
+            map[d] = *m;
+        }
+    }
+    Layout {
+        dev: out.dev.clone(),
+        map,
+        partial: vec![],
+    }
 }
 
 fn wanted_param_layouts(g: &Graph, nodes: &[NodeSharding], current: &[Layout]) -> Vec<Layout> {
@@ -175,7 +205,7 @@ fn wanted_param_layouts(g: &Graph, nodes: &[NodeSharding], current: &[Layout]) -
             continue;
         };
         // Follow single-reader views to the first real consumer.
-        let mut views: Vec<&Op> = vec![];
+        let mut views: Vec<(&Op, ValueId)> = vec![];
         let mut at = id;
         let consumer = loop {
             let Some(&(reader, k)) = readers[at].first() else {
@@ -184,7 +214,7 @@ fn wanted_param_layouts(g: &Graph, nodes: &[NodeSharding], current: &[Layout]) -
             let op = g.nodes[reader].op();
             match op {
                 Some(op) if is_view(op) && readers[at].len() == 1 => {
-                    views.push(op);
+                    views.push((op, reader));
                     at = reader;
                 }
                 _ => break Some((reader, k)),
@@ -197,13 +227,20 @@ fn wanted_param_layouts(g: &Graph, nodes: &[NodeSharding], current: &[Layout]) -
             continue;
         };
         let mut layout = plan.args[k].without_partial();
-        for op in views.iter().rev() {
-            if let Op::Transpose(perm) = op {
-                let mut map = vec![None; perm.len()];
-                for (i, &src) in perm.iter().enumerate() {
-                    map[src] = layout.map[i];
+        for &(op, view) in views.iter().rev() {
+            match op {
+                Op::Transpose(perm) => {
+                    let mut map = vec![None; perm.len()];
+                    for (i, &src) in perm.iter().enumerate() {
+                        map[src] = layout.map[i];
+                    }
+                    layout.map = map;
                 }
-                layout.map = map;
+                Op::Reshape(_) => {
+                    let input = &g.nodes[g.nodes[view].args()[0]].ty().shape;
+                    layout = reshape_back(&layout, input, &g.nodes[view].ty().shape);
+                }
+                _ => {}
             }
         }
         wanted[p] = layout;

@@ -13,3 +13,5 @@ mod launch;
 mod loss_scaled;
 mod model;
 mod sharding;
+mod sharding_memory;
+mod sharding_nets;
