@@ -22,6 +22,8 @@
 //! consumer needs, found by planning twice: once with whole parameters, then with the
 //! layouts the first pass asked for, until nothing changes.
 
+use std::borrow::Borrow;
+use std::collections::HashSet;
 use std::fmt::Write;
 
 use spore_core::ir::{Graph, NodeKind, ValueId};
@@ -93,49 +95,71 @@ fn propagate(
     params: &[Layout],
 ) -> Result<Vec<NodeSharding>> {
     let mut nodes: Vec<NodeSharding> = Vec::with_capacity(g.nodes.len());
-    for node in &g.nodes {
-        let plain = |out: Layout| NodeSharding {
-            out,
-            op: None,
-            strategy: None,
-        };
-        let rank = node.ty().shape.len();
-        let sharding = match &node.kind {
-            NodeKind::Input(_) | NodeKind::RandomKey(_) | NodeKind::Constant(_) => {
-                plain(Layout::replicated(devices, rank))
-            }
-            NodeKind::Parameter(p) => plain(params[*p].clone()),
-            NodeKind::Op { op, args } => {
-                let types: Vec<&TensorType> = args.iter().map(|&a| g.nodes[a].ty()).collect();
-                let current: Vec<Layout> = args.iter().map(|&a| nodes[a].out.clone()).collect();
-                let found = strategies.find(&node.name);
-                let at = || {
-                    let place = node
-                        .location
-                        .map(|l| format!(" ({}:{})", l.file(), l.line()))
-                        .unwrap_or_default();
-                    format!("{}{place}", node.name)
-                };
-                let plan = plan_op(op, &types, node.ty(), &current, found.map(|f| f.1), devices)
-                    .map_err(|e| Error::invalid(format!("sharding {}: {e}", at())))?;
-                check_divisible(op, &types, node.ty(), &plan)
-                    .map_err(|e| Error::invalid(format!("sharding {}: {e}", at())))?;
-                NodeSharding {
-                    out: plan.out.clone(),
-                    op: Some(plan),
-                    strategy: found.map(|(p, s)| (p.to_string(), s.clone())),
-                }
-            }
-            NodeKind::Cond { .. } | NodeKind::While { .. } | NodeKind::GetItem { .. } => {
-                return Err(Error::invalid(format!(
-                    "sharding {}: control flow (cond, while_loop) inside a sharded network is not supported; keep it outside the sharded cell",
-                    node.name
-                )));
-            }
-        };
-        nodes.push(sharding);
+    for (id, node) in g.nodes.iter().enumerate() {
+        let found = strategies.find(&node.name);
+        nodes.push(plan_node(g, id, &nodes, found, params, devices)?);
     }
     Ok(nodes)
+}
+
+/// Plans node `id` of `g` given the plans of the nodes before it.
+pub(crate) fn plan_node<N: Borrow<NodeSharding>>(
+    g: &Graph,
+    id: usize,
+    nodes: &[N],
+    strategy: Option<(&str, &super::Strategy)>,
+    params: &[Layout],
+    devices: usize,
+) -> Result<NodeSharding> {
+    let node = &g.nodes[id];
+    let plain = |out: Layout| NodeSharding {
+        out,
+        op: None,
+        strategy: None,
+    };
+    let rank = node.ty().shape.len();
+    Ok(match &node.kind {
+        NodeKind::Input(_) | NodeKind::RandomKey(_) | NodeKind::Constant(_) => {
+            plain(Layout::replicated(devices, rank))
+        }
+        NodeKind::Parameter(p) => plain(params[*p].clone()),
+        NodeKind::Op { op, args } => {
+            let types: Vec<&TensorType> = args.iter().map(|&a| g.nodes[a].ty()).collect();
+            let current: Vec<Layout> = args
+                .iter()
+                .map(|&a| nodes[a].borrow().out.clone())
+                .collect();
+            let at = || {
+                let place = node
+                    .location
+                    .map(|l| format!(" ({}:{})", l.file(), l.line()))
+                    .unwrap_or_default();
+                format!("{}{place}", node.name)
+            };
+            let plan = plan_op(
+                op,
+                &types,
+                node.ty(),
+                &current,
+                strategy.map(|f| f.1),
+                devices,
+            )
+            .map_err(|e| Error::invalid(format!("sharding {}: {e}", at())))?;
+            check_divisible(op, &types, node.ty(), &plan)
+                .map_err(|e| Error::invalid(format!("sharding {}: {e}", at())))?;
+            NodeSharding {
+                out: plan.out.clone(),
+                op: Some(plan),
+                strategy: strategy.map(|(p, s)| (p.to_string(), s.clone())),
+            }
+        }
+        NodeKind::Cond { .. } | NodeKind::While { .. } | NodeKind::GetItem { .. } => {
+            return Err(Error::invalid(format!(
+                "sharding {}: control flow (cond, while_loop) inside a sharded network is not supported; keep it outside the sharded cell",
+                node.name
+            )));
+        }
+    })
 }
 
 fn check_divisible(
@@ -249,23 +273,23 @@ fn wanted_param_layouts(g: &Graph, nodes: &[NodeSharding], current: &[Layout]) -
 }
 
 fn check_strategies_used(g: &Graph, strategies: &Strategies) -> Result<()> {
-    for path in strategies.paths() {
-        let used = g
+    let used: HashSet<&str> = g
+        .nodes
+        .iter()
+        .filter(|n| n.op().is_some())
+        .filter_map(|n| strategies.find(&n.name).map(|(p, _)| p))
+        .collect();
+    if let Some(path) = strategies.paths().find(|p| !used.contains(p)) {
+        let example = g
             .nodes
             .iter()
-            .any(|n| n.op().is_some() && strategies.find(&n.name).is_some_and(|(p, _)| p == path));
-        if !used {
-            let example = g
-                .nodes
-                .iter()
-                .find(|n| n.op().is_some())
-                .map(|n| n.name.clone())
-                .unwrap_or_default();
-            return Err(Error::invalid(format!(
-                "the strategy set for '{path}' matches no operator of graph '{}'; operators are named like '{example}' (save_graphs prints every name)",
-                g.name
-            )));
-        }
+            .find(|n| n.op().is_some())
+            .map(|n| n.name.clone())
+            .unwrap_or_default();
+        return Err(Error::invalid(format!(
+            "the strategy set for '{path}' matches no operator of graph '{}'; operators are named like '{example}' (save_graphs prints every name)",
+            g.name
+        )));
     }
     Ok(())
 }

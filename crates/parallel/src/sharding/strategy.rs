@@ -13,6 +13,7 @@
 //! assert!(all.find("Default/_backbone/fc10/MatMul-op9").is_none());
 //! ```
 
+use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -87,10 +88,14 @@ impl fmt::Display for Strategy {
 }
 
 /// Strategies by operator path: `fc1/MatMul` applies to every MatMul whose scope ends in
-/// `fc1` (a whole-segment match), `MatMul` to every MatMul.
+/// `fc1` (a whole-segment match), `MatMul` to every MatMul, and a full node name
+/// (`Default/fc1/MatMul-op3`, as searches and strategy files write them) to that node.
+/// A full node name wins over a path; among paths, the last one set wins.
 #[derive(Clone, Debug, Default)]
 pub struct Strategies {
     entries: Vec<(String, Strategy)>,
+    /// Entry index by path, for exact names.
+    by_path: HashMap<String, usize>,
 }
 
 impl Strategies {
@@ -112,20 +117,36 @@ impl Strategies {
                 "a strategy's operator path is empty; name the op as save_graphs prints it, e.g. fc1/MatMul",
             ));
         }
-        self.entries.retain(|(p, _)| p != path);
-        self.entries.push((path.to_string(), strategy));
+        match self.by_path.get(path) {
+            Some(&i) => self.entries[i].1 = strategy,
+            None => {
+                self.by_path.insert(path.to_string(), self.entries.len());
+                self.entries.push((path.to_string(), strategy));
+            }
+        }
         Ok(self)
     }
 
-    /// The strategy for the node named `node_name` (`Default/fc1/MatMul-op3`): the last
-    /// entry set whose path matches.
+    /// The strategy for the node named `node_name` (`Default/fc1/MatMul-op3`).
     pub fn find(&self, node_name: &str) -> Option<(&str, &Strategy)> {
+        let entry = |i: usize| {
+            let (p, s) = &self.entries[i];
+            (p.as_str(), s)
+        };
+        if let Some(&i) = self.by_path.get(node_name) {
+            return Some(entry(i));
+        }
         let key = op_path(node_name);
+        let ends_with_segments = |name: &str, p: &str| {
+            name == p
+                || (name.len() > p.len()
+                    && name.ends_with(p)
+                    && name.as_bytes()[name.len() - p.len() - 1] == b'/')
+        };
         self.entries
             .iter()
-            .rev()
-            .find(|(p, _)| key == *p || key.ends_with(&format!("/{p}")))
-            .map(|(p, s)| (p.as_str(), s))
+            .rposition(|(p, _)| ends_with_segments(node_name, p) || ends_with_segments(key, p))
+            .map(entry)
     }
 
     /// The paths set, in order.

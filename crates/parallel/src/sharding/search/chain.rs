@@ -1,0 +1,181 @@
+//! `recursive_programming`: the choices as a chain, searched Viterbi-style with a beam.
+
+use std::sync::Arc;
+
+use spore_core::Result;
+use spore_core::ir::NodeKind;
+
+use super::{Problem, bytes, param_root};
+use crate::sharding::cost::{op_time, redistribution_time};
+use crate::sharding::layout::Layout;
+use crate::sharding::plan::{NodeSharding, plan_node};
+
+impl Problem<'_> {
+    /// The choices in graph order as a chain: for each choice's candidates, the best
+    /// path to it (Viterbi), each step costing the ops from the previous choice up to
+    /// this one on the layouts of the path so far. Exact where each op's term depends on
+    /// the nearest choices only (chains of layers); near it elsewhere. Candidates are
+    /// first ranked by their own term and only the best `BEAM` kept.
+    pub(super) fn chain(&self, weight: f64) -> Result<Vec<usize>> {
+        const BEAM: usize = 8;
+        let g = self.graph;
+        let devices = self.cluster.devices;
+        let params: Vec<Layout> = g
+            .params
+            .iter()
+            .map(|p| Layout::replicated(devices, p.tensor_type().shape.len()))
+            .collect();
+        let mut states = vec![Path {
+            cost: 0.0,
+            nodes: Vec::with_capacity(g.nodes.len()),
+            picks: vec![],
+        }];
+        let mut next_node = 0;
+        for (id, cands) in &self.choices {
+            let id = *id;
+            // Rank the candidates on the best path so far.
+            let mut ranked: Vec<(f64, usize)> = vec![];
+            {
+                let best = &mut states[0];
+                let len = best.nodes.len();
+                self.plan_range(&mut best.nodes, next_node, id, &params, weight)?;
+                for (c, st) in cands.iter().enumerate() {
+                    let ns = plan_node(g, id, &best.nodes, Some(("", st)), &params, devices)?;
+                    ranked.push((
+                        self.local_term(&mut best.nodes, id, Arc::new(ns), weight, true),
+                        c,
+                    ));
+                }
+                best.nodes.truncate(len);
+            }
+            ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
+            ranked.truncate(BEAM);
+            let mut next: Vec<Path> = vec![];
+            for &(_, c) in &ranked {
+                let mut best: Option<(f64, usize)> = None;
+                for (k, path) in states.iter_mut().enumerate() {
+                    let len = path.nodes.len();
+                    let mut t = path.cost
+                        + self.plan_range(&mut path.nodes, next_node, id, &params, weight)?;
+                    let ns =
+                        plan_node(g, id, &path.nodes, Some(("", &cands[c])), &params, devices)?;
+                    t += self.local_term(&mut path.nodes, id, Arc::new(ns), weight, false);
+                    path.nodes.truncate(len);
+                    if best.is_none_or(|b| t < b.0) {
+                        best = Some((t, k));
+                    }
+                }
+                let Some((cost, k)) = best else { continue };
+                let mut nodes = states[k].nodes.clone();
+                self.plan_range(&mut nodes, next_node, id, &params, weight)?;
+                let ns = plan_node(g, id, &nodes, Some(("", &cands[c])), &params, devices)?;
+                nodes.push(Arc::new(ns));
+                let mut picks = states[k].picks.clone();
+                picks.push(c);
+                next.push(Path { cost, nodes, picks });
+            }
+            next.sort_by(|a, b| a.cost.total_cmp(&b.cost));
+            states = next;
+            next_node = id + 1;
+        }
+        // The ops after the last choice.
+        let mut best: Option<(f64, Vec<usize>)> = None;
+        for path in &mut states {
+            let t = path.cost
+                + self.plan_range(&mut path.nodes, next_node, g.nodes.len(), &params, weight)?;
+            if best.as_ref().is_none_or(|b| t < b.0) {
+                best = Some((t, path.picks.clone()));
+            }
+        }
+        Ok(best.map(|b| b.1).unwrap_or_default())
+    }
+
+    /// Plans nodes `from..to` (none of them a choice) onto `nodes` and returns the sum
+    /// of their terms.
+    fn plan_range(
+        &self,
+        nodes: &mut Vec<Arc<NodeSharding>>,
+        from: usize,
+        to: usize,
+        params: &[Layout],
+        weight: f64,
+    ) -> Result<f64> {
+        let g = self.graph;
+        let mut total = 0.0;
+        for id in from..to {
+            let found = self.fixed.find(&g.nodes[id].name);
+            let ns = plan_node(g, id, nodes, found, params, self.cluster.devices)?;
+            let ns = Arc::new(ns);
+            total += self.local_term(nodes, id, ns.clone(), weight, false);
+            nodes.push(ns);
+        }
+        Ok(total)
+    }
+
+    /// One op's seconds on the path so far (parameter inputs stored as it wants them),
+    /// its memory weighted, and with `lookahead` the AllReduce its summands will need.
+    fn local_term(
+        &self,
+        nodes: &mut Vec<Arc<NodeSharding>>,
+        id: usize,
+        ns: Arc<NodeSharding>,
+        weight: f64,
+        lookahead: bool,
+    ) -> f64 {
+        let g = self.graph;
+        let free: Vec<bool> = g.nodes[id]
+            .args()
+            .iter()
+            .map(|&a| param_root(g, a).is_some())
+            .collect();
+        let out_partial = ns.out.partial.iter().any(|&a| ns.out.dev[a] > 1);
+        let out_bytes = bytes(g.nodes[id].ty(), &ns.out);
+        let param_bytes: f64 = match (&ns.op, &g.nodes[id].kind) {
+            (Some(plan), NodeKind::Op { args, .. }) => args
+                .iter()
+                .zip(&plan.args)
+                .filter(|(a, _)| param_root(g, **a).is_some())
+                .map(|(&a, l)| bytes(g.nodes[a].ty(), l))
+                .sum(),
+            _ => 0.0,
+        };
+        let reduce = if lookahead && out_partial {
+            let p = ns
+                .out
+                .partial
+                .iter()
+                .map(|&a| ns.out.dev[a])
+                .product::<usize>() as f64;
+            2.0 * (p - 1.0) * self.cluster.latency
+                + 2.0 * (p - 1.0) / p * out_bytes / self.cluster.bandwidth
+        } else {
+            0.0
+        };
+        let output = if g.outputs.contains(&id) {
+            let whole = Layout::replicated(self.cluster.devices, g.nodes[id].ty().shape.len());
+            redistribution_time(self.cluster, g.nodes[id].ty(), &ns.out, &whole, false)
+        } else {
+            0.0
+        };
+        let kept = if self.grad[id] && g.nodes[id].op().is_some() {
+            out_bytes
+        } else {
+            0.0
+        };
+        nodes.push(ns);
+        let (compute, comm) = op_time(g, nodes, id, self.cluster, &self.grad, &free);
+        nodes.pop();
+        compute
+            + comm
+            + reduce
+            + output
+            + weight * (kept + param_bytes * (1.0 + self.optimizer_factor))
+    }
+}
+
+/// A path of the chain search: its cost, the plans of the nodes so far, its picks.
+struct Path {
+    cost: f64,
+    nodes: Vec<Arc<NodeSharding>>,
+    picks: Vec<usize>,
+}

@@ -1,0 +1,176 @@
+//! `dynamic_programming`: variable elimination over the per-op terms of the cost.
+
+use std::collections::{BTreeSet, HashMap};
+
+use spore_core::Result;
+use spore_core::ir::NodeKind;
+
+use super::{Problem, param_root};
+use crate::sharding::plan::plan_graph;
+use crate::sharding::strategy::Strategy;
+
+/// For each eliminated choice: the choices its best depends on, and the best per
+/// assignment of them.
+type BestOf = (Vec<usize>, HashMap<Vec<usize>, usize>);
+
+impl Problem<'_> {
+    /// Which choices each node's term depends on (indices into `choices`).
+    fn scopes(&self) -> Vec<BTreeSet<usize>> {
+        let g = self.graph;
+        let index: HashMap<usize, usize> = self
+            .choices
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.0, i))
+            .collect();
+        let mut param_deps: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); g.params.len()];
+        let mut term = vec![BTreeSet::new(); g.nodes.len()];
+        // Parameters take the layout their readers want, so their dependencies are
+        // their readers'; a few rounds settle chains of parameters and readers.
+        for _ in 0..4 {
+            let mut out: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); g.nodes.len()];
+            let mut next_params = param_deps.clone();
+            for (id, n) in g.nodes.iter().enumerate() {
+                let mut own = BTreeSet::new();
+                if let Some(&c) = index.get(&id) {
+                    own.insert(c);
+                }
+                match &n.kind {
+                    NodeKind::Parameter(p) => out[id] = param_deps[*p].clone(),
+                    NodeKind::Op { args, .. } => {
+                        let mut t = own.clone();
+                        for &a in args {
+                            t.extend(out[a].iter().copied());
+                        }
+                        for &a in args {
+                            if let Some(p) = param_root(g, a) {
+                                next_params[p].extend(t.iter().copied());
+                            }
+                        }
+                        out[id] = if own.is_empty() { t.clone() } else { own };
+                        term[id] = t;
+                    }
+                    _ => {}
+                }
+                if matches!(n.kind, NodeKind::Parameter(_)) {
+                    term[id] = out[id].clone();
+                }
+            }
+            if next_params == param_deps {
+                break;
+            }
+            param_deps = next_params;
+        }
+        term
+    }
+
+    /// Variable elimination over the terms (exact for the cost model).
+    pub(super) fn eliminate(&self, weight: f64) -> Result<Vec<usize>> {
+        let scopes = self.scopes();
+        // One table per distinct scope: the sum of its nodes' terms per assignment.
+        let mut groups: HashMap<Vec<usize>, Vec<usize>> = HashMap::new();
+        for (id, s) in scopes.iter().enumerate() {
+            groups
+                .entry(s.iter().copied().collect())
+                .or_default()
+                .push(id);
+        }
+        let mut factors: Vec<Factor> = vec![];
+        for (vars, ids) in groups {
+            let mut table = HashMap::new();
+            for assignment in assignments(&vars, &self.choices) {
+                let mut pick = vec![0; self.choices.len()];
+                for (&v, &c) in vars.iter().zip(&assignment) {
+                    pick[v] = c;
+                }
+                let plan = plan_graph(self.graph, &self.strategies(&pick), self.cluster.devices)?;
+                let t: f64 = ids.iter().map(|&id| self.term(&plan, id, weight)).sum();
+                table.insert(assignment, t);
+            }
+            factors.push(Factor { vars, table });
+        }
+        let mut best_of: Vec<BestOf> = vec![];
+        for x in 0..self.choices.len() {
+            let (with_x, rest): (Vec<Factor>, Vec<Factor>) =
+                factors.into_iter().partition(|f| f.vars.contains(&x));
+            let vars: Vec<usize> = with_x
+                .iter()
+                .flat_map(|f| f.vars.iter().copied())
+                .filter(|&v| v != x)
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let mut table = HashMap::new();
+            let mut argmin = HashMap::new();
+            for assignment in assignments(&vars, &self.choices) {
+                let mut best = (f64::INFINITY, 0);
+                for c in 0..self.choices[x].1.len() {
+                    let t: f64 = with_x
+                        .iter()
+                        .map(|f| f.value(&vars, &assignment, x, c))
+                        .sum();
+                    if t < best.0 {
+                        best = (t, c);
+                    }
+                }
+                table.insert(assignment.clone(), best.0);
+                argmin.insert(assignment, best.1);
+            }
+            best_of.push((vars.clone(), argmin));
+            factors = rest;
+            factors.push(Factor { vars, table });
+        }
+        // Back-substitute: each choice's best given the later ones.
+        let mut pick = vec![0; self.choices.len()];
+        for x in (0..self.choices.len()).rev() {
+            let (vars, argmin) = &best_of[x];
+            let key: Vec<usize> = vars.iter().map(|&v| pick[v]).collect();
+            pick[x] = argmin.get(&key).copied().unwrap_or(0);
+        }
+        Ok(pick)
+    }
+}
+
+/// A term table over some choices.
+struct Factor {
+    vars: Vec<usize>,
+    table: HashMap<Vec<usize>, f64>,
+}
+
+impl Factor {
+    /// The table's value where the variables `vars` take `assignment` and `x` takes `c`.
+    fn value(&self, vars: &[usize], assignment: &[usize], x: usize, c: usize) -> f64 {
+        let key: Vec<usize> = self
+            .vars
+            .iter()
+            .map(|v| {
+                if *v == x {
+                    c
+                } else {
+                    vars.iter()
+                        .position(|w| w == v)
+                        .map_or(0, |i| assignment[i])
+                }
+            })
+            .collect();
+        self.table.get(&key).copied().unwrap_or(f64::INFINITY)
+    }
+}
+
+/// Every assignment of candidate indices to `vars`.
+fn assignments(vars: &[usize], choices: &[(usize, Vec<Strategy>)]) -> Vec<Vec<usize>> {
+    let mut all = vec![vec![]];
+    for &v in vars {
+        all = all
+            .into_iter()
+            .flat_map(|a: Vec<usize>| {
+                (0..choices[v].1.len()).map(move |c| {
+                    let mut b = a.clone();
+                    b.push(c);
+                    b
+                })
+            })
+            .collect();
+    }
+    all
+}

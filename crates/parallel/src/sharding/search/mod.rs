@@ -1,0 +1,267 @@
+//! Automatic parallelism: strategies for the products and convolutions of a graph,
+//! chosen to minimise the cost model's step time within the devices' memory.
+//!
+//! ```
+//! use spore_core::{DType, TensorType};
+//! use spore_nn::prelude::*;
+//! use spore_parallel::sharding::{search, Cluster, SearchMode, Strategies};
+//! let net = WithLossCell::new(
+//!     SequentialCell::new(vec![Dense::new(64, 256).unwrap(), ReLU::new(), Dense::new(256, 8).unwrap()]),
+//!     MSELoss::new(Reduction::Mean),
+//! );
+//! let types = [TensorType::new(&[32, 64], DType::F32), TensorType::new(&[32, 8], DType::F32)];
+//! let g = spore_core::trace::trace("mlp", &types, |x| net.call(x)).unwrap();
+//! let cluster = Cluster::example(4);
+//! let exact = search(&g, &cluster, SearchMode::DynamicProgramming, &Strategies::new(), 1.0).unwrap();
+//! let fast = search(&g, &cluster, SearchMode::RecursiveProgramming, &Strategies::new(), 1.0).unwrap();
+//! assert!(exact.cost.step_time() <= fast.cost.step_time() * (1.0 + 1e-9));
+//! ```
+//!
+//! The choices are the strategies of each MatMul and Conv2D (every split of its
+//! dimensions over all the ranks); the other ops follow their inputs, and strategies
+//! the user set stay fixed.
+//!
+//! - `dynamic_programming` is exact for the cost model: the step time is a sum of
+//!   per-op terms, each depending on the few choices that decide its inputs' layouts,
+//!   and variable elimination over those terms finds the minimum. Its work grows with
+//!   the number of choices that meet in one term, so it is slow on large graphs.
+//! - `recursive_programming` treats the choices as a chain in graph order and keeps,
+//!   for each candidate of each choice, the best path to it (Viterbi), the ops between
+//!   two choices costed on the path's layouts; candidates are pre-ranked by their own
+//!   term and a beam of the best few kept: linear in the graph's size.
+//! - `sharding_propagation` searches nothing: the user's strategies, the rest following.
+//!
+//! A plan over the devices' memory is refused; the search then weighs memory against
+//! time until a plan fits, or fails naming the smallest plan's size.
+
+use spore_core::ir::{Graph, NodeKind};
+use spore_core::op::Op;
+use spore_core::{Error, Result};
+
+mod candidates;
+mod chain;
+mod eliminate;
+
+use super::cost::{Cluster, Cost, needs_grad, op_time, plan_cost, redistribution_time};
+use super::layout::Layout;
+use super::plan::{ShardingPlan, plan_graph};
+use super::strategy::{Strategies, Strategy};
+
+pub use candidates::candidates;
+
+/// MindSpore's `search_mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SearchMode {
+    DynamicProgramming,
+    RecursiveProgramming,
+    ShardingPropagation,
+}
+
+impl SearchMode {
+    pub fn parse(s: &str) -> Result<SearchMode> {
+        match s {
+            "dynamic_programming" => Ok(SearchMode::DynamicProgramming),
+            "recursive_programming" => Ok(SearchMode::RecursiveProgramming),
+            "sharding_propagation" => Ok(SearchMode::ShardingPropagation),
+            _ => Err(Error::invalid(format!(
+                "search_mode must be one of dynamic_programming, recursive_programming, sharding_propagation; got {s:?}"
+            ))),
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            SearchMode::DynamicProgramming => "dynamic_programming",
+            SearchMode::RecursiveProgramming => "recursive_programming",
+            SearchMode::ShardingPropagation => "sharding_propagation",
+        }
+    }
+}
+
+/// A search's answer: the strategies (the user's and the chosen, by node name), the plan
+/// they give and its cost.
+#[derive(Clone, Debug)]
+pub struct Searched {
+    pub strategies: Strategies,
+    pub plan: ShardingPlan,
+    pub cost: Cost,
+}
+
+/// Searches strategies for `graph` on `cluster` (see the module docs).
+/// `optimizer_factor`: optimizer state bytes per parameter byte.
+pub fn search(
+    graph: &Graph,
+    cluster: &Cluster,
+    mode: SearchMode,
+    fixed: &Strategies,
+    optimizer_factor: f64,
+) -> Result<Searched> {
+    let problem = Problem::new(graph, cluster, fixed, optimizer_factor)?;
+    // Weigh memory in only when the fastest plan does not fit: seconds per byte,
+    // raised until the plan fits.
+    let mut weight = 0.0;
+    let mut smallest = f64::INFINITY;
+    for _ in 0..12 {
+        let choice = match mode {
+            SearchMode::ShardingPropagation => vec![],
+            SearchMode::DynamicProgramming => problem.eliminate(weight)?,
+            SearchMode::RecursiveProgramming => problem.chain(weight)?,
+        };
+        let found = problem.finish(&choice)?;
+        if found.cost.memory() <= cluster.memory {
+            return Ok(found);
+        }
+        smallest = smallest.min(found.cost.memory());
+        if mode == SearchMode::ShardingPropagation {
+            break;
+        }
+        let time = found.cost.step_time().max(1e-9);
+        weight = if weight == 0.0 {
+            time / found.cost.memory()
+        } else {
+            weight * 4.0
+        };
+    }
+    Err(Error::invalid(format!(
+        "no {} plan of graph '{}' fits in {:.3} GB per device; the smallest found needs {:.3} GB",
+        mode.name(),
+        graph.name,
+        cluster.memory / 1e9,
+        smallest / 1e9
+    )))
+}
+
+/// Every assignment of the choices, each costed whole: the reference the exact search
+/// is tested against. Refuses more than `limit` assignments.
+pub fn brute_force(
+    graph: &Graph,
+    cluster: &Cluster,
+    fixed: &Strategies,
+    optimizer_factor: f64,
+    limit: usize,
+) -> Result<Searched> {
+    let problem = Problem::new(graph, cluster, fixed, optimizer_factor)?;
+    let sizes: Vec<usize> = problem.choices.iter().map(|c| c.1.len()).collect();
+    let total = sizes.iter().try_fold(1usize, |a, &b| a.checked_mul(b));
+    if total.is_none_or(|t| t > limit) {
+        return Err(Error::invalid(format!(
+            "brute force over {sizes:?} candidates is more than {limit} plans"
+        )));
+    }
+    let mut best: Option<(f64, Vec<usize>)> = None;
+    let mut pick = vec![0; sizes.len()];
+    loop {
+        let t = problem.finish(&pick)?.cost.step_time();
+        if best.as_ref().is_none_or(|(b, _)| t < *b) {
+            best = Some((t, pick.clone()));
+        }
+        // The next assignment, as an odometer.
+        let mut i = 0;
+        while i < pick.len() {
+            pick[i] += 1;
+            if pick[i] < sizes[i] {
+                break;
+            }
+            pick[i] = 0;
+            i += 1;
+        }
+        if i == pick.len() {
+            break;
+        }
+    }
+    let pick = best.map(|b| b.1).unwrap_or_default();
+    problem.finish(&pick)
+}
+
+/// One search: the graph, its choices (node, candidates) and the fixed strategies.
+struct Problem<'a> {
+    graph: &'a Graph,
+    cluster: &'a Cluster,
+    fixed: &'a Strategies,
+    optimizer_factor: f64,
+    choices: Vec<(usize, Vec<Strategy>)>,
+    grad: Vec<bool>,
+}
+
+impl<'a> Problem<'a> {
+    fn new(
+        graph: &'a Graph,
+        cluster: &'a Cluster,
+        fixed: &'a Strategies,
+        optimizer_factor: f64,
+    ) -> Result<Problem<'a>> {
+        let choices = graph
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| fixed.find(&n.name).is_none())
+            .filter_map(|(id, _)| {
+                let cands = candidates(graph, id, cluster.devices);
+                (cands.len() > 1).then_some((id, cands))
+            })
+            .collect();
+        Ok(Problem {
+            graph,
+            cluster,
+            fixed,
+            optimizer_factor,
+            choices,
+            grad: needs_grad(graph),
+        })
+    }
+
+    /// The strategies of an assignment (candidate index per choice; missing: none).
+    fn strategies(&self, pick: &[usize]) -> Strategies {
+        let mut s = self.fixed.clone();
+        for (&(id, ref cands), &c) in self.choices.iter().zip(pick) {
+            let _ = s.set(&self.graph.nodes[id].name, cands[c].clone());
+        }
+        s
+    }
+
+    fn finish(&self, pick: &[usize]) -> Result<Searched> {
+        let strategies = self.strategies(pick);
+        let plan = plan_graph(self.graph, &strategies, self.cluster.devices)?;
+        let cost = plan_cost(self.graph, &plan, self.cluster, self.optimizer_factor);
+        Ok(Searched {
+            strategies,
+            plan,
+            cost,
+        })
+    }
+
+    /// Seconds plus weighted bytes of one node's term under a plan.
+    fn term(&self, plan: &ShardingPlan, id: usize, weight: f64) -> f64 {
+        let (compute, comm) = op_time(self.graph, &plan.nodes, id, self.cluster, &self.grad, &[]);
+        let node = &self.graph.nodes[id];
+        let mut t = compute + comm;
+        if let NodeKind::Parameter(p) = node.kind {
+            t += weight * bytes(node.ty(), &plan.params[p]) * (1.0 + self.optimizer_factor);
+        } else if self.grad[id] && node.op().is_some() {
+            t += weight * bytes(node.ty(), &plan.nodes[id].out);
+        }
+        if self.graph.outputs.contains(&id) {
+            let whole = Layout::replicated(plan.devices, node.ty().shape.len());
+            t += redistribution_time(self.cluster, node.ty(), &plan.nodes[id].out, &whole, false);
+        }
+        t
+    }
+}
+
+pub(super) fn bytes(t: &spore_core::TensorType, l: &Layout) -> f64 {
+    let local = l.local_shape(&t.shape).unwrap_or_else(|_| t.shape.to_vec());
+    (local.iter().product::<usize>() * t.dtype.size_in_bytes()) as f64
+}
+
+/// The parameter a value is (directly or through views), if any.
+pub(super) fn param_root(g: &Graph, mut v: usize) -> Option<usize> {
+    loop {
+        match &g.nodes[v].kind {
+            NodeKind::Parameter(p) => return Some(*p),
+            NodeKind::Op {
+                op: Op::Transpose(_) | Op::Reshape(_) | Op::Cast(_) | Op::Identity,
+                args,
+            } => v = args[0],
+            _ => return None,
+        }
+    }
+}
