@@ -16,16 +16,19 @@
 //! assert_eq!(get_auto_parallel_context().parallel_mode, ParallelMode::StandAlone);
 //! ```
 //!
-//! `semi_auto_parallel` is operator-level parallelism: a network wrapped in
-//! [`crate::sharding::ShardedCell`] with per-operator strategies. The fields of automatic
-//! and pipeline parallelism (`search_mode`, `pipeline_stages`,
-//! `enable_parallel_optimizer`, strategy files, `full_batch`, `dataset_strategy`, ...)
-//! are recognised and refused with an error until those modes exist; so is the
-//! `auto_parallel` mode.
+//! `semi_auto_parallel` and `auto_parallel` are operator-level parallelism: a network
+//! wrapped in [`crate::sharding::ShardedCell`], with the user's per-operator strategies
+//! or with strategies found by `search_mode`; `strategy_ckpt_config` saves and loads
+//! them. The fields of pipeline and optimizer parallelism (`pipeline_stages`,
+//! `enable_parallel_optimizer`, `full_batch`, `dataset_strategy`, ...) are recognised
+//! and refused with an error until those exist.
 
+use std::path::PathBuf;
 use std::sync::RwLock;
 
 use spore_core::{Error, Result};
+
+pub use crate::sharding::SearchMode;
 
 /// MindSpore's `parallel_mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -41,7 +44,7 @@ pub enum ParallelMode {
     /// Operator-level parallelism: strategies split each operator's tensors across the
     /// ranks and Spore inserts the communication (`sharding::ShardedCell`).
     SemiAutoParallel,
-    /// Strategies found by a search over a cost model (not available yet).
+    /// Strategies found by a search over a cost model (`search_mode`), the user's kept.
     AutoParallel,
 }
 
@@ -113,6 +116,13 @@ pub struct AutoParallelContext {
     pub all_reduce_fusion_config: Vec<usize>,
     /// `comm_fusion`'s `allreduce` entry, when set.
     pub comm_fusion: Option<AllReduceFusion>,
+    /// How `auto_parallel` chooses strategies.
+    pub search_mode: SearchMode,
+    /// Where a sharded network's strategies are written (`strategy_ckpt_config`'s
+    /// `save_file`, or `strategy_ckpt_save_file`).
+    pub strategy_ckpt_save_file: Option<PathBuf>,
+    /// Strategies to apply, read when a sharded network is built (`load_file`).
+    pub strategy_ckpt_load_file: Option<PathBuf>,
 }
 
 impl Default for AutoParallelContext {
@@ -127,6 +137,9 @@ impl Default for AutoParallelContext {
             parameter_broadcast: false,
             all_reduce_fusion_config: vec![],
             comm_fusion: None,
+            search_mode: SearchMode::RecursiveProgramming,
+            strategy_ckpt_save_file: None,
+            strategy_ckpt_load_file: None,
         }
     }
 }
@@ -187,11 +200,6 @@ fn invalid(message: String) -> Error {
 
 /// Fields of the parallel modes that do not exist yet.
 const LATER: &[&str] = &[
-    "search_mode",
-    "auto_parallel_search_mode",
-    "strategy_ckpt_load_file",
-    "strategy_ckpt_save_file",
-    "strategy_ckpt_config",
     "full_batch",
     "dataset_strategy",
     "enable_parallel_optimizer",
@@ -218,14 +226,6 @@ impl AutoParallelUpdate {
 
     pub fn parallel_mode(self, mode: ParallelMode) -> Self {
         self.change(move |c| {
-            if mode == ParallelMode::AutoParallel {
-                return Err(invalid(
-                    "parallel_mode auto_parallel (the strategy search) is not available yet; \
-                     use semi_auto_parallel with strategies (sharding::ShardedCell), data_parallel, \
-                     or hybrid_parallel with the collective operators"
-                        .to_string(),
-                ));
-            }
             c.parallel_mode = mode;
             Ok(())
         })
@@ -284,6 +284,33 @@ impl AutoParallelUpdate {
             Ok(())
         })
     }
+    /// `search_mode` (MindSpore's default here: `recursive_programming`).
+    pub fn search_mode(self, mode: SearchMode) -> Self {
+        self.change(move |c| {
+            c.search_mode = mode;
+            Ok(())
+        })
+    }
+    /// `strategy_ckpt_config`: where strategies are saved to and loaded from (`None`
+    /// leaves a file unset).
+    pub fn strategy_ckpt_config(
+        self,
+        save_file: Option<PathBuf>,
+        load_file: Option<PathBuf>,
+    ) -> Self {
+        self.change(move |c| {
+            for f in save_file.iter().chain(&load_file) {
+                if f.as_os_str().is_empty() {
+                    return Err(invalid(
+                        "strategy_ckpt_config: a file name is empty".to_string(),
+                    ));
+                }
+            }
+            c.strategy_ckpt_save_file = save_file;
+            c.strategy_ckpt_load_file = load_file;
+            Ok(())
+        })
+    }
     /// `comm_fusion`'s `allreduce` entry.
     pub fn comm_fusion(self, fusion: AllReduceFusion) -> Self {
         self.change(move |c| {
@@ -332,15 +359,25 @@ impl AutoParallelUpdate {
             "parameter_broadcast" => self.parameter_broadcast(flag()?),
             "all_reduce_fusion_config" => self.all_reduce_fusion_config(parse_indices(key, value)?),
             "comm_fusion" => self.comm_fusion(parse_comm_fusion(value)?),
+            "search_mode" | "auto_parallel_search_mode" => {
+                self.search_mode(SearchMode::parse(value).map_err(|e| invalid(e.to_string()))?)
+            }
+            "strategy_ckpt_save_file" => self.strategy_ckpt_config(Some(value.into()), None),
+            "strategy_ckpt_load_file" => self.strategy_ckpt_config(None, Some(value.into())),
+            "strategy_ckpt_config" => {
+                let (save, load) = parse_strategy_ckpt_config(value)?;
+                self.strategy_ckpt_config(save, load)
+            }
             k if LATER.contains(&k) => {
                 return Err(invalid(format!(
-                    "{k} belongs to operator-level, automatic or pipeline parallelism, which is not available yet"
+                    "{k} belongs to pipeline or optimizer parallelism, which is not available yet"
                 )));
             }
             _ => {
                 return Err(invalid(format!(
                     "unknown field {key:?}; expected one of parallel_mode, device_num, global_rank, gradients_mean, \
-                     gradient_fp32_sync, loss_repeated_mean, parameter_broadcast, all_reduce_fusion_config, comm_fusion"
+                     gradient_fp32_sync, loss_repeated_mean, parameter_broadcast, all_reduce_fusion_config, comm_fusion, \
+                     search_mode, strategy_ckpt_config"
                 )));
             }
         })
@@ -378,6 +415,35 @@ fn parse_indices(key: &str, value: &str) -> Result<Vec<usize>> {
             })
         })
         .collect()
+}
+
+/// MindSpore's `{"save_file": path, "load_file": path, "only_trainable_params": bool}`.
+fn parse_strategy_ckpt_config(json: &str) -> Result<(Option<PathBuf>, Option<PathBuf>)> {
+    let bad = |why: String| invalid(format!("strategy_ckpt_config {json:?}: {why}"));
+    let v: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| bad(format!("not a JSON dictionary ({e})")))?;
+    let obj = v
+        .as_object()
+        .ok_or_else(|| bad("expected a dictionary".into()))?;
+    let mut files = [None, None];
+    for (key, value) in obj {
+        let slot = match key.as_str() {
+            "save_file" => 0,
+            "load_file" => 1,
+            "only_trainable_params" => continue,
+            other => {
+                return Err(bad(format!(
+                    "unknown key {other:?}; expected save_file, load_file, only_trainable_params"
+                )));
+            }
+        };
+        let path = value
+            .as_str()
+            .ok_or_else(|| bad(format!("{key} must be a file name")))?;
+        files[slot] = (!path.is_empty()).then(|| PathBuf::from(path));
+    }
+    let [save, load] = files;
+    Ok((save, load))
 }
 
 /// MindSpore's `{"allreduce": {"mode": "auto" | "size" | "index", "config": ...}}`.

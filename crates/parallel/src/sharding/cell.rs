@@ -21,8 +21,11 @@
 //! ```
 //!
 //! Construction traces the network once at its global shapes, plans every value's
-//! layout ([`super::plan_graph`]), and keeps only this rank's block of each
-//! parameter: the network given can be dropped, and with it the whole weights.
+//! layout ([`super::plan_graph`]) with the strategies given (`semi_auto_parallel`) or
+//! searched around them on the job's measured rates (`auto_parallel`, `search_mode`),
+//! loads and saves strategy files (`strategy_ckpt_config`), and keeps only this rank's
+//! block of each parameter: the network given can be dropped, and with it the whole
+//! weights.
 //! Calls take the whole batch on every rank and return whole outputs.
 
 use std::sync::Arc;
@@ -32,11 +35,14 @@ use spore_core::trace::trace;
 use spore_core::{Error, Parameter, Result, Tensor, TensorType};
 use spore_nn::cell::{Cell, CellBase, CellCall};
 
+use super::cost::Cluster;
 use super::execute::run_planned;
 use super::layout::Layout;
 use super::plan::{ShardingPlan, plan_graph};
 use super::redistribute::redistribute;
+use super::search::search;
 use super::strategy::Strategies;
+use super::strategy_file::{load_strategies, save_strategies};
 use crate::context::ParallelMode;
 use crate::management::engine;
 
@@ -61,16 +67,44 @@ impl ShardedCell {
         strategies: &Strategies,
     ) -> Result<Arc<ShardedCell>> {
         let e = engine()?;
-        let mode = crate::context::get_auto_parallel_context().parallel_mode;
-        if mode != ParallelMode::SemiAutoParallel {
+        let ctx = crate::context::get_auto_parallel_context();
+        if !matches!(
+            ctx.parallel_mode,
+            ParallelMode::SemiAutoParallel | ParallelMode::AutoParallel
+        ) {
             return Err(Error::invalid(format!(
-                "ShardedCell: parallel_mode is {}; set it to semi_auto_parallel first (a sharded network inserts its own gradient reductions, which data parallelism would repeat)",
-                mode.name()
+                "ShardedCell: parallel_mode is {}; set it to semi_auto_parallel or auto_parallel first (a sharded network inserts its own gradient reductions, which data parallelism would repeat)",
+                ctx.parallel_mode.name()
             )));
         }
         let name = format!("Sharded_{}", network.class_name());
         let mut graph = trace(&name, inputs, |xs| network.call(xs))?;
-        let plan = plan_graph(&graph, strategies, e.size)?;
+        let mut chosen = strategies.clone();
+        if let Some(file) = &ctx.strategy_ckpt_load_file {
+            let (loaded, devices) = load_strategies(file)?;
+            if devices != e.size {
+                return Err(Error::io(
+                    file,
+                    format!(
+                        "the strategies were planned for {devices} ranks; this job has {}",
+                        e.size
+                    ),
+                ));
+            }
+            for (path, s) in loaded.entries() {
+                chosen.set(path, s.clone())?;
+            }
+        }
+        let plan = if ctx.parallel_mode == ParallelMode::AutoParallel {
+            let cluster = Cluster::measure()?;
+            // Momentum's state: one value per parameter.
+            search(&graph, &cluster, ctx.search_mode, &chosen, 1.0)?.plan
+        } else {
+            plan_graph(&graph, &chosen, e.size)?
+        };
+        if let (Some(file), 0) = (&ctx.strategy_ckpt_save_file, e.rank) {
+            save_strategies(file, &applied(&graph, &plan), e.size)?;
+        }
         let mut params = vec![];
         let mut whole_types = vec![];
         for (p, layout) in graph.params.iter().zip(&plan.params) {
@@ -140,6 +174,18 @@ impl ShardedCell {
         std::fs::write(&path, &self.text)
             .map_err(|e| Error::io(&path, format!("cannot write the sharding plan: {e}")))
     }
+}
+
+/// The strategy each node got, by exact node name (what a strategy file records).
+fn applied(graph: &Graph, plan: &ShardingPlan) -> Strategies {
+    let mut s = Strategies::new();
+    for (node, ns) in graph.nodes.iter().zip(&plan.nodes) {
+        if let Some((_, st)) = &ns.strategy {
+            // Node names are never empty, so this cannot fail.
+            let _ = s.set(&node.name, st.clone());
+        }
+    }
+    s
 }
 
 /// This rank's block of a whole tensor (no communication).

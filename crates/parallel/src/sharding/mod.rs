@@ -28,6 +28,7 @@
 //! [`redistribution_steps`]/[`redistribute`] (the collectives between two layouts, with
 //! gradients that keep every rank's loss the same), [`run_planned`] and [`ShardedCell`].
 
+mod calibrate;
 mod cell;
 mod comm;
 mod cost;
@@ -38,6 +39,7 @@ mod redistribute;
 mod rules;
 mod search;
 mod strategy;
+mod strategy_file;
 
 pub use cell::ShardedCell;
 pub use cost::{Cluster, Cost, needs_grad, op_time, plan_cost, redistribution_time};
@@ -48,3 +50,4 @@ pub use redistribute::{Step, mark_gradient_sum, redistribute, redistribution_ste
 pub use rules::{OpPlan, plan_op};
 pub use search::{SearchMode, Searched, brute_force, candidates, search};
 pub use strategy::{Strategies, Strategy, op_path};
+pub use strategy_file::{load_strategies, save_strategies};

@@ -46,6 +46,23 @@ fn the_context_takes_mindspores_fields_and_refuses_bad_values() {
         get_auto_parallel_context().all_reduce_fusion(),
         AllReduceFusion::SizeMb(32.0)
     );
+    // Automatic parallelism's fields.
+    let u = AutoParallelUpdate::new()
+        .set("parallel_mode", "auto_parallel")
+        .and_then(|u| u.set("search_mode", "dynamic_programming"))
+        .and_then(|u| {
+            u.set(
+                "strategy_ckpt_config",
+                r#"{"save_file": "out.json", "load_file": "", "only_trainable_params": false}"#,
+            )
+        })
+        .unwrap();
+    set_auto_parallel_context(u).unwrap();
+    let c = get_auto_parallel_context();
+    assert_eq!(c.parallel_mode, ParallelMode::AutoParallel);
+    assert_eq!(c.search_mode, SearchMode::DynamicProgramming);
+    assert_eq!(c.strategy_ckpt_save_file, Some("out.json".into()));
+    assert_eq!(c.strategy_ckpt_load_file, None);
 
     let before = get_auto_parallel_context();
     for (key, value, expected) in [
@@ -54,7 +71,6 @@ fn the_context_takes_mindspores_fields_and_refuses_bad_values() {
             "data",
             "parallel_mode must be one of stand_alone, data_parallel",
         ),
-        ("parallel_mode", "auto_parallel", "not available yet"),
         ("device_num", "0", "device_num must be in [1, 4096], got 0"),
         (
             "device_num",
@@ -101,9 +117,23 @@ fn the_context_takes_mindspores_fields_and_refuses_bad_values() {
         (
             "pipeline_stages",
             "2",
-            "pipeline_stages belongs to operator-level, automatic or pipeline parallelism",
+            "pipeline_stages belongs to pipeline or optimizer parallelism",
         ),
-        ("search_mode", "dynamic_programming", "not available yet"),
+        (
+            "search_mode",
+            "dynamic",
+            "search_mode must be one of dynamic_programming",
+        ),
+        (
+            "strategy_ckpt_config",
+            r#"{"save_file": 3}"#,
+            "save_file must be a file name",
+        ),
+        (
+            "strategy_ckpt_config",
+            r#"{"saved_file": "a.json"}"#,
+            "unknown key \"saved_file\"",
+        ),
         ("enable_parallel_optimizer", "true", "not available yet"),
         ("gradient_mean", "true", "unknown field \"gradient_mean\""),
     ] {

@@ -8,7 +8,8 @@ use spore_core::context::{ContextUpdate, Mode, set_context};
 use spore_core::{Parameter, Tensor, TensorType};
 use spore_nn::prelude::*;
 use spore_parallel::context::{
-    AutoParallelUpdate, ParallelMode, reset_auto_parallel_context, set_auto_parallel_context,
+    AutoParallelUpdate, ParallelMode, SearchMode, reset_auto_parallel_context,
+    set_auto_parallel_context,
 };
 use spore_parallel::sharding::ShardedCell;
 
@@ -153,8 +154,75 @@ fn rank_sharded_networks() {
             check(&case, mode, rank);
         }
     }
+    // auto_parallel: strategies searched on the job's measured rates, then saved and
+    // loaded back.
+    for name in ["mlp columns-rows-batch", "encoder megatron"] {
+        let Some(base) = cases(n).into_iter().find(|c| c.name == name) else {
+            unreachable!("{name} is one of the cases")
+        };
+        let case = Case {
+            name: format!("{name} (searched)"),
+            strategies: Default::default(),
+            ..base
+        };
+        for search in [
+            SearchMode::DynamicProgramming,
+            SearchMode::RecursiveProgramming,
+        ] {
+            reset_auto_parallel_context();
+            set_auto_parallel_context(
+                AutoParallelUpdate::new()
+                    .parallel_mode(ParallelMode::AutoParallel)
+                    .search_mode(search),
+            )
+            .unwrap();
+            check(&case, Mode::Graph, rank);
+        }
+        reloaded_strategies_give_the_same_plan(&case, rank);
+    }
     reset_auto_parallel_context();
     passed(rank);
+}
+
+/// A searched plan saved by `strategy_ckpt_config` and loaded in `semi_auto_parallel`
+/// is the same plan.
+fn reloaded_strategies_give_the_same_plan(case: &Case, rank: usize) {
+    // One path for every rank of the job (they share the launcher as parent).
+    let file = std::env::temp_dir().join(format!(
+        "spore-strategies-{}.json",
+        std::os::unix::process::parent_id()
+    ));
+    let types: Vec<TensorType> = (case.batch)(0)
+        .iter()
+        .map(|t| t.tensor_type().clone())
+        .collect();
+    reset_auto_parallel_context();
+    set_auto_parallel_context(
+        AutoParallelUpdate::new()
+            .parallel_mode(ParallelMode::AutoParallel)
+            .strategy_ckpt_config(Some(file.clone()), None),
+    )
+    .unwrap();
+    let searched = ShardedCell::new((case.build)(), &types, &case.strategies).unwrap();
+    spore_parallel::barrier(None).unwrap();
+    reset_auto_parallel_context();
+    set_auto_parallel_context(
+        AutoParallelUpdate::new()
+            .parallel_mode(ParallelMode::SemiAutoParallel)
+            .strategy_ckpt_config(None, Some(file.clone())),
+    )
+    .unwrap();
+    let loaded = ShardedCell::new((case.build)(), &types, &case.strategies).unwrap();
+    assert_eq!(
+        searched.plan(),
+        loaded.plan(),
+        "{}: the reloaded strategies plan differently on rank {rank}",
+        case.name
+    );
+    spore_parallel::barrier(None).unwrap();
+    if rank == 0 {
+        let _ = std::fs::remove_file(&file);
+    }
 }
 
 /// Every file under `dir`, concatenated (lossily as text).
