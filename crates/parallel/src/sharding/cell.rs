@@ -78,7 +78,9 @@ impl ShardedCell {
             )));
         }
         let name = format!("Sharded_{}", network.class_name());
-        let mut graph = trace(&name, inputs, |xs| network.call(xs))?;
+        // The global shapes are never allocated whole on one rank.
+        let mut graph =
+            spore_core::memory::with_global_shapes(|| trace(&name, inputs, |xs| network.call(xs)))?;
         let mut chosen = strategies.clone();
         if let Some(file) = &ctx.strategy_ckpt_load_file {
             let (loaded, devices) = load_strategies(file)?;

@@ -1,6 +1,7 @@
 //! The cost model of a sharding plan: per device, the seconds of one training step
 //! (computation from each op's local FLOP and bytes at the cluster's rates;
-//! communication from an alpha-beta model of ring collectives) and the bytes held.
+//! communication from an alpha-beta model of the collectives: log2(p) latencies, and
+//! (p-1)/p of the data over each link) and the bytes held.
 //!
 //! ```
 //! use spore_core::{trace::trace, DType, Tensor, TensorType};
@@ -89,16 +90,23 @@ impl Cost {
     }
 }
 
-/// Ring collectives on `p` ranks.
-fn all_reduce(c: &Cluster, p: usize, bytes: f64) -> f64 {
+/// Messages in a row of a collective on `p` ranks: MPI libraries switch from rings to
+/// recursive doubling and halving as groups grow, so latency grows with log2(p) steps
+/// while each rank still moves (p-1)/p of the data.
+fn rounds(p: f64) -> f64 {
+    p.log2().ceil().min(p - 1.0)
+}
+
+/// An AllReduce (Rabenseifner: a ReduceScatter then an AllGather) of `bytes` per rank.
+pub(crate) fn all_reduce(c: &Cluster, p: usize, bytes: f64) -> f64 {
     let p = p as f64;
-    2.0 * (p - 1.0) * c.latency + 2.0 * (p - 1.0) / p * bytes / c.bandwidth
+    2.0 * rounds(p) * c.latency + 2.0 * (p - 1.0) / p * bytes / c.bandwidth
 }
 
 /// An AllGather producing (or a ReduceScatter consuming) `whole_bytes` per rank.
 fn gather(c: &Cluster, p: usize, whole_bytes: f64) -> f64 {
     let p = p as f64;
-    (p - 1.0) * c.latency + (p - 1.0) / p * whole_bytes / c.bandwidth
+    rounds(p) * c.latency + (p - 1.0) / p * whole_bytes / c.bandwidth
 }
 
 fn group_size(dev: &[usize], axes: &[usize]) -> usize {

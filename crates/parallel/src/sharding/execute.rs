@@ -44,9 +44,14 @@ pub fn run_planned(
     let mut values: Vec<Option<Tensor>> = vec![None; graph.nodes.len()];
     for (id, node) in graph.nodes.iter().enumerate() {
         let value = match &node.kind {
-            NodeKind::Input(i) => inputs.get(*i).cloned().ok_or_else(|| {
-                Error::invalid(format!("sharded graph {}: input {i} missing", graph.name))
-            })?,
+            NodeKind::Input(i) => {
+                let whole = inputs.get(*i).ok_or_else(|| {
+                    Error::invalid(format!("sharded graph {}: input {i} missing", graph.name))
+                })?;
+                let shape = &node.ty().shape;
+                let all = Layout::replicated(plan.devices, shape.len());
+                redistribute(whole, shape, &all, &plan.inputs[*i])?
+            }
             NodeKind::Parameter(p) => params[*p].value(),
             NodeKind::RandomKey(_) => random_key(),
             NodeKind::Constant(t) => t.clone(),

@@ -135,14 +135,24 @@ impl Layout {
     pub fn block(&self, global: &[usize], rank: usize, d: usize) -> (usize, usize) {
         let len = global[d] / self.factor(d);
         match self.map[d] {
-            Some(a) => (self.coords(rank)[a] * len, len),
+            Some(a) => (digit(&self.dev, a, rank) * len, len),
             None => (0, len),
         }
     }
 
     /// Whether every rank holds the same elements in `self` and `other` along `d`.
     pub fn same_blocks(&self, other: &Layout, global: &[usize], d: usize) -> bool {
-        (0..self.devices()).all(|r| self.block(global, r, d) == other.block(global, r, d))
+        let (f, g) = (self.factor(d), other.factor(d));
+        if f != g {
+            // Both may still hold the whole dimension (a factor of 1 either way).
+            return f == 1 && g == 1;
+        }
+        match (self.map[d], other.map[d]) {
+            _ if f == 1 || global[d] == 0 => true,
+            // The same number of blocks, picked by the same digit of the rank.
+            (Some(a), Some(b)) => stride(&self.dev, a) == stride(&other.dev, b),
+            _ => false,
+        }
     }
 
     /// Whether `self` and `other` put the same elements on every rank and agree on
@@ -151,24 +161,38 @@ impl Layout {
         self.devices() == other.devices()
             && self.map.len() == other.map.len()
             && (0..self.map.len()).all(|d| self.same_blocks(other, global, d))
-            && self.partial_groups() == other.partial_groups()
+            && self.same_partial_groups(other)
     }
 
-    /// For each rank, the ranks it sums with (empty without partial axes).
-    fn partial_groups(&self) -> Vec<Vec<usize>> {
-        let real: Vec<usize> = self
-            .partial
-            .iter()
-            .copied()
-            .filter(|&a| self.dev[a] > 1)
-            .collect();
-        if real.is_empty() {
-            return vec![];
+    /// Whether the ranks that sum together are the same groups in both layouts: each
+    /// group is a rank with its partial axes' digits varied, so two layouts agree when
+    /// zeroing one's digits never separates what the other's groups join.
+    fn same_partial_groups(&self, other: &Layout) -> bool {
+        let zero = |l: &Layout, r: usize| {
+            l.partial
+                .iter()
+                .fold(r, |r, &a| r - digit(&l.dev, a, r) * stride(&l.dev, a))
+        };
+        let real = |l: &Layout| l.partial.iter().any(|&a| l.dev[a] > 1);
+        match (real(self), real(other)) {
+            (false, false) => true,
+            (true, true) => (0..self.devices()).all(|r| {
+                zero(self, zero(other, r)) == zero(self, r)
+                    && zero(other, zero(self, r)) == zero(other, r)
+            }),
+            _ => false,
         }
-        (0..self.devices())
-            .map(|r| group_ranks(&self.dev, &real, r))
-            .collect()
     }
+}
+
+/// Ranks per step of device axis `a` (the product of the axes after it).
+fn stride(dev: &[usize], a: usize) -> usize {
+    dev[a + 1..].iter().product()
+}
+
+/// `rank`'s coordinate on device axis `a`.
+fn digit(dev: &[usize], a: usize, rank: usize) -> usize {
+    (rank / stride(dev, a)) % dev[a]
 }
 
 /// `rank`'s coordinates in device matrix `dev` (row-major).
@@ -253,6 +277,73 @@ mod tests {
         let l = Layout::new(vec![4], vec![Some(0)], vec![]).unwrap();
         let e = l.local_shape(&[6]).unwrap_err();
         assert!(e.contains("cannot be split 4 ways"), "{e}");
+    }
+
+    /// Every layout of a 2-d tensor of shape [12, 12] over `dev` (each dimension on an
+    /// axis or whole, at most one partial axis).
+    fn all_layouts(dev: &[usize]) -> Vec<Layout> {
+        let choices: Vec<Option<usize>> = std::iter::once(None)
+            .chain((0..dev.len()).map(Some))
+            .collect();
+        let mut all = vec![];
+        for &m0 in &choices {
+            for &m1 in &choices {
+                for &p in &choices {
+                    let partial: Vec<usize> = p.into_iter().collect();
+                    if let Ok(l) = Layout::new(dev.to_vec(), vec![m0, m1], partial)
+                        && l.local_shape(&[12, 12]).is_ok()
+                    {
+                        all.push(l);
+                    }
+                }
+            }
+        }
+        all
+    }
+
+    /// The definition, rank by rank: same blocks everywhere, same summing groups.
+    fn equivalent_by_ranks(a: &Layout, b: &Layout, shape: &[usize]) -> bool {
+        let groups = |l: &Layout| -> Vec<Vec<usize>> {
+            let real: Vec<usize> = l
+                .partial
+                .iter()
+                .copied()
+                .filter(|&x| l.dev[x] > 1)
+                .collect();
+            (0..l.devices())
+                .map(|r| {
+                    if real.is_empty() {
+                        vec![r]
+                    } else {
+                        group_ranks(&l.dev, &real, r)
+                    }
+                })
+                .collect()
+        };
+        (0..a.devices())
+            .all(|r| (0..shape.len()).all(|d| a.block(shape, r, d) == b.block(shape, r, d)))
+            && groups(a) == groups(b)
+    }
+
+    #[test]
+    fn equivalence_matches_its_definition_rank_by_rank() {
+        let devs: [&[usize]; 6] = [&[4], &[2, 2], &[1, 4], &[2, 3, 2], &[6, 2], &[3, 4]];
+        for x in devs {
+            for y in devs {
+                if x.iter().product::<usize>() != y.iter().product::<usize>() {
+                    continue;
+                }
+                for a in all_layouts(x) {
+                    for b in all_layouts(y) {
+                        assert_eq!(
+                            a.equivalent(&b, &[12, 12]),
+                            equivalent_by_ranks(&a, &b, &[12, 12]),
+                            "{a:?} vs {b:?}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     impl Layout {

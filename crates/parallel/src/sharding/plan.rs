@@ -16,14 +16,14 @@
 //! assert_eq!(plan.nodes[g.outputs[0]].out.to_string(), "dev[1,1,4] (R, S2)");
 //! ```
 //!
-//! The graph's inputs are whole on every rank (MindSpore's `full_batch`); the first op
-//! that wants them split takes its block without communication. A parameter read
-//! through views (a Dense layer's transposed weight) is stored in the layout its first
-//! consumer needs, found by planning twice: once with whole parameters, then with the
-//! layouts the first pass asked for, until nothing changes.
+//! The graph's inputs are whole on every rank (MindSpore's `full_batch`), so each rank
+//! cuts the block it needs without communication: the block its first consumer wants,
+//! else its share of the batch. A parameter read through views (a Dense layer's
+//! transposed weight) is stored in the layout its first consumer needs. Both are found
+//! by planning again with the layouts the last pass asked for, until nothing changes.
 
 use std::borrow::Borrow;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
 use spore_core::ir::{Graph, NodeKind, ValueId};
@@ -52,6 +52,42 @@ pub struct ShardingPlan {
     pub nodes: Vec<NodeSharding>,
     /// One per graph parameter: how it is stored.
     pub params: Vec<Layout>,
+    /// One per graph input: the block each rank cuts from the whole input.
+    pub inputs: Vec<Layout>,
+}
+
+/// Where the values a graph starts from are kept: its parameters (stored as blocks),
+/// and its inputs, whole on every rank, so that any layout of them is a local cut.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stored {
+    pub params: Vec<Layout>,
+    pub inputs: Vec<Layout>,
+}
+
+impl Stored {
+    /// Parameters whole; inputs split along their first dimension over every rank
+    /// where it divides (MindSpore's default data-parallel `dataset_strategy`), so
+    /// that ops before the first product do not compute the whole batch everywhere.
+    pub fn initial(g: &Graph, devices: usize) -> Stored {
+        let params = g
+            .params
+            .iter()
+            .map(|p| Layout::replicated(devices, p.tensor_type().shape.len()))
+            .collect();
+        let inputs = g
+            .inputs
+            .iter()
+            .map(|&v| {
+                let shape = &g.nodes[v].ty().shape;
+                let mut l = Layout::replicated(devices, shape.len());
+                if shape.first().is_some_and(|&b| b.is_multiple_of(devices)) {
+                    l.map[0] = Some(0);
+                }
+                l
+            })
+            .collect();
+        Stored { params, inputs }
+    }
 }
 
 /// Plans `graph` for `devices` ranks with the user's `strategies`.
@@ -59,45 +95,36 @@ pub fn plan_graph(graph: &Graph, strategies: &Strategies, devices: usize) -> Res
     if devices == 0 {
         return Err(Error::invalid("a sharding plan needs at least one rank"));
     }
-    let mut params: Vec<Layout> = graph
-        .params
-        .iter()
-        .map(|p| Layout::replicated(devices, p.tensor_type().shape.len()))
-        .collect();
-    // Each round can only move a parameter to its consumer's layout; two rounds settle
-    // a chain of views, the cap guards against a consumer whose wish flips back.
-    for _ in 0..4 {
-        let nodes = propagate(graph, strategies, devices, &params)?;
-        let wanted = wanted_param_layouts(graph, &nodes, &params);
-        if wanted == params {
+    let mut stored = Stored::initial(graph, devices);
+    // Each round can only move a parameter or input to its consumer's layout; two
+    // rounds settle a chain of views, the cap guards against a wish that flips back.
+    for round in 0..5 {
+        let nodes = propagate(graph, strategies, devices, &stored)?;
+        let wanted = wanted_layouts(graph, &nodes, &stored);
+        if wanted == stored || round == 4 {
             check_strategies_used(graph, strategies)?;
             return Ok(ShardingPlan {
                 devices,
                 nodes,
-                params,
+                params: stored.params,
+                inputs: stored.inputs,
             });
         }
-        params = wanted;
+        stored = wanted;
     }
-    let nodes = propagate(graph, strategies, devices, &params)?;
-    check_strategies_used(graph, strategies)?;
-    Ok(ShardingPlan {
-        devices,
-        nodes,
-        params,
-    })
+    unreachable!("the last round returns")
 }
 
 fn propagate(
     g: &Graph,
     strategies: &Strategies,
     devices: usize,
-    params: &[Layout],
+    stored: &Stored,
 ) -> Result<Vec<NodeSharding>> {
     let mut nodes: Vec<NodeSharding> = Vec::with_capacity(g.nodes.len());
     for (id, node) in g.nodes.iter().enumerate() {
         let found = strategies.find(&node.name);
-        nodes.push(plan_node(g, id, &nodes, found, params, devices)?);
+        nodes.push(plan_node(g, id, &nodes, found, stored, devices)?);
     }
     Ok(nodes)
 }
@@ -108,7 +135,7 @@ pub(crate) fn plan_node<N: Borrow<NodeSharding>>(
     id: usize,
     nodes: &[N],
     strategy: Option<(&str, &super::Strategy)>,
-    params: &[Layout],
+    stored: &Stored,
     devices: usize,
 ) -> Result<NodeSharding> {
     let node = &g.nodes[id];
@@ -119,10 +146,9 @@ pub(crate) fn plan_node<N: Borrow<NodeSharding>>(
     };
     let rank = node.ty().shape.len();
     Ok(match &node.kind {
-        NodeKind::Input(_) | NodeKind::RandomKey(_) | NodeKind::Constant(_) => {
-            plain(Layout::replicated(devices, rank))
-        }
-        NodeKind::Parameter(p) => plain(params[*p].clone()),
+        NodeKind::RandomKey(_) | NodeKind::Constant(_) => plain(Layout::replicated(devices, rank)),
+        NodeKind::Input(i) => plain(stored.inputs[*i].clone()),
+        NodeKind::Parameter(p) => plain(stored.params[*p].clone()),
         NodeKind::Op { op, args } => {
             let types: Vec<&TensorType> = args.iter().map(|&a| g.nodes[a].ty()).collect();
             let current: Vec<Layout> = args
@@ -214,60 +240,94 @@ fn reshape_back(out: &Layout, input: &[usize], output: &[usize]) -> Layout {
     }
 }
 
-fn wanted_param_layouts(g: &Graph, nodes: &[NodeSharding], current: &[Layout]) -> Vec<Layout> {
-    let mut readers: Vec<Vec<(ValueId, usize)>> = vec![vec![]; g.nodes.len()];
-    for (id, n) in g.nodes.iter().enumerate() {
-        if let NodeKind::Op { args, .. } = &n.kind {
-            for (k, &a) in args.iter().enumerate() {
-                readers[a].push((id, k));
+/// For each op, the stored values (parameters, inputs) it is the first reader of,
+/// directly or through single-reader views: it decides their layouts.
+pub(crate) struct LeafReaders {
+    /// reader -> (leaf node, the reader's input index, the views from the leaf).
+    by_reader: HashMap<ValueId, Vec<(ValueId, usize, Vec<ValueId>)>>,
+}
+
+impl LeafReaders {
+    pub(crate) fn new(g: &Graph) -> LeafReaders {
+        let mut readers: Vec<Vec<(ValueId, usize)>> = vec![vec![]; g.nodes.len()];
+        for (id, n) in g.nodes.iter().enumerate() {
+            if let NodeKind::Op { args, .. } = &n.kind {
+                for (k, &a) in args.iter().enumerate() {
+                    readers[a].push((id, k));
+                }
             }
         }
-    }
-    let mut wanted = current.to_vec();
-    for (id, n) in g.nodes.iter().enumerate() {
-        let NodeKind::Parameter(p) = n.kind else {
-            continue;
-        };
-        // Follow single-reader views to the first real consumer.
-        let mut views: Vec<(&Op, ValueId)> = vec![];
-        let mut at = id;
-        let consumer = loop {
-            let Some(&(reader, k)) = readers[at].first() else {
-                break None;
-            };
-            let op = g.nodes[reader].op();
-            match op {
-                Some(op) if is_view(op) && readers[at].len() == 1 => {
-                    views.push((op, reader));
-                    at = reader;
-                }
-                _ => break Some((reader, k)),
+        let mut by_reader: HashMap<ValueId, Vec<(ValueId, usize, Vec<ValueId>)>> = HashMap::new();
+        for (id, n) in g.nodes.iter().enumerate() {
+            if !matches!(n.kind, NodeKind::Parameter(_) | NodeKind::Input(_)) {
+                continue;
             }
-        };
-        let Some((reader, k)) = consumer else {
-            continue;
-        };
-        let Some(plan) = &nodes[reader].op else {
-            continue;
-        };
-        let mut layout = plan.args[k].without_partial();
-        for &(op, view) in views.iter().rev() {
-            match op {
-                Op::Transpose(perm) => {
-                    let mut map = vec![None; perm.len()];
-                    for (i, &src) in perm.iter().enumerate() {
-                        map[src] = layout.map[i];
+            let mut views = vec![];
+            let mut at = id;
+            while let Some(&(reader, k)) = readers[at].first() {
+                match g.nodes[reader].op() {
+                    Some(op) if is_view(op) && readers[at].len() == 1 => {
+                        views.push(reader);
+                        at = reader;
                     }
-                    layout.map = map;
+                    _ => {
+                        by_reader.entry(reader).or_default().push((id, k, views));
+                        break;
+                    }
                 }
-                Op::Reshape(_) => {
-                    let input = &g.nodes[g.nodes[view].args()[0]].ty().shape;
-                    layout = reshape_back(&layout, input, &g.nodes[view].ty().shape);
+            }
+        }
+        LeafReaders { by_reader }
+    }
+
+    /// The layouts `reader`'s plan wants for the stored values it decides.
+    pub(crate) fn wishes(
+        &self,
+        g: &Graph,
+        reader: ValueId,
+        plan: &OpPlan,
+    ) -> Vec<(ValueId, Layout)> {
+        let Some(leaves) = self.by_reader.get(&reader) else {
+            return vec![];
+        };
+        leaves
+            .iter()
+            .map(|(leaf, k, views)| {
+                let mut layout = plan.args[*k].without_partial();
+                for &view in views.iter().rev() {
+                    match g.nodes[view].op() {
+                        Some(Op::Transpose(perm)) => {
+                            let mut map = vec![None; perm.len()];
+                            for (i, &src) in perm.iter().enumerate() {
+                                map[src] = layout.map[i];
+                            }
+                            layout.map = map;
+                        }
+                        Some(Op::Reshape(_)) => {
+                            let input = &g.nodes[g.nodes[view].args()[0]].ty().shape;
+                            layout = reshape_back(&layout, input, &g.nodes[view].ty().shape);
+                        }
+                        _ => {}
+                    }
                 }
+                (*leaf, layout)
+            })
+            .collect()
+    }
+}
+
+fn wanted_layouts(g: &Graph, nodes: &[NodeSharding], current: &Stored) -> Stored {
+    let leaves = LeafReaders::new(g);
+    let mut wanted = current.clone();
+    for (reader, ns) in nodes.iter().enumerate() {
+        let Some(plan) = &ns.op else { continue };
+        for (leaf, layout) in leaves.wishes(g, reader, plan) {
+            match g.nodes[leaf].kind {
+                NodeKind::Parameter(p) => wanted.params[p] = layout,
+                NodeKind::Input(i) => wanted.inputs[i] = layout,
                 _ => {}
             }
         }
-        wanted[p] = layout;
     }
     wanted
 }
@@ -307,6 +367,14 @@ impl ShardingPlan {
                 p.name(),
                 p.tensor_type(),
                 self.params[i]
+            );
+        }
+        for (i, &v) in g.inputs.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "input {i} : {}  cut as {}",
+                g.nodes[v].ty(),
+                self.inputs[i]
             );
         }
         for (id, node) in g.nodes.iter().enumerate() {

@@ -65,7 +65,23 @@ fn the_context_takes_mindspores_fields_and_refuses_bad_values() {
     assert_eq!(c.strategy_ckpt_load_file, None);
 
     let before = get_auto_parallel_context();
-    for (key, value, expected) in [
+    for (key, value, expected) in refused() {
+        let e = error(AutoParallelUpdate::new().device_num(2).set(key, value));
+        assert!(e.contains(expected), "{key}={value}: {e}");
+        assert!(
+            e.starts_with("set_auto_parallel_context") || e.contains("set_auto_parallel_context"),
+            "{e}"
+        );
+    }
+    // A valid change in the same update as an invalid one is not applied either.
+    assert_eq!(get_auto_parallel_context(), before);
+    reset_auto_parallel_context();
+    assert_eq!(get_auto_parallel_context(), AutoParallelContext::default());
+}
+
+/// Fields and values `set` refuses, with a part of each message.
+fn refused() -> Vec<(&'static str, &'static str, &'static str)> {
+    vec![
         (
             "parallel_mode",
             "data",
@@ -136,16 +152,5 @@ fn the_context_takes_mindspores_fields_and_refuses_bad_values() {
         ),
         ("enable_parallel_optimizer", "true", "not available yet"),
         ("gradient_mean", "true", "unknown field \"gradient_mean\""),
-    ] {
-        let e = error(AutoParallelUpdate::new().device_num(2).set(key, value));
-        assert!(e.contains(expected), "{key}={value}: {e}");
-        assert!(
-            e.starts_with("set_auto_parallel_context") || e.contains("set_auto_parallel_context"),
-            "{e}"
-        );
-    }
-    // A valid change in the same update as an invalid one is not applied either.
-    assert_eq!(get_auto_parallel_context(), before);
-    reset_auto_parallel_context();
-    assert_eq!(get_auto_parallel_context(), AutoParallelContext::default());
+    ]
 }

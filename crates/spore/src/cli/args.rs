@@ -49,6 +49,8 @@ pub enum Invocation {
         out: PathBuf,
         name: String,
     },
+    /// `spore parallel plan --model bert [--devices 8,64,512,4096] ...`.
+    ParallelPlan(super::parallel::PlanArgs),
     /// `spore run model.onnx --input x.npy ... [--mode] [--output y.npy ...]`.
     RunOnnx {
         model: PathBuf,
@@ -158,6 +160,25 @@ pub fn command() -> Command {
                 .arg(Arg::new("output").long("output").action(clap::ArgAction::Append).help("where to save each output (.npy)"))
                 .arg(Arg::new("mode").long("mode").default_value("graph").help("graph or pynative"))
                 .arg(Arg::new("repeat").long("repeat").default_value("10").help("timed runs after one warm-up")),
+        )
+        .subcommand(
+            Command::new("parallel")
+                .about("Distributed training tools")
+                .subcommand_required(true)
+                .subcommand(
+                    Command::new("plan")
+                        .about("Search strategies for a zoo model on a described cluster; print each op's strategy, the step time and memory per device")
+                        .arg(Arg::new("model").long("model").required(true).help(super::parallel::MODELS))
+                        .arg(Arg::new("devices").long("devices").default_value("8,64,512,4096").help("comma-separated device counts"))
+                        .arg(Arg::new("batch-per-device").long("batch-per-device").default_value("8"))
+                        .arg(Arg::new("search-mode").long("search-mode").default_value("recursive_programming").help("recursive_programming or dynamic_programming"))
+                        .arg(Arg::new("flops").long("flops").default_value("1e12").help("FLOP/s of products per device"))
+                        .arg(Arg::new("memory-gb").long("memory-gb").default_value("64").help("memory per device"))
+                        .arg(Arg::new("memory-bandwidth-gbs").long("memory-bandwidth-gbs").default_value("100").help("GB/s of memory per device"))
+                        .arg(Arg::new("latency-us").long("latency-us").default_value("5").help("link latency (alpha)"))
+                        .arg(Arg::new("bandwidth-gbps").long("bandwidth-gbps").default_value("25").help("link bandwidth in Gbit/s"))
+                        .arg(Arg::new("optimizer").long("optimizer").default_value("momentum").help("momentum or adam (optimizer state per parameter)")),
+                ),
         )
         .subcommand(
             Command::new("print-file")
@@ -279,6 +300,10 @@ fn invocation(m: &ArgMatches) -> Result<Invocation, String> {
             },
             _ => return Err("unknown dump command; see `spore dump --help`".into()),
         },
+        Some(("parallel", p)) => match p.subcommand() {
+            Some(("plan", a)) => plan_invocation(a)?,
+            _ => return Err("unknown parallel command; see `spore parallel --help`".into()),
+        },
         Some(("print-file", a)) => Invocation::PrintFile {
             file: path(a, "file"),
         },
@@ -353,5 +378,48 @@ fn explain_invocation(a: &ArgMatches) -> Result<Invocation, String> {
         methods,
         benchmarks: list("benchmarks"),
         out: path(a, "out"),
+    }))
+}
+
+fn plan_invocation(a: &ArgMatches) -> Result<Invocation, String> {
+    use spore_parallel::sharding::{Cluster, SearchMode};
+    let devices: Vec<usize> = text(a, "devices")
+        .split(',')
+        .map(|d| d.trim().parse().ok().filter(|n| (1..=4096).contains(n)))
+        .collect::<Option<_>>()
+        .ok_or_else(|| {
+            format!(
+                "--devices expects comma-separated counts in [1, 4096], got {:?}",
+                text(a, "devices")
+            )
+        })?;
+    let rate = |name: &str| {
+        number(a, name, "a positive number", |x: &f64| {
+            x.is_finite() && *x > 0.0
+        })
+    };
+    let optimizer_factor = match text(a, "optimizer") {
+        "momentum" => 1.0,
+        "adam" | "adamw" => 2.0,
+        other => {
+            return Err(format!(
+                "--optimizer expects momentum or adam, got {other:?}"
+            ));
+        }
+    };
+    Ok(Invocation::ParallelPlan(super::parallel::PlanArgs {
+        model: text(a, "model").to_ascii_lowercase(),
+        devices,
+        batch_per_device: number(a, "batch-per-device", "a positive integer", positive)?,
+        search_mode: SearchMode::parse(text(a, "search-mode")).map_err(|e| e.to_string())?,
+        cluster: Cluster {
+            devices: 1,
+            flops: rate("flops")?,
+            memory_bandwidth: rate("memory-bandwidth-gbs")? * 1e9,
+            memory: rate("memory-gb")? * 1e9,
+            latency: rate("latency-us")? * 1e-6,
+            bandwidth: rate("bandwidth-gbps")? * 1e9 / 8.0,
+        },
+        optimizer_factor,
     }))
 }

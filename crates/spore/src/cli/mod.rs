@@ -12,6 +12,7 @@ mod codegen;
 mod data;
 mod explain;
 mod onnx;
+pub mod parallel;
 mod run;
 
 pub use args::Invocation;
@@ -88,6 +89,7 @@ pub fn execute(invocation: &Invocation) -> Result<String> {
             second,
             tolerance,
         } => Ok(inspect::compare(first, second, *tolerance)?.to_string()),
+        Invocation::ParallelPlan(a) => parallel::plan(a),
         Invocation::PrintFile { file } => spore_core::debug::print::parse_print_text(file),
         Invocation::ConvertOnnx { model, out, name } => {
             let c = spore_onnx::convert::convert_file(model, out, name)?;

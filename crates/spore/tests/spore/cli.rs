@@ -140,3 +140,50 @@ fn train_eval_and_predict_from_the_command_line() {
     assert!(!ok && err.contains("does not exist"), "{err}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn parallel_plan_prints_strategies_time_and_memory_per_device_count() {
+    let (ok, out, err) = spore(&[
+        "parallel",
+        "plan",
+        "--model",
+        "lenet",
+        "--devices",
+        "2,8",
+        "--batch-per-device",
+        "4",
+    ]);
+    assert!(ok, "{err}");
+    for devices in ["2 devices", "8 devices"] {
+        assert!(out.contains(&format!("lenet on {devices}")), "{out}");
+    }
+    // Every product and convolution gets a strategy, and each plan its figures.
+    assert!(out.contains("Conv2D-op"), "{out}");
+    assert_eq!(out.matches("predicted step").count(), 2, "{out}");
+    assert_eq!(out.matches("pure data parallelism").count(), 2, "{out}");
+    for (args, expected) in [
+        (
+            vec!["--devices", "0"],
+            "--devices expects comma-separated counts in [1, 4096]",
+        ),
+        (
+            vec!["--devices", "8", "--flops=-1"],
+            "--flops expects a positive number",
+        ),
+        (
+            vec!["--devices", "8", "--search-mode", "fast"],
+            "search_mode must be one of",
+        ),
+        (
+            vec!["--devices", "8", "--optimizer", "sgd2"],
+            "--optimizer expects momentum or adam",
+        ),
+    ] {
+        let mut argv = vec!["parallel", "plan", "--model", "lenet"];
+        argv.extend(args);
+        let (ok, _, err) = spore(&argv);
+        assert!(!ok && err.contains(expected), "{argv:?}: {err}");
+    }
+    let (ok, _, err) = spore(&["parallel", "plan", "--model", "alexnet", "--devices", "2"]);
+    assert!(!ok && err.contains("unknown model \"alexnet\""), "{err}");
+}

@@ -5,10 +5,11 @@ use std::sync::Arc;
 use spore_core::Result;
 use spore_core::ir::NodeKind;
 
-use super::{Problem, bytes, param_root};
-use crate::sharding::cost::{op_time, redistribution_time};
+use super::{Problem, bytes, leaf_root};
+use crate::sharding::cost::{all_reduce, op_time, redistribution_time};
 use crate::sharding::layout::Layout;
-use crate::sharding::plan::{NodeSharding, plan_node};
+use crate::sharding::plan::{LeafReaders, NodeSharding, Stored, plan_node};
+use crate::sharding::strategy::Strategy;
 
 impl Problem<'_> {
     /// The choices in graph order as a chain: for each choice's candidates, the best
@@ -17,14 +18,16 @@ impl Problem<'_> {
     /// the nearest choices only (chains of layers); near it elsewhere. Candidates are
     /// first ranked by their own term and only the best `BEAM` kept.
     pub(super) fn chain(&self, weight: f64) -> Result<Vec<usize>> {
-        const BEAM: usize = 8;
+        const BEAM: usize = 16;
         let g = self.graph;
         let devices = self.cluster.devices;
-        let params: Vec<Layout> = g
-            .params
-            .iter()
-            .map(|p| Layout::replicated(devices, p.tensor_type().shape.len()))
-            .collect();
+        let stored = Stored::initial(g, devices);
+        let leaves = LeafReaders::new(g);
+        let walk = Walk {
+            stored: &stored,
+            leaves: &leaves,
+            weight,
+        };
         let mut states = vec![Path {
             cost: 0.0,
             nodes: Vec::with_capacity(g.nodes.len()),
@@ -35,18 +38,9 @@ impl Problem<'_> {
             let id = *id;
             // Rank the candidates on the best path so far.
             let mut ranked: Vec<(f64, usize)> = vec![];
-            {
-                let best = &mut states[0];
-                let len = best.nodes.len();
-                self.plan_range(&mut best.nodes, next_node, id, &params, weight)?;
-                for (c, st) in cands.iter().enumerate() {
-                    let ns = plan_node(g, id, &best.nodes, Some(("", st)), &params, devices)?;
-                    ranked.push((
-                        self.local_term(&mut best.nodes, id, Arc::new(ns), weight, true),
-                        c,
-                    ));
-                }
-                best.nodes.truncate(len);
+            for (c, st) in cands.iter().enumerate() {
+                let t = self.try_step(&walk, &mut states[0].nodes, next_node, id, st, true)?;
+                ranked.push((t, c));
             }
             ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
             ranked.truncate(BEAM);
@@ -54,21 +48,18 @@ impl Problem<'_> {
             for &(_, c) in &ranked {
                 let mut best: Option<(f64, usize)> = None;
                 for (k, path) in states.iter_mut().enumerate() {
-                    let len = path.nodes.len();
-                    let mut t = path.cost
-                        + self.plan_range(&mut path.nodes, next_node, id, &params, weight)?;
-                    let ns =
-                        plan_node(g, id, &path.nodes, Some(("", &cands[c])), &params, devices)?;
-                    t += self.local_term(&mut path.nodes, id, Arc::new(ns), weight, false);
-                    path.nodes.truncate(len);
+                    let t = path.cost
+                        + self.try_step(&walk, &mut path.nodes, next_node, id, &cands[c], false)?;
                     if best.is_none_or(|b| t < b.0) {
                         best = Some((t, k));
                     }
                 }
                 let Some((cost, k)) = best else { continue };
                 let mut nodes = states[k].nodes.clone();
-                self.plan_range(&mut nodes, next_node, id, &params, weight)?;
-                let ns = plan_node(g, id, &nodes, Some(("", &cands[c])), &params, devices)?;
+                let mut keep = vec![];
+                self.plan_range(&walk, &mut nodes, next_node, id, &mut keep)?;
+                let ns = plan_node(g, id, &nodes, Some(("", &cands[c])), &stored, devices)?;
+                self.settle(&walk, &mut nodes, id, &ns, &mut keep);
                 nodes.push(Arc::new(ns));
                 let mut picks = states[k].picks.clone();
                 picks.push(c);
@@ -81,8 +72,9 @@ impl Problem<'_> {
         // The ops after the last choice.
         let mut best: Option<(f64, Vec<usize>)> = None;
         for path in &mut states {
+            let mut keep = vec![];
             let t = path.cost
-                + self.plan_range(&mut path.nodes, next_node, g.nodes.len(), &params, weight)?;
+                + self.plan_range(&walk, &mut path.nodes, next_node, g.nodes.len(), &mut keep)?;
             if best.as_ref().is_none_or(|b| t < b.0) {
                 best = Some((t, path.picks.clone()));
             }
@@ -90,23 +82,78 @@ impl Problem<'_> {
         Ok(best.map(|b| b.1).unwrap_or_default())
     }
 
+    /// The cost of the ops from `from` up to choice `id` taking strategy `st`, on the
+    /// path `nodes`, which is left as it was.
+    fn try_step(
+        &self,
+        walk: &Walk,
+        nodes: &mut Vec<Arc<NodeSharding>>,
+        from: usize,
+        id: usize,
+        st: &Strategy,
+        lookahead: bool,
+    ) -> Result<f64> {
+        let len = nodes.len();
+        let mut undo = vec![];
+        let mut t = self.plan_range(walk, nodes, from, id, &mut undo)?;
+        let ns = plan_node(
+            self.graph,
+            id,
+            nodes,
+            Some(("", st)),
+            walk.stored,
+            self.cluster.devices,
+        )?;
+        self.settle(walk, nodes, id, &ns, &mut undo);
+        t += self.local_term(nodes, id, Arc::new(ns), walk.weight, lookahead);
+        nodes.truncate(len);
+        for (leaf, old) in undo.into_iter().rev() {
+            if leaf < len {
+                nodes[leaf] = old;
+            }
+        }
+        Ok(t)
+    }
+
+    /// Stores the parameters and inputs node `id` is the first reader of in the layouts
+    /// its plan wants (as the final plan will), recording what they were in `undo`.
+    fn settle(
+        &self,
+        walk: &Walk,
+        nodes: &mut [Arc<NodeSharding>],
+        id: usize,
+        ns: &NodeSharding,
+        undo: &mut Vec<(usize, Arc<NodeSharding>)>,
+    ) {
+        let Some(plan) = &ns.op else { return };
+        for (leaf, layout) in walk.leaves.wishes(self.graph, id, plan) {
+            let stored = NodeSharding {
+                out: layout,
+                op: None,
+                strategy: None,
+            };
+            undo.push((leaf, std::mem::replace(&mut nodes[leaf], Arc::new(stored))));
+        }
+    }
+
     /// Plans nodes `from..to` (none of them a choice) onto `nodes` and returns the sum
     /// of their terms.
     fn plan_range(
         &self,
+        walk: &Walk,
         nodes: &mut Vec<Arc<NodeSharding>>,
         from: usize,
         to: usize,
-        params: &[Layout],
-        weight: f64,
+        undo: &mut Vec<(usize, Arc<NodeSharding>)>,
     ) -> Result<f64> {
         let g = self.graph;
         let mut total = 0.0;
         for id in from..to {
             let found = self.fixed.find(&g.nodes[id].name);
-            let ns = plan_node(g, id, nodes, found, params, self.cluster.devices)?;
+            let ns = plan_node(g, id, nodes, found, walk.stored, self.cluster.devices)?;
+            self.settle(walk, nodes, id, &ns, undo);
             let ns = Arc::new(ns);
-            total += self.local_term(nodes, id, ns.clone(), weight, false);
+            total += self.local_term(nodes, id, ns.clone(), walk.weight, false);
             nodes.push(ns);
         }
         Ok(total)
@@ -126,7 +173,7 @@ impl Problem<'_> {
         let free: Vec<bool> = g.nodes[id]
             .args()
             .iter()
-            .map(|&a| param_root(g, a).is_some())
+            .map(|&a| leaf_root(g, a).is_some())
             .collect();
         let out_partial = ns.out.partial.iter().any(|&a| ns.out.dev[a] > 1);
         let out_bytes = bytes(g.nodes[id].ty(), &ns.out);
@@ -134,20 +181,14 @@ impl Problem<'_> {
             (Some(plan), NodeKind::Op { args, .. }) => args
                 .iter()
                 .zip(&plan.args)
-                .filter(|(a, _)| param_root(g, **a).is_some())
+                .filter(|(a, _)| leaf_root(g, **a).is_some())
                 .map(|(&a, l)| bytes(g.nodes[a].ty(), l))
                 .sum(),
             _ => 0.0,
         };
         let reduce = if lookahead && out_partial {
-            let p = ns
-                .out
-                .partial
-                .iter()
-                .map(|&a| ns.out.dev[a])
-                .product::<usize>() as f64;
-            2.0 * (p - 1.0) * self.cluster.latency
-                + 2.0 * (p - 1.0) / p * out_bytes / self.cluster.bandwidth
+            let p: usize = ns.out.partial.iter().map(|&a| ns.out.dev[a]).product();
+            all_reduce(self.cluster, p, out_bytes)
         } else {
             0.0
         };
@@ -171,6 +212,13 @@ impl Problem<'_> {
             + output
             + weight * (kept + param_bytes * (1.0 + self.optimizer_factor))
     }
+}
+
+/// What every step of one chain search shares.
+struct Walk<'a> {
+    stored: &'a Stored,
+    leaves: &'a LeafReaders,
+    weight: f64,
 }
 
 /// A path of the chain search: its cost, the plans of the nodes so far, its picks.

@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 use spore_core::Result;
 use spore_core::ir::NodeKind;
 
-use super::{Problem, param_root};
+use super::{Problem, leaf_root};
 use crate::sharding::plan::plan_graph;
 use crate::sharding::strategy::Strategy;
 
@@ -23,7 +23,8 @@ impl Problem<'_> {
             .enumerate()
             .map(|(i, c)| (c.0, i))
             .collect();
-        let mut param_deps: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); g.params.len()];
+        let mut param_deps: Vec<BTreeSet<usize>> =
+            vec![BTreeSet::new(); g.params.len() + g.inputs.len()];
         let mut term = vec![BTreeSet::new(); g.nodes.len()];
         // Parameters take the layout their readers want, so their dependencies are
         // their readers'; a few rounds settle chains of parameters and readers.
@@ -37,13 +38,14 @@ impl Problem<'_> {
                 }
                 match &n.kind {
                     NodeKind::Parameter(p) => out[id] = param_deps[*p].clone(),
+                    NodeKind::Input(i) => out[id] = param_deps[g.params.len() + i].clone(),
                     NodeKind::Op { args, .. } => {
                         let mut t = own.clone();
                         for &a in args {
                             t.extend(out[a].iter().copied());
                         }
                         for &a in args {
-                            if let Some(p) = param_root(g, a) {
+                            if let Some(p) = leaf_root(g, a) {
                                 next_params[p].extend(t.iter().copied());
                             }
                         }
@@ -52,7 +54,7 @@ impl Problem<'_> {
                     }
                     _ => {}
                 }
-                if matches!(n.kind, NodeKind::Parameter(_)) {
+                if matches!(n.kind, NodeKind::Parameter(_) | NodeKind::Input(_)) {
                     term[id] = out[id].clone();
                 }
             }

@@ -252,11 +252,13 @@ pub(super) fn bytes(t: &spore_core::TensorType, l: &Layout) -> f64 {
     (local.iter().product::<usize>() * t.dtype.size_in_bytes()) as f64
 }
 
-/// The parameter a value is (directly or through views), if any.
-pub(super) fn param_root(g: &Graph, mut v: usize) -> Option<usize> {
+/// The stored value (a parameter, or an input: index `params + i`) a value is,
+/// directly or through views, if any: its layout is chosen by its reader, for free.
+pub(super) fn leaf_root(g: &Graph, mut v: usize) -> Option<usize> {
     loop {
         match &g.nodes[v].kind {
             NodeKind::Parameter(p) => return Some(*p),
+            NodeKind::Input(i) => return Some(g.params.len() + i),
             NodeKind::Op {
                 op: Op::Transpose(_) | Op::Reshape(_) | Op::Cast(_) | Op::Identity,
                 args,
