@@ -311,6 +311,18 @@ impl AutoParallelUpdate {
             Ok(())
         })
     }
+    /// MindSpore's older `strategy_ckpt_save_file` (`save`) or `strategy_ckpt_load_file`:
+    /// sets that file only (empty: unset).
+    fn strategy_ckpt_file(self, save: bool, file: &str) -> Self {
+        let file = (!file.is_empty()).then(|| PathBuf::from(file));
+        self.change(move |c| {
+            match save {
+                true => c.strategy_ckpt_save_file = file,
+                false => c.strategy_ckpt_load_file = file,
+            }
+            Ok(())
+        })
+    }
     /// `comm_fusion`'s `allreduce` entry.
     pub fn comm_fusion(self, fusion: AllReduceFusion) -> Self {
         self.change(move |c| {
@@ -362,8 +374,8 @@ impl AutoParallelUpdate {
             "search_mode" | "auto_parallel_search_mode" => {
                 self.search_mode(SearchMode::parse(value).map_err(|e| invalid(e.to_string()))?)
             }
-            "strategy_ckpt_save_file" => self.strategy_ckpt_config(Some(value.into()), None),
-            "strategy_ckpt_load_file" => self.strategy_ckpt_config(None, Some(value.into())),
+            "strategy_ckpt_save_file" => self.strategy_ckpt_file(true, value),
+            "strategy_ckpt_load_file" => self.strategy_ckpt_file(false, value),
             "strategy_ckpt_config" => {
                 let (save, load) = parse_strategy_ckpt_config(value)?;
                 self.strategy_ckpt_config(save, load)

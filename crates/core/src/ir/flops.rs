@@ -36,28 +36,40 @@ impl Graph {
 /// FLOP of one op with argument types `args` and result type `out` (0 for ops that are
 /// not products or convolutions).
 pub fn op_flops(op: &Op, args: &[&TensorType], out: &TensorType) -> u64 {
-    let numel = |t: &TensorType| t.shape.iter().product::<usize>() as u64;
+    // Saturating: a planner asks about whole-cluster shapes.
+    let numel = |t: &TensorType| {
+        t.shape
+            .iter()
+            .fold(1u64, |a, &d| a.saturating_mul(d as u64))
+    };
     // Multiply-adds per output value of a convolution: one per (input channel of the
     // group, kernel row, kernel column), read off the filter's shape [K, C/g, kh, kw].
-    let per_output = |w: &TensorType| w.shape.iter().skip(1).product::<usize>() as u64;
+    let per_output = |w: &TensorType| {
+        w.shape
+            .iter()
+            .skip(1)
+            .fold(1u64, |a, &d| a.saturating_mul(d as u64))
+    };
     match op {
         // [.., m, k] x [.., k, n] -> [.., m, n]: k multiply-adds per output value.
         Op::MatMul | Op::MatMulAdd { .. } | Op::MatMulBias { .. } => {
             match args.first().and_then(|a| a.shape.last()) {
-                Some(&k) => 2 * numel(out) * k as u64,
+                Some(&k) => 2u64.saturating_mul(numel(out)).saturating_mul(k as u64),
                 None => 0,
             }
         }
         // (x, w) -> y: per y value.
-        Op::Conv2d(_) | Op::Conv2dRelu(_) if args.len() == 2 => {
-            2 * numel(out) * per_output(args[1])
-        }
+        Op::Conv2d(_) | Op::Conv2dRelu(_) if args.len() == 2 => 2u64
+            .saturating_mul(numel(out))
+            .saturating_mul(per_output(args[1])),
         // (dy, w) -> dx: the forward's multiply-adds, per dy value.
-        Op::Conv2dBackpropInput { .. } if args.len() == 2 => {
-            2 * numel(args[0]) * per_output(args[1])
-        }
+        Op::Conv2dBackpropInput { .. } if args.len() == 2 => 2u64
+            .saturating_mul(numel(args[0]))
+            .saturating_mul(per_output(args[1])),
         // (dy, x) -> dw: the forward's multiply-adds, per dy value.
-        Op::Conv2dBackpropFilter { .. } if args.len() == 2 => 2 * numel(args[0]) * per_output(out),
+        Op::Conv2dBackpropFilter { .. } if args.len() == 2 => 2u64
+            .saturating_mul(numel(args[0]))
+            .saturating_mul(per_output(out)),
         _ => 0,
     }
 }

@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use spore_core::{DType, Result, Tensor};
 
-use super::cost::Cluster;
+use super::cost::{Cluster, rounds};
 use crate::backend::ReduceOp;
 use crate::collective::{barrier, collective_max_f64};
 use crate::management::engine;
@@ -91,8 +91,8 @@ impl Cluster {
     }
 }
 
-/// Alpha and 1/beta of the world's ring AllReduce: a tiny one gives the latency, a
-/// 4 MB one the bandwidth.
+/// Alpha and 1/beta of the world's AllReduce: a tiny one gives the latency, a 4 MB one
+/// the bandwidth.
 fn link_rates(devices: usize) -> Result<(f64, f64)> {
     let g = crate::management::group(None)?;
     let time = |elements: usize, reps: usize| -> Result<f64> {
@@ -104,11 +104,13 @@ fn link_rates(devices: usize) -> Result<(f64, f64)> {
         collective_max_f64(t)
     };
     let p = devices as f64;
+    // The same algorithm shape the cost model assumes: 2 * rounds(p) latencies.
+    let steps = 2.0 * rounds(p);
     let small = time(1, 50)?;
-    let latency = (small / (2.0 * (p - 1.0))).max(1e-9);
+    let latency = (small / steps).max(1e-9);
     let bytes = 4.0 * (1 << 20) as f64;
     let large = time(1 << 20, 10)?;
-    let moving = (large - 2.0 * (p - 1.0) * latency).max(large * 0.1);
+    let moving = (large - steps * latency).max(large * 0.1);
     let bandwidth = 2.0 * (p - 1.0) / p * bytes / moving;
     Ok((latency, bandwidth))
 }

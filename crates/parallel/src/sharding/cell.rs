@@ -35,6 +35,7 @@ use spore_core::trace::trace;
 use spore_core::{Error, Parameter, Result, Tensor, TensorType};
 use spore_nn::cell::{Cell, CellBase, CellCall};
 
+use super::agree::{agree, check_same_weights, same_on_every_rank};
 use super::cost::Cluster;
 use super::execute::run_planned;
 use super::layout::Layout;
@@ -81,22 +82,10 @@ impl ShardedCell {
         // The global shapes are never allocated whole on one rank.
         let mut graph =
             spore_core::memory::with_global_shapes(|| trace(&name, inputs, |xs| network.call(xs)))?;
-        let mut chosen = strategies.clone();
-        if let Some(file) = &ctx.strategy_ckpt_load_file {
-            let (loaded, devices) = load_strategies(file)?;
-            if devices != e.size {
-                return Err(Error::io(
-                    file,
-                    format!(
-                        "the strategies were planned for {devices} ranks; this job has {}",
-                        e.size
-                    ),
-                ));
-            }
-            for (path, s) in loaded.entries() {
-                chosen.set(path, s.clone())?;
-            }
-        }
+        let chosen = agree(
+            with_file(strategies, &ctx, e.size),
+            "loading the strategy file",
+        )?;
         let plan = if ctx.parallel_mode == ParallelMode::AutoParallel {
             let cluster = Cluster::measure()?;
             // Momentum's state: one value per parameter.
@@ -104,9 +93,17 @@ impl ShardedCell {
         } else {
             plan_graph(&graph, &chosen, e.size)?
         };
-        if let (Some(file), 0) = (&ctx.strategy_ckpt_save_file, e.rank) {
-            save_strategies(file, &applied(&graph, &plan), e.size)?;
-        }
+        let applied = applied(&graph, &plan);
+        same_on_every_rank(
+            "sharding plan",
+            &format!("{:?} {:?}", applied.entries(), plan.params),
+        )?;
+        let saved = match (&ctx.strategy_ckpt_save_file, e.rank) {
+            (Some(file), 0) => save_strategies(file, &applied, e.size),
+            _ => Ok(()),
+        };
+        agree(saved, "saving the strategy file")?;
+        check_same_weights(&graph.params)?;
         let mut params = vec![];
         let mut whole_types = vec![];
         for (p, layout) in graph.params.iter().zip(&plan.params) {
@@ -176,6 +173,28 @@ impl ShardedCell {
         std::fs::write(&path, &self.text)
             .map_err(|e| Error::io(&path, format!("cannot write the sharding plan: {e}")))
     }
+}
+
+/// The user's strategies with those of `strategy_ckpt_config`'s load file over them.
+fn with_file(
+    strategies: &Strategies,
+    ctx: &crate::context::AutoParallelContext,
+    ranks: usize,
+) -> Result<Strategies> {
+    let mut chosen = strategies.clone();
+    if let Some(file) = &ctx.strategy_ckpt_load_file {
+        let (loaded, devices) = load_strategies(file)?;
+        if devices != ranks {
+            return Err(Error::io(
+                file,
+                format!("the strategies were planned for {devices} ranks; this job has {ranks}"),
+            ));
+        }
+        for (path, s) in loaded.entries() {
+            chosen.set(path, s.clone())?;
+        }
+    }
+    Ok(chosen)
 }
 
 /// The strategy each node got, by exact node name (what a strategy file records).

@@ -17,13 +17,13 @@
 //! a separate summand (data parallelism), so each redistribution step here is its own
 //! primitive whose gradient is the step back (Megatron's conjugate pairs):
 //!
-//! | forward | backward |
-//! |---|---|
-//! | `PartialSum`: AllReduce of summands into the whole value | identity (`GradSum`) |
-//! | `GradSum`: identity where an op uses a value that is whole across ranks computing different parts | AllReduce of the gradient's summands (`PartialSum`) |
-//! | `GatherBlocks`: AllGather of blocks into the whole | take this rank's block (`SliceBlock`) |
-//! | `SliceBlock`: take this rank's block of a whole value | AllGather (`GatherBlocks`) |
-//! | `ReduceScatterBlocks`: sum of summands, this rank's block kept | AllGather (`GatherBlocks`) |
+//! | [`Move`] | forward | backward |
+//! |---|---|---|
+//! | `PartialSum` | AllReduce of summands into the whole value | identity (`GradSum`) |
+//! | `GradSum` | identity, where an op uses a value that is whole across ranks computing different parts | AllReduce of the gradient's summands (`PartialSum`) |
+//! | `Gather` | AllGather of blocks into the whole | take this rank's block (`Slice`) |
+//! | `Slice` | take this rank's block of a whole value | AllGather (`Gather`) |
+//! | `ReduceScatter` | sum of summands, this rank's block kept | AllGather (`Gather`) |
 //!
 //! Each works along axis 0; `redistribute` moves other axes there with views.
 
@@ -35,56 +35,43 @@ use crate::collective;
 use crate::management::GroupInfo;
 use crate::ops::{apply_primitive, contiguous_buffer, result_tensor, shared_buffer};
 
-/// The AllReduce of summands into the whole value; gradient: identity.
-#[derive(Debug, Clone)]
-pub(crate) struct PartialSum {
-    pub(crate) group: GroupInfo,
+/// One step of moving a value between layouts (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Move {
+    PartialSum,
+    GradSum,
+    Gather,
+    Slice,
+    ReduceScatter,
 }
 
-/// Identity; gradient: the AllReduce of the gradient's summands.
-#[derive(Debug, Clone)]
-pub(crate) struct GradSum {
-    pub(crate) group: GroupInfo,
-}
-
-/// AllGather of axis-0 blocks; gradient: this rank's block.
-#[derive(Debug, Clone)]
-pub(crate) struct GatherBlocks {
-    pub(crate) group: GroupInfo,
-}
-
-/// This rank's axis-0 block (the group rank's); gradient: AllGather.
-#[derive(Debug, Clone)]
-pub(crate) struct SliceBlock {
-    pub(crate) group: GroupInfo,
-}
-
-/// The sum of summands, this rank's axis-0 block kept; gradient: AllGather.
-#[derive(Debug, Clone)]
-pub(crate) struct ReduceScatterBlocks {
-    pub(crate) group: GroupInfo,
-}
-
-fn one<'a>(inputs: &[&'a TensorType]) -> std::result::Result<&'a TensorType, String> {
-    match inputs {
-        [x] => Ok(x),
-        _ => Err(format!("expected 1 input, got {}", inputs.len())),
+impl Move {
+    /// The step its gradient takes.
+    fn conjugate(self) -> Move {
+        match self {
+            Move::PartialSum => Move::GradSum,
+            Move::GradSum => Move::PartialSum,
+            Move::Gather => Move::Slice,
+            Move::Slice | Move::ReduceScatter => Move::Gather,
+        }
     }
 }
 
-fn rows<'a>(inputs: &[&'a TensorType]) -> std::result::Result<&'a TensorType, String> {
-    let x = one(inputs)?;
+/// A [`Move`] on a group of ranks, as a Spore primitive.
+#[derive(Debug, Clone)]
+pub(crate) struct Redistribution {
+    pub(crate) kind: Move,
+    pub(crate) group: GroupInfo,
+}
+
+/// `x`'s shape with axis 0 multiplied (`grow`) or divided by the group's size.
+fn resized(x: &TensorType, n: usize, grow: bool) -> std::result::Result<TensorType, String> {
     if x.shape.is_empty() {
         return Err(
             "expected a tensor with at least one axis (blocks are cut along axis 0), got a scalar"
                 .into(),
         );
     }
-    Ok(x)
-}
-
-/// `x`'s shape with axis 0 multiplied (`grow`) or divided by the group's size.
-fn resized(x: &TensorType, n: usize, grow: bool) -> std::result::Result<TensorType, String> {
     let mut shape = x.shape.to_vec();
     if grow {
         shape[0] = shape[0]
@@ -113,109 +100,12 @@ fn float_only(x: &TensorType) -> std::result::Result<(), String> {
     }
 }
 
-impl CustomPrimitive for PartialSum {
-    fn name(&self) -> &str {
-        "AllReduce"
-    }
-    fn attributes(&self) -> String {
-        format!("op=sum, group={}, summands->whole", self.group.name)
-    }
-    fn infer(&self, inputs: &[&TensorType]) -> std::result::Result<TensorType, String> {
-        let x = one(inputs)?;
-        float_only(x)?;
-        Ok(x.clone())
-    }
-    fn eval(&self, inputs: &[&Tensor]) -> std::result::Result<Tensor, String> {
-        let x = inputs[0];
-        let out = collective::all_reduce(&self.group, shared_buffer(x)?, x.shape(), ReduceOp::Sum)
-            .map_err(|e| e.to_string())?;
-        result_tensor(out, x.shape())
-    }
-    fn vjp(&self, _: &[Tensor], _: &Tensor, grad: &Tensor) -> Result<Vec<Option<Tensor>>> {
-        let g = GradSum {
-            group: self.group.clone(),
-        };
-        Ok(vec![Some(apply_primitive(g, &[grad])?)])
-    }
-    fn has_side_effect(&self) -> bool {
-        true
-    }
-}
-
-impl CustomPrimitive for GradSum {
-    fn name(&self) -> &str {
-        "GradAllReduce"
-    }
-    fn attributes(&self) -> String {
-        format!("group={}, identity; gradient summed", self.group.name)
-    }
-    fn infer(&self, inputs: &[&TensorType]) -> std::result::Result<TensorType, String> {
-        Ok(one(inputs)?.clone())
-    }
-    fn eval(&self, inputs: &[&Tensor]) -> std::result::Result<Tensor, String> {
-        Ok(inputs[0].detach())
-    }
-    fn vjp(&self, _: &[Tensor], _: &Tensor, grad: &Tensor) -> Result<Vec<Option<Tensor>>> {
-        let g = PartialSum {
-            group: self.group.clone(),
-        };
-        Ok(vec![Some(apply_primitive(g, &[grad])?)])
-    }
-    fn has_side_effect(&self) -> bool {
-        // Its gradient is a collective every rank must reach: never merged away.
-        true
-    }
-}
-
-impl CustomPrimitive for GatherBlocks {
-    fn name(&self) -> &str {
-        "AllGather"
-    }
-    fn attributes(&self) -> String {
-        format!("group={}, blocks->whole", self.group.name)
-    }
-    fn infer(&self, inputs: &[&TensorType]) -> std::result::Result<TensorType, String> {
-        resized(rows(inputs)?, self.group.size(), true)
-    }
-    fn eval(&self, inputs: &[&Tensor]) -> std::result::Result<Tensor, String> {
-        let x = inputs[0];
-        let out = collective::all_gather(&self.group, contiguous_buffer(x)?, x.shape())
-            .map_err(|e| e.to_string())?;
-        let mut shape = x.shape().to_vec();
-        shape[0] *= self.group.size();
-        Tensor::from_buffer(out, &shape).map_err(|e| e.to_string())
-    }
-    fn vjp(&self, _: &[Tensor], _: &Tensor, grad: &Tensor) -> Result<Vec<Option<Tensor>>> {
-        let g = SliceBlock {
-            group: self.group.clone(),
-        };
-        Ok(vec![Some(apply_primitive(g, &[grad])?)])
-    }
-    fn has_side_effect(&self) -> bool {
-        true
-    }
-}
-
-impl CustomPrimitive for SliceBlock {
-    fn name(&self) -> &str {
-        "SliceBlock"
-    }
-    fn attributes(&self) -> String {
-        format!(
-            "block {} of {} (group={}), whole->block",
-            self.group.rank,
-            self.group.size(),
-            self.group.name
-        )
-    }
-    fn infer(&self, inputs: &[&TensorType]) -> std::result::Result<TensorType, String> {
-        resized(rows(inputs)?, self.group.size(), false)
-    }
-    fn eval(&self, inputs: &[&Tensor]) -> std::result::Result<Tensor, String> {
-        let x = inputs[0];
+impl Redistribution {
+    /// This rank's block of `x` along axis 0 (the group rank's).
+    fn block(&self, x: &Tensor) -> std::result::Result<Tensor, String> {
         let s = x
             .storage()
-            .ok_or("SliceBlock needs a concrete tensor (internal: eval got a traced one)")?;
+            .ok_or("a block needs a concrete tensor (internal: eval got a traced one)")?;
         let mut len = x.shape().to_vec();
         len[0] /= self.group.size();
         let mut start = vec![0; len.len()];
@@ -224,50 +114,83 @@ impl CustomPrimitive for SliceBlock {
         let block = spore_kernels::elementwise::copy(&s.buffer, &view);
         Tensor::from_buffer(block, &len).map_err(|e| e.to_string())
     }
-    fn vjp(&self, _: &[Tensor], _: &Tensor, grad: &Tensor) -> Result<Vec<Option<Tensor>>> {
-        let g = GatherBlocks {
-            group: self.group.clone(),
-        };
-        Ok(vec![Some(apply_primitive(g, &[grad])?)])
-    }
-    fn has_side_effect(&self) -> bool {
-        // Its gradient is a collective: kept like one.
-        true
-    }
 }
 
-impl CustomPrimitive for ReduceScatterBlocks {
+impl CustomPrimitive for Redistribution {
     fn name(&self) -> &str {
-        "ReduceScatter"
+        match self.kind {
+            Move::PartialSum => "AllReduce",
+            Move::GradSum => "GradAllReduce",
+            Move::Gather => "AllGather",
+            Move::Slice => "SliceBlock",
+            Move::ReduceScatter => "ReduceScatter",
+        }
     }
     fn attributes(&self) -> String {
-        format!("op=sum, group={}, summands->block", self.group.name)
+        let what = match self.kind {
+            Move::PartialSum => "op=sum, summands->whole".to_string(),
+            Move::GradSum => "identity; gradient summed".to_string(),
+            Move::Gather => "blocks->whole".to_string(),
+            Move::Slice => format!("block {} of {}", self.group.rank, self.group.size()),
+            Move::ReduceScatter => "op=sum, summands->block".to_string(),
+        };
+        format!("group={}, {what}", self.group.name)
     }
     fn infer(&self, inputs: &[&TensorType]) -> std::result::Result<TensorType, String> {
-        let x = rows(inputs)?;
-        float_only(x)?;
-        resized(x, self.group.size(), false)
+        let [x] = inputs else {
+            return Err(format!("expected 1 input, got {}", inputs.len()));
+        };
+        let n = self.group.size();
+        match self.kind {
+            Move::PartialSum => float_only(x).map(|_| (*x).clone()),
+            Move::GradSum => Ok((*x).clone()),
+            Move::Gather => resized(x, n, true),
+            Move::Slice => resized(x, n, false),
+            Move::ReduceScatter => float_only(x).and_then(|_| resized(x, n, false)),
+        }
     }
     fn eval(&self, inputs: &[&Tensor]) -> std::result::Result<Tensor, String> {
         let x = inputs[0];
-        let out = collective::reduce_scatter(
-            &self.group,
-            contiguous_buffer(x)?,
-            x.shape(),
-            ReduceOp::Sum,
-        )
-        .map_err(|e| e.to_string())?;
+        let n = self.group.size();
         let mut shape = x.shape().to_vec();
-        shape[0] /= self.group.size();
-        Tensor::from_buffer(out, &shape).map_err(|e| e.to_string())
+        let out = match self.kind {
+            Move::GradSum => return Ok(x.detach()),
+            Move::Slice => return self.block(x),
+            Move::PartialSum => {
+                let sum = collective::all_reduce(
+                    &self.group,
+                    shared_buffer(x)?,
+                    x.shape(),
+                    ReduceOp::Sum,
+                );
+                return result_tensor(sum.map_err(|e| e.to_string())?, x.shape());
+            }
+            Move::Gather => {
+                shape[0] *= n;
+                collective::all_gather(&self.group, contiguous_buffer(x)?, x.shape())
+            }
+            Move::ReduceScatter => {
+                shape[0] /= n;
+                collective::reduce_scatter(
+                    &self.group,
+                    contiguous_buffer(x)?,
+                    x.shape(),
+                    ReduceOp::Sum,
+                )
+            }
+        };
+        Tensor::from_buffer(out.map_err(|e| e.to_string())?, &shape).map_err(|e| e.to_string())
     }
     fn vjp(&self, _: &[Tensor], _: &Tensor, grad: &Tensor) -> Result<Vec<Option<Tensor>>> {
-        let g = GatherBlocks {
+        let back = Redistribution {
+            kind: self.kind.conjugate(),
             group: self.group.clone(),
         };
-        Ok(vec![Some(apply_primitive(g, &[grad])?)])
+        Ok(vec![Some(apply_primitive(back, &[grad])?)])
     }
     fn has_side_effect(&self) -> bool {
+        // Each is, or has as its gradient, a collective every rank must reach: never
+        // merged or removed.
         true
     }
 }

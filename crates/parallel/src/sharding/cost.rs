@@ -11,7 +11,10 @@
 //!     Ok(vec![x[0].matmul(&w.value())?.sum(&[0, 1], false)?])
 //! }).unwrap();
 //! let cluster = Cluster::example(4);
-//! let alone = plan_cost(&g, &plan_graph(&g, &Strategies::new(), 4).unwrap(), &cluster, 1.0);
+//! // Every rank computing the whole product (a strategy using one rank of the four).
+//! let mut whole = Strategies::new();
+//! whole.shard("MatMul", "((1, 1), (1, 1))").unwrap();
+//! let alone = plan_cost(&g, &plan_graph(&g, &whole, 4).unwrap(), &cluster, 1.0);
 //! let mut s = Strategies::new();
 //! s.shard("MatMul", "((4, 1), (1, 1))").unwrap(); // the batch split 4 ways
 //! let split = plan_cost(&g, &plan_graph(&g, &s, 4).unwrap(), &cluster, 1.0);
@@ -75,6 +78,8 @@ pub struct Cost {
     /// Seconds of communication (forward and backward).
     pub communication: f64,
     pub parameter_bytes: f64,
+    /// One gradient per parameter.
+    pub gradient_bytes: f64,
     /// Optimizer state (parameter bytes times the optimizer's factor).
     pub optimizer_bytes: f64,
     /// Values kept for the backward pass.
@@ -86,14 +91,14 @@ impl Cost {
         self.compute + self.communication
     }
     pub fn memory(&self) -> f64 {
-        self.parameter_bytes + self.optimizer_bytes + self.activation_bytes
+        self.parameter_bytes + self.gradient_bytes + self.optimizer_bytes + self.activation_bytes
     }
 }
 
 /// Messages in a row of a collective on `p` ranks: MPI libraries switch from rings to
 /// recursive doubling and halving as groups grow, so latency grows with log2(p) steps
 /// while each rank still moves (p-1)/p of the data.
-fn rounds(p: f64) -> f64 {
+pub(crate) fn rounds(p: f64) -> f64 {
     p.log2().ceil().min(p - 1.0)
 }
 
@@ -113,7 +118,8 @@ fn group_size(dev: &[usize], axes: &[usize]) -> usize {
     axes.iter().map(|&a| dev[a]).product()
 }
 
-fn bytes_of(t: &TensorType, layout: &Layout) -> f64 {
+/// Bytes of this rank's block of a tensor of type `t` laid out as `layout`.
+pub(crate) fn bytes_of(t: &TensorType, layout: &Layout) -> f64 {
     let local = layout
         .local_shape(&t.shape)
         .unwrap_or_else(|_| t.shape.to_vec());
@@ -131,50 +137,35 @@ pub fn redistribution_time(
     let Ok(steps) = redistribution_steps(from, to, &t.shape) else {
         return f64::INFINITY;
     };
-    let mut cur = from.clone();
+    // This rank's block as the steps reshape it.
+    let mut local = from
+        .local_shape(&t.shape)
+        .unwrap_or_else(|_| t.shape.to_vec());
+    let element = t.dtype.size_in_bytes() as f64;
     let mut total = 0.0;
     for step in steps {
-        let here = bytes_of(t, &cur);
+        let here = local.iter().product::<usize>() as f64 * element;
         let (forward, backward) = match &step {
             Step::AllReduce { dev, axes } => (all_reduce(c, group_size(dev, axes), here), 0.0),
-            Step::ReduceScatter { dev, axis, .. } => {
+            Step::ReduceScatter { dim, dev, axis } => {
                 let p = group_size(dev, &[*axis]);
+                local[*dim] /= p;
                 (gather(c, p, here), gather(c, p, here))
             }
-            Step::AllGather { dev, axis, .. } => {
+            Step::AllGather { dim, dev, axis } => {
                 let p = group_size(dev, &[*axis]);
+                local[*dim] *= p;
                 (gather(c, p, here * p as f64), 0.0)
             }
-            Step::Slice { dev, axis, .. } => (0.0, gather(c, group_size(dev, &[*axis]), here)),
+            Step::Slice { dim, dev, axis } => {
+                let p = group_size(dev, &[*axis]);
+                local[*dim] /= p;
+                (0.0, gather(c, p, here))
+            }
         };
         total += forward + if grad { backward } else { 0.0 };
-        cur = after(&cur, &step);
     }
     total
-}
-
-/// The layout after one step (for the next step's sizes).
-fn after(l: &Layout, step: &Step) -> Layout {
-    let mut l = l.clone();
-    match step {
-        Step::AllReduce { .. } => l.partial.clear(),
-        Step::ReduceScatter { dim, dev, axis } => {
-            l.partial.clear();
-            if l.dev == *dev {
-                l.map[*dim] = Some(*axis);
-            }
-        }
-        Step::AllGather { dim, .. } => l.map[*dim] = None,
-        Step::Slice { dim, dev, axis } => {
-            l = Layout {
-                dev: dev.clone(),
-                map: vec![None; l.map.len()],
-                partial: vec![],
-            };
-            l.map[*dim] = Some(*axis);
-        }
-    }
-    l
 }
 
 /// Which values a gradient flows into: floats computed from parameters.
@@ -272,6 +263,7 @@ pub fn plan_cost(g: &Graph, plan: &ShardingPlan, c: &Cluster, optimizer_factor: 
         let whole = Layout::replicated(plan.devices, t.shape.len());
         cost.communication += redistribution_time(c, t, &plan.nodes[o].out, &whole, false);
     }
+    cost.gradient_bytes = cost.parameter_bytes;
     cost.optimizer_bytes = cost.parameter_bytes * optimizer_factor;
     cost
 }

@@ -32,6 +32,29 @@ pub fn run_planned(
     params: &[Parameter],
     inputs: &[Tensor],
 ) -> Result<Vec<Tensor>> {
+    if plan.nodes.len() != graph.nodes.len() || plan.inputs.len() != graph.inputs.len() {
+        return Err(Error::invalid(format!(
+            "sharded graph {}: the plan is for another graph ({} nodes and {} inputs planned, the graph has {} and {})",
+            graph.name,
+            plan.nodes.len(),
+            plan.inputs.len(),
+            graph.nodes.len(),
+            graph.inputs.len()
+        )));
+    }
+    if let Some((i, x)) = inputs.iter().enumerate().find(|(i, x)| {
+        graph
+            .inputs
+            .get(*i)
+            .is_some_and(|&v| x.tensor_type() != graph.nodes[v].ty())
+    }) {
+        return Err(Error::invalid(format!(
+            "sharded graph {}: input {i} must be {} (whole), got {}",
+            graph.name,
+            graph.nodes[graph.inputs[i]].ty(),
+            x.tensor_type()
+        )));
+    }
     if params.len() != graph.params.len() {
         return Err(Error::invalid(format!(
             "sharded graph {}: {} parameters given, the graph reads {}",

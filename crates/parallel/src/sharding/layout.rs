@@ -36,8 +36,16 @@ impl Layout {
         map: Vec<Option<usize>>,
         mut partial: Vec<usize>,
     ) -> Result<Layout, String> {
-        if dev.is_empty() || dev.contains(&0) {
-            return Err(format!("a device matrix needs positive sizes, got {dev:?}"));
+        if dev.is_empty()
+            || dev.contains(&0)
+            || dev
+                .iter()
+                .try_fold(1usize, |a, &d| a.checked_mul(d))
+                .is_none()
+        {
+            return Err(format!(
+                "a device matrix needs positive sizes whose product fits, got {dev:?}"
+            ));
         }
         partial.sort_unstable();
         partial.dedup();
@@ -70,11 +78,6 @@ impl Layout {
     /// The number of ranks the layout spreads over.
     pub fn devices(&self) -> usize {
         self.dev.iter().product()
-    }
-
-    /// Whether every rank holds the whole value.
-    pub fn is_replicated(&self) -> bool {
-        self.partial.is_empty() && self.map.iter().all(|m| m.is_none_or(|a| self.dev[a] == 1))
     }
 
     /// The same placement without its partial sums (what a consumer reads once they

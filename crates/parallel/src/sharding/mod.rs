@@ -18,8 +18,10 @@
 //! s.shard("2/MatMul", "((1, 4), (4, 1))").unwrap();
 //! let plan = plan_graph(&g, &s, 4).unwrap();
 //! let text = plan.describe(&g);
-//! // The hidden layer never leaves its blocks; one AllReduce adds the second product's summands.
-//! assert_eq!(text.matches("AllReduce(").count(), 1, "{text}");
+//! // The hidden layer never leaves its blocks; one AllReduce adds the second product's
+//! // summands (the loss, on its share of the batch, adds one more of a scalar).
+//! assert!(!text.contains("AllGather"), "{text}");
+//! assert_eq!(text.matches("AllReduce(axes [1] of dev[1, 4, 1])").count(), 1, "{text}");
 //! ```
 //!
 //! The pieces, each usable alone: [`Layout`] (device matrix, tensor map, partial sums),
@@ -28,6 +30,7 @@
 //! [`redistribution_steps`]/[`redistribute`] (the collectives between two layouts, with
 //! gradients that keep every rank's loss the same), [`run_planned`] and [`ShardedCell`].
 
+mod agree;
 mod calibrate;
 mod cell;
 mod comm;
@@ -41,6 +44,7 @@ mod search;
 mod strategy;
 mod strategy_file;
 
+pub use agree::same_on_every_rank;
 pub use cell::ShardedCell;
 pub use cost::{Cluster, Cost, needs_grad, op_time, plan_cost, redistribution_time};
 pub use execute::run_planned;

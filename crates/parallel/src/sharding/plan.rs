@@ -16,7 +16,7 @@
 //! assert_eq!(plan.nodes[g.outputs[0]].out.to_string(), "dev[1,1,4] (R, S2)");
 //! ```
 //!
-//! The graph's inputs are whole on every rank (MindSpore's `full_batch`), so each rank
+//! The graph's inputs are whole on every rank (the whole batch is given to each), so each rank
 //! cuts the block it needs without communication: the block its first consumer wants,
 //! else its share of the batch. A parameter read through views (a Dense layer's
 //! transposed weight) is stored in the layout its first consumer needs. Both are found
@@ -204,9 +204,9 @@ fn check_divisible(
         .map_err(|e| format!("{} output: {e}", op.name()))
 }
 
-/// The views a parameter may be read through on its way to the op that decides its
-/// layout: (the view's node, how to carry a layout back through it).
-fn is_view(op: &Op) -> bool {
+/// Ops a parameter or input may be read through on its way to the op that decides its
+/// layout (each carries a layout back to its input).
+pub(crate) fn is_view(op: &Op) -> bool {
     matches!(
         op,
         Op::Transpose(_) | Op::Reshape(_) | Op::Cast(_) | Op::Identity

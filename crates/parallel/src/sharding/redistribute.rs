@@ -19,7 +19,7 @@ use std::sync::Mutex;
 
 use spore_core::{Error, Result, Tensor};
 
-use super::comm::{GatherBlocks, GradSum, PartialSum, ReduceScatterBlocks, SliceBlock};
+use super::comm::{Move, Redistribution};
 use super::layout::{Layout, group_ranks};
 use crate::management::{GroupInfo, create_group, engine, group};
 use crate::ops::apply_primitive;
@@ -159,7 +159,13 @@ pub fn redistribute(x: &Tensor, shape: &[usize], from: &Layout, to: &Layout) -> 
 /// value that ranks computing different parts of an op all read whole.
 pub fn mark_gradient_sum(x: &Tensor, dev: &[usize], axes: &[usize]) -> Result<Tensor> {
     match step_group(dev, axes)? {
-        Some(group) => apply_primitive(GradSum { group }, &[x]),
+        Some(group) => apply_primitive(
+            Redistribution {
+                kind: Move::GradSum,
+                group,
+            },
+            &[x],
+        ),
         None => Ok(x.clone()),
     }
 }
@@ -167,32 +173,28 @@ pub fn mark_gradient_sum(x: &Tensor, dev: &[usize], axes: &[usize]) -> Result<Te
 fn run_step(x: &Tensor, step: &Step) -> Result<Tensor> {
     match step {
         Step::AllReduce { dev, axes } => match step_group(dev, axes)? {
-            Some(group) => apply_primitive(PartialSum { group }, &[x]),
+            Some(group) => apply_primitive(
+                Redistribution {
+                    kind: Move::PartialSum,
+                    group,
+                },
+                &[x],
+            ),
             None => Ok(x.clone()),
         },
-        Step::ReduceScatter { dim, dev, axis } => along(x, *dim, dev, *axis, |group, x| {
-            apply_primitive(ReduceScatterBlocks { group }, &[x])
-        }),
-        Step::AllGather { dim, dev, axis } => along(x, *dim, dev, *axis, |group, x| {
-            apply_primitive(GatherBlocks { group }, &[x])
-        }),
-        Step::Slice { dim, dev, axis } => along(x, *dim, dev, *axis, |group, x| {
-            apply_primitive(SliceBlock { group }, &[x])
-        }),
+        Step::ReduceScatter { dim, dev, axis } => along(x, *dim, dev, *axis, Move::ReduceScatter),
+        Step::AllGather { dim, dev, axis } => along(x, *dim, dev, *axis, Move::Gather),
+        Step::Slice { dim, dev, axis } => along(x, *dim, dev, *axis, Move::Slice),
     }
 }
 
-/// Applies `f` to `x` with `dim` moved to the front (views both ways).
-fn along(
-    x: &Tensor,
-    dim: usize,
-    dev: &[usize],
-    axis: usize,
-    f: impl FnOnce(GroupInfo, &Tensor) -> Result<Tensor>,
-) -> Result<Tensor> {
+/// Runs `kind` along `dim` over `axis`'s group, with `dim` moved to the front (views
+/// both ways).
+fn along(x: &Tensor, dim: usize, dev: &[usize], axis: usize, kind: Move) -> Result<Tensor> {
     let Some(group) = step_group(dev, &[axis])? else {
         return Ok(x.clone());
     };
+    let f = |group, x: &Tensor| apply_primitive(Redistribution { kind, group }, &[x]);
     if dim == 0 {
         return f(group, x);
     }
@@ -233,13 +235,18 @@ fn step_group(dev: &[usize], axes: &[usize]) -> Result<Option<GroupInfo>> {
         return group(None).map(Some);
     }
     let key = (dev.to_vec(), axes.to_vec());
-    let mut cache = GROUPS.lock().unwrap_or_else(|p| p.into_inner());
-    let cache = cache.get_or_insert_with(HashMap::new);
-    if let Some(name) = cache.get(&key) {
-        return group(Some(name)).map(Some);
+    let known = with_groups(|g| g.get(&key).cloned());
+    if let Some(name) = known {
+        return group(Some(&name)).map(Some);
     }
+    // Made without holding the lock: creating a group is itself a collective.
     let name = format!("sharding_dev{dev:?}_axes{axes:?}_from{}", ranks[0]);
     create_group(&name, &ranks)?;
-    cache.insert(key, name.clone());
+    with_groups(|g| g.insert(key, name.clone()));
     group(Some(&name)).map(Some)
+}
+
+fn with_groups<R>(f: impl FnOnce(&mut GroupNames) -> R) -> R {
+    let mut guard = GROUPS.lock().unwrap_or_else(|p| p.into_inner());
+    f(guard.get_or_insert_with(HashMap::new))
 }

@@ -19,6 +19,9 @@ use std::str::FromStr;
 
 use spore_core::{Error, Result};
 
+/// The most ways a dimension can be split: MindSpore's largest `device_num`.
+const MAX_FACTOR: usize = 4096;
+
 /// One operator's strategy: for each input, the number of blocks per dimension.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Strategy {
@@ -27,9 +30,9 @@ pub struct Strategy {
 
 impl Strategy {
     pub fn new(inputs: Vec<Vec<usize>>) -> Result<Strategy> {
-        if inputs.iter().flatten().any(|&f| f == 0) {
+        if inputs.iter().flatten().any(|&f| f == 0 || f > MAX_FACTOR) {
             return Err(Error::invalid(format!(
-                "a strategy's split factors must be at least 1, got {inputs:?}"
+                "a strategy's split factors must be in [1, {MAX_FACTOR}] (a job has at most that many ranks), got {inputs:?}"
             )));
         }
         Ok(Strategy { inputs })
@@ -57,17 +60,26 @@ impl FromStr for Strategy {
                 .strip_prefix('(')
                 .ok_or_else(|| bad("each input's strategy must be in parentheses"))?;
             let end = body.find(')').ok_or_else(|| bad("unclosed parenthesis"))?;
-            let factors = body[..end]
-                .split(',')
-                .filter(|f| !f.is_empty())
-                .map(|f| {
-                    f.parse::<usize>()
-                        .map_err(|_| bad(&format!("{f:?} is not a count")))
-                })
-                .collect::<Result<Vec<usize>>>()?;
+            let inside = &body[..end];
+            let factors = if inside.is_empty() {
+                vec![]
+            } else {
+                inside
+                    .split(',')
+                    .map(|f| {
+                        f.parse::<usize>()
+                            .map_err(|_| bad(&format!("{f:?} is not a count")))
+                    })
+                    .collect::<Result<Vec<usize>>>()?
+            };
             inputs.push(factors);
             rest = &body[end + 1..];
-            rest = rest.strip_prefix(',').unwrap_or(rest);
+            if !rest.is_empty() {
+                rest = rest
+                    .strip_prefix(',')
+                    .filter(|r| !r.is_empty())
+                    .ok_or_else(|| bad("inputs' strategies must be separated by commas"))?;
+            }
         }
         Strategy::new(inputs)
     }
@@ -185,6 +197,10 @@ mod tests {
             "((0,1))",
             "((2,1)",
             "2",
+            "((2,1)(1,4))",
+            "((2,,1))",
+            "((2,1),)",
+            "((18446744073709551615, 2))",
         ] {
             assert!(bad.parse::<Strategy>().is_err(), "{bad} parsed");
         }

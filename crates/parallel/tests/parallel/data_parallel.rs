@@ -11,7 +11,7 @@ use spore_parallel::context::{
     set_auto_parallel_context,
 };
 
-use crate::launch::{expect_success, world};
+use crate::launch::{expect_success, read_all, world};
 
 #[test]
 fn data_parallel_training_equals_one_process_on_2_ranks() {
@@ -151,20 +151,6 @@ fn train(
         .iter()
         .map(|p| p.stored().to_vec::<f32>().unwrap())
         .collect()
-}
-
-/// Every file under `dir`, concatenated (lossily as text).
-fn read_all(dir: &std::path::Path) -> String {
-    let mut text = String::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            text += &read_all(&path);
-        } else if let Ok(bytes) = std::fs::read(&path) {
-            text += &String::from_utf8_lossy(&bytes);
-        }
-    }
-    text
 }
 
 fn max_difference(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {

@@ -128,3 +128,17 @@ fn require_mpi_feature() {
          `cargo test -p spore-parallel --features mpi` (scripts/test.sh does) ***\n"
     );
 }
+
+/// Every file under `dir`, concatenated (lossily as text).
+pub fn read_all(dir: &std::path::Path) -> String {
+    let mut text = String::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            text += &read_all(&path);
+        } else if let Ok(bytes) = std::fs::read(&path) {
+            text += &String::from_utf8_lossy(&bytes);
+        }
+    }
+    text
+}

@@ -13,7 +13,7 @@ use spore_parallel::context::{
 };
 use spore_parallel::sharding::ShardedCell;
 
-use crate::launch::{expect_success, passed, world};
+use crate::launch::{expect_success, passed, read_all, world};
 use crate::sharding_nets::{Case, cases};
 
 #[test]
@@ -223,18 +223,4 @@ fn reloaded_strategies_give_the_same_plan(case: &Case, rank: usize) {
     if rank == 0 {
         let _ = std::fs::remove_file(&file);
     }
-}
-
-/// Every file under `dir`, concatenated (lossily as text).
-fn read_all(dir: &std::path::Path) -> String {
-    let mut text = String::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            text += &read_all(&path);
-        } else if let Ok(bytes) = std::fs::read(&path) {
-            text += &String::from_utf8_lossy(&bytes);
-        }
-    }
-    text
 }

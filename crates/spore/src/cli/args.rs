@@ -171,7 +171,7 @@ pub fn command() -> Command {
                         .arg(Arg::new("model").long("model").required(true).help(super::parallel::MODELS))
                         .arg(Arg::new("devices").long("devices").default_value("8,64,512,4096").help("comma-separated device counts"))
                         .arg(Arg::new("batch-per-device").long("batch-per-device").default_value("8"))
-                        .arg(Arg::new("search-mode").long("search-mode").default_value("recursive_programming").help("recursive_programming or dynamic_programming"))
+                        .arg(Arg::new("search-mode").long("search-mode").default_value("recursive_programming").help("recursive_programming, dynamic_programming (exact, slow on large graphs) or sharding_propagation"))
                         .arg(Arg::new("flops").long("flops").default_value("1e12").help("FLOP/s of products per device"))
                         .arg(Arg::new("memory-gb").long("memory-gb").default_value("64").help("memory per device"))
                         .arg(Arg::new("memory-bandwidth-gbs").long("memory-bandwidth-gbs").default_value("100").help("GB/s of memory per device"))
@@ -410,7 +410,12 @@ fn plan_invocation(a: &ArgMatches) -> Result<Invocation, String> {
     Ok(Invocation::ParallelPlan(super::parallel::PlanArgs {
         model: text(a, "model").to_ascii_lowercase(),
         devices,
-        batch_per_device: number(a, "batch-per-device", "a positive integer", positive)?,
+        batch_per_device: number(
+            a,
+            "batch-per-device",
+            "a positive integer of at most 1048576",
+            |n: &usize| (1..=1 << 20).contains(n),
+        )?,
         search_mode: SearchMode::parse(text(a, "search-mode")).map_err(|e| e.to_string())?,
         cluster: Cluster {
             devices: 1,

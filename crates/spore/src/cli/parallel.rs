@@ -96,7 +96,12 @@ fn data_parallel(g: &spore_core::ir::Graph, devices: usize) -> Strategies {
 pub fn plan(args: &PlanArgs) -> Result<String> {
     let mut out = String::new();
     for &devices in &args.devices {
-        let batch = args.batch_per_device * devices;
+        let batch = args.batch_per_device.checked_mul(devices).ok_or_else(|| {
+            Error::invalid(format!(
+                "spore parallel plan: a batch of {} per device on {devices} devices overflows",
+                args.batch_per_device
+            ))
+        })?;
         let (net, types) = model(&args.model, batch)?;
         // The global batch of thousands of devices exists only as shapes.
         let g = spore_core::memory::with_global_shapes(|| {
@@ -147,12 +152,13 @@ fn report(
     }
     let _ = writeln!(
         out,
-        "  predicted step {:.3} ms (compute {:.3}, communication {:.3}); per device {:.1} MB (parameters {:.1}, optimizer {:.1}, activations {:.1})",
+        "  predicted step {:.3} ms (compute {:.3}, communication {:.3}); per device {:.1} MB (parameters {:.1}, gradients {:.1}, optimizer {:.1}, activations {:.1})",
         c.step_time() * 1e3,
         c.compute * 1e3,
         c.communication * 1e3,
         c.memory() / 1e6,
         c.parameter_bytes / 1e6,
+        c.gradient_bytes / 1e6,
         c.optimizer_bytes / 1e6,
         c.activation_bytes / 1e6
     );

@@ -81,6 +81,14 @@ pub fn plan_op(
         Some(s) => with_strategy(&input, s)?,
         None => following(&input),
     };
+    if args_l.len() != args.len() {
+        return Err(format!(
+            "{}: internal: the rule planned {} inputs of {}",
+            op.name(),
+            args_l.len(),
+            args.len()
+        ));
+    }
     let marks = marks(&args_l, &out_l, args);
     Ok(OpPlan {
         args: args_l,
@@ -213,7 +221,10 @@ pub(crate) fn device_matrix(
     factors: &[usize],
     devices: usize,
 ) -> Result<(Vec<usize>, usize), String> {
-    let used: usize = factors.iter().product();
+    let used = factors
+        .iter()
+        .try_fold(1usize, |a, &f| a.checked_mul(f))
+        .unwrap_or(usize::MAX);
     if used == 0 || used > devices || !devices.is_multiple_of(used) {
         return Err(format!(
             "{name}: the strategy splits the work {used} ways, which must divide the job's {devices} ranks"

@@ -61,7 +61,7 @@ pub(super) fn first_input_strategy(
         current: &current,
         ..*i
     });
-    if args[0] != given {
+    if !args[0].equivalent(&given, &i.args[0].shape) {
         return Err(format!(
             "{name}: strategy {s} splits a dimension the op reads across (it needs {} instead)",
             args[0]
@@ -220,4 +220,72 @@ pub(super) fn pad(i: &RuleInput, pads: &[(usize, usize)]) -> (Vec<Layout>, Layou
         }
     }
     (vec![l.clone()], l)
+}
+
+#[cfg(test)]
+mod tests {
+    use spore_core::op::{Op, PoolAttrs};
+    use spore_core::{DType, TensorType};
+    use spore_kernels::ReduceFn;
+
+    use crate::sharding::{Layout, Strategy, plan_op};
+
+    fn plan(op: &Op, x: &[usize], out: &[usize], strategy: &str) -> Result<String, String> {
+        let (x, out) = (
+            TensorType::new(x, DType::F32),
+            TensorType::new(out, DType::F32),
+        );
+        let s: Strategy = strategy
+            .parse()
+            .map_err(|e: spore_core::Error| e.to_string())?;
+        let whole = Layout::replicated(4, x.shape.len());
+        plan_op(op, &[&x], &out, &[whole], Some(&s), 4).map(|p| p.out.to_string())
+    }
+
+    #[test]
+    fn first_input_strategies_split_what_the_op_carries_over() {
+        let pool = Op::MaxPool2d(PoolAttrs {
+            kernel: [2, 2],
+            stride: [2, 2],
+            pads: [0; 4],
+            count_include_pad: false,
+            ceil_mode: false,
+        });
+        let (x, y) = ([8, 4, 6, 6], [8, 4, 3, 3]);
+        assert_eq!(
+            plan(&pool, &x, &y, "((4, 1, 1, 1))").unwrap(),
+            "dev[4,1,1,1] (S0, R, R, R)"
+        );
+        assert_eq!(
+            plan(&pool, &x, &y, "((2, 2, 1, 1))").unwrap(),
+            "dev[2,2,1,1] (S0, S1, R, R)"
+        );
+        // Using one rank of four: every rank pools the whole batch.
+        assert_eq!(
+            plan(&pool, &x, &y, "((1, 1, 1, 1))").unwrap(),
+            "dev[4] (R, R, R, R)"
+        );
+        let e = plan(&pool, &x, &y, "((1, 1, 2, 2))").unwrap_err();
+        assert!(e.contains("splits the image"), "{e}");
+        let max = Op::Reduce {
+            kind: ReduceFn::Max,
+            axes: vec![1],
+            keep_dims: false,
+        };
+        assert_eq!(
+            plan(&max, &[8, 6], &[8], "((4, 1))").unwrap(),
+            "dev[4,1] (S0)"
+        );
+        let e = plan(&max, &[8, 6], &[8], "((1, 2))").unwrap_err();
+        assert!(e.contains("reads across"), "{e}");
+        let sum = Op::Reduce {
+            kind: ReduceFn::Sum,
+            axes: vec![1],
+            keep_dims: false,
+        };
+        assert_eq!(
+            plan(&sum, &[8, 6], &[8], "((2, 2))").unwrap(),
+            "dev[2,2] (S0) partial[1]"
+        );
+    }
 }

@@ -23,7 +23,8 @@ pub fn candidates(g: &Graph, id: usize, devices: usize) -> Vec<Strategy> {
             let (a, b) = (args[0], args[1]);
             let (ra, rb, ro) = (a.len(), b.len(), out.len());
             // The first batch dimension (when the left input has it whole), M, K, N.
-            let batch = ro > 2 && ra == ro;
+            // (Only where the left input has it at full size, not broadcast.)
+            let batch = ro > 2 && ra == ro && a[0] == out[0];
             let sizes: Vec<usize> = if batch {
                 vec![out[0], a[ra - 2], a[ra - 1], b[rb - 1]]
             } else {
@@ -45,10 +46,10 @@ pub fn candidates(g: &Graph, id: usize, devices: usize) -> Vec<Strategy> {
                     sb[rb - 1] = n;
                     if batch {
                         sa[0] = fb;
+                        // A right input without the dimension (or broadcast along it)
+                        // is read whole by every batch block.
                         if rb == ro && b[0] == out[0] {
                             sb[0] = fb;
-                        } else if fb > 1 {
-                            return None;
                         }
                     }
                     Strategy::new(vec![sa, sb]).ok()

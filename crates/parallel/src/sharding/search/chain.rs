@@ -5,8 +5,8 @@ use std::sync::Arc;
 use spore_core::Result;
 use spore_core::ir::NodeKind;
 
-use super::{Problem, bytes, leaf_root};
-use crate::sharding::cost::{all_reduce, op_time, redistribution_time};
+use super::{Problem, leaf_root};
+use crate::sharding::cost::{all_reduce, bytes_of, op_time, redistribution_time};
 use crate::sharding::layout::Layout;
 use crate::sharding::plan::{LeafReaders, NodeSharding, Stored, plan_node};
 use crate::sharding::strategy::Strategy;
@@ -176,13 +176,14 @@ impl Problem<'_> {
             .map(|&a| leaf_root(g, a).is_some())
             .collect();
         let out_partial = ns.out.partial.iter().any(|&a| ns.out.dev[a] > 1);
-        let out_bytes = bytes(g.nodes[id].ty(), &ns.out);
+        let out_bytes = bytes_of(g.nodes[id].ty(), &ns.out);
         let param_bytes: f64 = match (&ns.op, &g.nodes[id].kind) {
             (Some(plan), NodeKind::Op { args, .. }) => args
                 .iter()
                 .zip(&plan.args)
-                .filter(|(a, _)| leaf_root(g, **a).is_some())
-                .map(|(&a, l)| bytes(g.nodes[a].ty(), l))
+                // Parameters only (inputs hold no optimizer state).
+                .filter(|(a, _)| leaf_root(g, **a).is_some_and(|p| p < g.params.len()))
+                .map(|(&a, l)| bytes_of(g.nodes[a].ty(), l))
                 .sum(),
             _ => 0.0,
         };
@@ -210,7 +211,7 @@ impl Problem<'_> {
             + comm
             + reduce
             + output
-            + weight * (kept + param_bytes * (1.0 + self.optimizer_factor))
+            + weight * (kept + param_bytes * (2.0 + self.optimizer_factor))
     }
 }
 

@@ -1,9 +1,9 @@
 //! `dynamic_programming`: variable elimination over the per-op terms of the cost.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use spore_core::Result;
 use spore_core::ir::NodeKind;
+use spore_core::{Error, Result};
 
 use super::{Problem, leaf_root};
 use crate::sharding::plan::plan_graph;
@@ -11,7 +11,7 @@ use crate::sharding::strategy::Strategy;
 
 /// For each eliminated choice: the choices its best depends on, and the best per
 /// assignment of them.
-type BestOf = (Vec<usize>, HashMap<Vec<usize>, usize>);
+type BestOf = (Vec<usize>, BTreeMap<Vec<usize>, usize>);
 
 impl Problem<'_> {
     /// Which choices each node's term depends on (indices into `choices`).
@@ -27,8 +27,8 @@ impl Problem<'_> {
             vec![BTreeSet::new(); g.params.len() + g.inputs.len()];
         let mut term = vec![BTreeSet::new(); g.nodes.len()];
         // Parameters take the layout their readers want, so their dependencies are
-        // their readers'; a few rounds settle chains of parameters and readers.
-        for _ in 0..4 {
+        // their readers'; the sets only grow, so rounds until none changes end.
+        loop {
             let mut out: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); g.nodes.len()];
             let mut next_params = param_deps.clone();
             for (id, n) in g.nodes.iter().enumerate() {
@@ -70,16 +70,25 @@ impl Problem<'_> {
     pub(super) fn eliminate(&self, weight: f64) -> Result<Vec<usize>> {
         let scopes = self.scopes();
         // One table per distinct scope: the sum of its nodes' terms per assignment.
-        let mut groups: HashMap<Vec<usize>, Vec<usize>> = HashMap::new();
+        // Ordered maps throughout: every rank must add the same terms in the same order
+        // and so break ties the same way, or ranks would plan differently.
+        let mut groups: BTreeMap<Vec<usize>, Vec<usize>> = BTreeMap::new();
         for (id, s) in scopes.iter().enumerate() {
             groups
                 .entry(s.iter().copied().collect())
                 .or_default()
                 .push(id);
         }
+        let plans: f64 = groups.keys().map(|vars| self.table_size(vars)).sum();
+        if plans > PLAN_LIMIT {
+            return Err(Error::invalid(format!(
+                "dynamic_programming on graph '{}' would cost {plans:.0} plans (its choices meet in large groups); use recursive_programming",
+                self.graph.name
+            )));
+        }
         let mut factors: Vec<Factor> = vec![];
         for (vars, ids) in groups {
-            let mut table = HashMap::new();
+            let mut table = BTreeMap::new();
             for assignment in assignments(&vars, &self.choices) {
                 let mut pick = vec![0; self.choices.len()];
                 for (&v, &c) in vars.iter().zip(&assignment) {
@@ -102,8 +111,15 @@ impl Problem<'_> {
                 .collect::<BTreeSet<_>>()
                 .into_iter()
                 .collect();
-            let mut table = HashMap::new();
-            let mut argmin = HashMap::new();
+            if self.table_size(&vars) > PLAN_LIMIT {
+                return Err(Error::invalid(format!(
+                    "dynamic_programming on graph '{}': eliminating a choice joins {} others; use recursive_programming",
+                    self.graph.name,
+                    vars.len()
+                )));
+            }
+            let mut table = BTreeMap::new();
+            let mut argmin = BTreeMap::new();
             for assignment in assignments(&vars, &self.choices) {
                 let mut best = (f64::INFINITY, 0);
                 for c in 0..self.choices[x].1.len() {
@@ -133,10 +149,22 @@ impl Problem<'_> {
     }
 }
 
+/// The most plans (or table entries) `dynamic_programming` builds before it refuses.
+const PLAN_LIMIT: f64 = 200_000.0;
+
+impl Problem<'_> {
+    /// How many assignments the choices `vars` have.
+    fn table_size(&self, vars: &[usize]) -> f64 {
+        vars.iter()
+            .map(|&v| self.choices[v].1.len() as f64)
+            .product()
+    }
+}
+
 /// A term table over some choices.
 struct Factor {
     vars: Vec<usize>,
-    table: HashMap<Vec<usize>, f64>,
+    table: BTreeMap<Vec<usize>, f64>,
 }
 
 impl Factor {

@@ -35,16 +35,15 @@
 //! time until a plan fits, or fails naming the smallest plan's size.
 
 use spore_core::ir::{Graph, NodeKind};
-use spore_core::op::Op;
 use spore_core::{Error, Result};
 
 mod candidates;
 mod chain;
 mod eliminate;
 
-use super::cost::{Cluster, Cost, needs_grad, op_time, plan_cost, redistribution_time};
+use super::cost::{Cluster, Cost, bytes_of, needs_grad, op_time, plan_cost, redistribution_time};
 use super::layout::Layout;
-use super::plan::{ShardingPlan, plan_graph};
+use super::plan::{ShardingPlan, is_view, plan_graph};
 use super::strategy::{Strategies, Strategy};
 
 pub use candidates::candidates;
@@ -235,9 +234,9 @@ impl<'a> Problem<'a> {
         let node = &self.graph.nodes[id];
         let mut t = compute + comm;
         if let NodeKind::Parameter(p) = node.kind {
-            t += weight * bytes(node.ty(), &plan.params[p]) * (1.0 + self.optimizer_factor);
+            t += weight * bytes_of(node.ty(), &plan.params[p]) * (2.0 + self.optimizer_factor);
         } else if self.grad[id] && node.op().is_some() {
-            t += weight * bytes(node.ty(), &plan.nodes[id].out);
+            t += weight * bytes_of(node.ty(), &plan.nodes[id].out);
         }
         if self.graph.outputs.contains(&id) {
             let whole = Layout::replicated(plan.devices, node.ty().shape.len());
@@ -247,11 +246,6 @@ impl<'a> Problem<'a> {
     }
 }
 
-pub(super) fn bytes(t: &spore_core::TensorType, l: &Layout) -> f64 {
-    let local = l.local_shape(&t.shape).unwrap_or_else(|_| t.shape.to_vec());
-    (local.iter().product::<usize>() * t.dtype.size_in_bytes()) as f64
-}
-
 /// The stored value (a parameter, or an input: index `params + i`) a value is,
 /// directly or through views, if any: its layout is chosen by its reader, for free.
 pub(super) fn leaf_root(g: &Graph, mut v: usize) -> Option<usize> {
@@ -259,10 +253,7 @@ pub(super) fn leaf_root(g: &Graph, mut v: usize) -> Option<usize> {
         match &g.nodes[v].kind {
             NodeKind::Parameter(p) => return Some(*p),
             NodeKind::Input(i) => return Some(g.params.len() + i),
-            NodeKind::Op {
-                op: Op::Transpose(_) | Op::Reshape(_) | Op::Cast(_) | Op::Identity,
-                args,
-            } => v = args[0],
+            NodeKind::Op { op, args } if is_view(op) => v = args[0],
             _ => return None,
         }
     }
