@@ -383,6 +383,23 @@ pub fn collective_sum_f64(values: &[f64]) -> Result<Vec<f64>> {
     }
 }
 
+/// The largest of every rank's `values`, element by element.
+pub(crate) fn collective_max_f64s(values: &[f64]) -> Result<Vec<f64>> {
+    let g = group(None)?;
+    match all_reduce(
+        &g,
+        Arc::new(Buffer::F64(values.to_vec())),
+        &[values.len()],
+        ReduceOp::Max,
+    )? {
+        Buffer::F64(v) => Ok(v),
+        other => Err(Error::invalid(format!(
+            "internal: a max of f64 came back as {}",
+            other.dtype()
+        ))),
+    }
+}
+
 /// The largest of every rank's `value` (the slowest rank's time, for example).
 pub fn collective_max_f64(value: f64) -> Result<f64> {
     let g = group(None)?;

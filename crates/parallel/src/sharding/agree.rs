@@ -11,7 +11,7 @@
 
 use spore_core::{Error, Parameter, Result};
 
-use crate::collective::{collective_max_f64, collective_sum_f64};
+use crate::collective::{collective_max_f64, collective_max_f64s, collective_sum_f64};
 
 /// `result` on this rank, made an error on every rank if it is one on any: a
 /// collective, so every rank must call it at the same point.
@@ -33,21 +33,20 @@ fn checksum(bytes: impl IntoIterator<Item = u8>) -> u32 {
 }
 
 /// A checksum of a tensor's values (in place where it is contiguous, as parameters are).
-fn weights_checksum(t: &spore_core::Tensor) -> u32 {
+fn weights_checksum(t: &spore_core::Tensor) -> Result<u32> {
     use spore_kernels::buffer::Element;
-    match t.storage() {
+    Ok(match t.storage() {
         Some(s) if s.layout.is_contiguous() && s.layout.offset == 0 => {
             spore_kernels::with_buffer!(&*s.buffer, v => checksum(
                 v.iter().take(t.numel()).flat_map(|x| x.to_f64().to_bits().to_le_bytes())
             ))
         }
         _ => checksum(
-            t.to_f64_vec()
-                .unwrap_or_default()
+            t.to_f64_vec()?
                 .iter()
                 .flat_map(|x| x.to_bits().to_le_bytes()),
         ),
-    }
+    })
 }
 
 /// Fails on every rank unless all ranks passed the same `text` (a collective).
@@ -68,14 +67,11 @@ pub fn same_on_every_rank(what: &str, text: &str) -> Result<()> {
 pub(crate) fn check_same_weights(params: &[Parameter]) -> Result<()> {
     let sums: Vec<f64> = params
         .iter()
-        .map(|p| f64::from(weights_checksum(&p.stored())))
-        .collect();
+        .map(|p| weights_checksum(&p.stored()).map(f64::from))
+        .collect::<Result<_>>()?;
     let n = crate::management::engine()?.size as f64;
     let total = collective_sum_f64(&sums)?;
-    let highest: Vec<f64> = sums
-        .iter()
-        .map(|&s| collective_max_f64(s))
-        .collect::<Result<_>>()?;
+    let highest = collective_max_f64s(&sums)?;
     for (i, p) in params.iter().enumerate() {
         // Equal on every rank exactly when the sum is n times the largest.
         if total[i] != highest[i] * n {

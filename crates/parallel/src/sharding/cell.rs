@@ -69,19 +69,9 @@ impl ShardedCell {
     ) -> Result<Arc<ShardedCell>> {
         let e = engine()?;
         let ctx = crate::context::get_auto_parallel_context();
-        if !matches!(
-            ctx.parallel_mode,
-            ParallelMode::SemiAutoParallel | ParallelMode::AutoParallel
-        ) {
-            return Err(Error::invalid(format!(
-                "ShardedCell: parallel_mode is {}; set it to semi_auto_parallel or auto_parallel first (a sharded network inserts its own gradient reductions, which data parallelism would repeat)",
-                ctx.parallel_mode.name()
-            )));
-        }
-        let name = format!("Sharded_{}", network.class_name());
-        // The global shapes are never allocated whole on one rank.
-        let mut graph =
-            spore_core::memory::with_global_shapes(|| trace(&name, inputs, |xs| network.call(xs)))?;
+        // Each local phase ends in `agree`, so that a failure on one rank is an error on
+        // every rank rather than a collective the others wait in.
+        let mut graph = agree(trace_global(&network, inputs, &ctx), "tracing the network")?;
         let chosen = agree(
             with_file(strategies, &ctx, e.size),
             "loading the strategy file",
@@ -89,31 +79,23 @@ impl ShardedCell {
         let plan = if ctx.parallel_mode == ParallelMode::AutoParallel {
             let cluster = Cluster::measure()?;
             // Momentum's state: one value per parameter.
-            search(&graph, &cluster, ctx.search_mode, &chosen, 1.0)?.plan
+            let found = search(&graph, &cluster, ctx.search_mode, &chosen, 1.0).map(|f| f.plan);
+            agree(found, "searching strategies")?
         } else {
-            plan_graph(&graph, &chosen, e.size)?
+            agree(plan_graph(&graph, &chosen, e.size), "planning")?
         };
+        same_on_every_rank("sharding plan", &fingerprint(&graph, &plan))?;
         let applied = applied(&graph, &plan);
-        same_on_every_rank(
-            "sharding plan",
-            &format!("{:?} {:?}", applied.entries(), plan.params),
-        )?;
         let saved = match (&ctx.strategy_ckpt_save_file, e.rank) {
             (Some(file), 0) => save_strategies(file, &applied, e.size),
             _ => Ok(()),
         };
         agree(saved, "saving the strategy file")?;
         check_same_weights(&graph.params)?;
-        let mut params = vec![];
-        let mut whole_types = vec![];
-        for (p, layout) in graph.params.iter().zip(&plan.params) {
-            let whole = p.stored();
-            let block = local_block(&whole, layout, e.rank)
-                .map_err(|m| Error::invalid(format!("sharding parameter {}: {m}", p.name())))?;
-            whole_types.push(whole.tensor_type().clone());
-            let local = Parameter::with_requires_grad(block, &p.name(), p.requires_grad());
-            params.push((p.name(), local));
-        }
+        let (params, whole_types) = agree(
+            cut_parameters(&graph, &plan, e.rank),
+            "cutting the parameters",
+        )?;
         let text = plan.describe(&graph);
         // The graph now reads the blocks; the whole weights go with the network.
         graph.params = params.iter().map(|(_, p)| p.clone()).collect();
@@ -126,7 +108,7 @@ impl ShardedCell {
             inputs: inputs.to_vec(),
             text,
         };
-        cell.save_plan(e.rank)?;
+        agree(cell.save_plan(e.rank), "writing the sharding plan")?;
         Ok(Arc::new(cell))
     }
 
@@ -173,6 +155,61 @@ impl ShardedCell {
         std::fs::write(&path, &self.text)
             .map_err(|e| Error::io(&path, format!("cannot write the sharding plan: {e}")))
     }
+}
+
+/// The network traced at its global shapes, in a sharded parallel mode.
+fn trace_global<C: Cell + ?Sized>(
+    network: &Arc<C>,
+    inputs: &[TensorType],
+    ctx: &crate::context::AutoParallelContext,
+) -> Result<Graph> {
+    if !matches!(
+        ctx.parallel_mode,
+        ParallelMode::SemiAutoParallel | ParallelMode::AutoParallel
+    ) {
+        return Err(Error::invalid(format!(
+            "ShardedCell: parallel_mode is {}; set it to semi_auto_parallel or auto_parallel first (a sharded network inserts its own gradient reductions, which data parallelism would repeat)",
+            ctx.parallel_mode.name()
+        )));
+    }
+    let name = format!("Sharded_{}", network.class_name());
+    // The global shapes are never allocated whole on one rank.
+    spore_core::memory::with_global_shapes(|| trace(&name, inputs, |xs| network.call(xs)))
+}
+
+/// What every rank's plan must agree on: each node's name, type, layout and strategy,
+/// and each parameter's type and layout.
+fn fingerprint(graph: &Graph, plan: &ShardingPlan) -> String {
+    let mut text = String::new();
+    for (node, ns) in graph.nodes.iter().zip(&plan.nodes) {
+        let strategy = ns
+            .strategy
+            .as_ref()
+            .map(|(_, s)| s.to_string())
+            .unwrap_or_default();
+        text += &format!("{} {} {} {strategy}\n", node.name, node.ty(), ns.out);
+    }
+    for (p, l) in graph.params.iter().zip(&plan.params) {
+        text += &format!("{} {} {l}\n", p.name(), p.tensor_type());
+    }
+    text
+}
+
+/// This rank's block of every parameter, as new parameters, and the whole types.
+type CutParameters = (Vec<(String, Parameter)>, Vec<TensorType>);
+
+fn cut_parameters(graph: &Graph, plan: &ShardingPlan, rank: usize) -> Result<CutParameters> {
+    let mut params = vec![];
+    let mut whole_types = vec![];
+    for (p, layout) in graph.params.iter().zip(&plan.params) {
+        let whole = p.stored();
+        let block = local_block(&whole, layout, rank)
+            .map_err(|m| Error::invalid(format!("sharding parameter {}: {m}", p.name())))?;
+        whole_types.push(whole.tensor_type().clone());
+        let local = Parameter::with_requires_grad(block, &p.name(), p.requires_grad());
+        params.push((p.name(), local));
+    }
+    Ok((params, whole_types))
 }
 
 /// The user's strategies with those of `strategy_ckpt_config`'s load file over them.

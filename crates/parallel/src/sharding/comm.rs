@@ -14,8 +14,9 @@
 //! In a sharded network every rank computes the same loss, and the gradient of a value
 //! is held in the value's own layout: a replicated value's gradient is whole and equal
 //! on every rank. The plain collectives' rules assume instead that each rank's loss is
-//! a separate summand (data parallelism), so each redistribution step here is its own
-//! primitive whose gradient is the step back (Megatron's conjugate pairs):
+//! a separate summand (data parallelism), so each redistribution step here is one
+//! [`Move`] of one primitive, whose gradient is the step back (Megatron's conjugate
+//! pairs):
 //!
 //! | [`Move`] | forward | backward |
 //! |---|---|---|

@@ -78,7 +78,7 @@ pub struct Cost {
     /// Seconds of communication (forward and backward).
     pub communication: f64,
     pub parameter_bytes: f64,
-    /// One gradient per parameter.
+    /// One gradient per trained parameter.
     pub gradient_bytes: f64,
     /// Optimizer state (parameter bytes times the optimizer's factor).
     pub optimizer_bytes: f64,
@@ -244,13 +244,19 @@ pub fn op_time<N: Borrow<NodeSharding>>(
 pub fn plan_cost(g: &Graph, plan: &ShardingPlan, c: &Cluster, optimizer_factor: f64) -> Cost {
     let grad = needs_grad(g);
     let mut cost = Cost::default();
+    // Parameters that train have a gradient and optimizer state.
+    let mut trained_bytes = 0.0;
     for (id, node) in g.nodes.iter().enumerate() {
         let (compute, comm) = op_time(g, &plan.nodes, id, c, &grad, &[]);
         cost.compute += compute;
         cost.communication += comm;
         match node.kind {
             NodeKind::Parameter(p) => {
-                cost.parameter_bytes += bytes_of(node.ty(), &plan.params[p]);
+                let b = bytes_of(node.ty(), &plan.params[p]);
+                cost.parameter_bytes += b;
+                if g.params[p].requires_grad() {
+                    trained_bytes += b;
+                }
             }
             NodeKind::Op { .. } if grad[id] => {
                 cost.activation_bytes += bytes_of(node.ty(), &plan.nodes[id].out);
@@ -263,7 +269,7 @@ pub fn plan_cost(g: &Graph, plan: &ShardingPlan, c: &Cluster, optimizer_factor: 
         let whole = Layout::replicated(plan.devices, t.shape.len());
         cost.communication += redistribution_time(c, t, &plan.nodes[o].out, &whole, false);
     }
-    cost.gradient_bytes = cost.parameter_bytes;
-    cost.optimizer_bytes = cost.parameter_bytes * optimizer_factor;
+    cost.gradient_bytes = trained_bytes;
+    cost.optimizer_bytes = trained_bytes * optimizer_factor;
     cost
 }

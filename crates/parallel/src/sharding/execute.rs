@@ -42,6 +42,14 @@ pub fn run_planned(
             graph.inputs.len()
         )));
     }
+    if inputs.len() != graph.inputs.len() {
+        return Err(Error::invalid(format!(
+            "sharded graph {}: {} inputs given, the graph takes {}",
+            graph.name,
+            inputs.len(),
+            graph.inputs.len()
+        )));
+    }
     if let Some((i, x)) = inputs.iter().enumerate().find(|(i, x)| {
         graph
             .inputs

@@ -235,14 +235,17 @@ fn step_group(dev: &[usize], axes: &[usize]) -> Result<Option<GroupInfo>> {
         return group(None).map(Some);
     }
     let key = (dev.to_vec(), axes.to_vec());
-    let known = with_groups(|g| g.get(&key).cloned());
-    if let Some(name) = known {
-        return group(Some(&name)).map(Some);
-    }
-    // Made without holding the lock: creating a group is itself a collective.
-    let name = format!("sharding_dev{dev:?}_axes{axes:?}_from{}", ranks[0]);
-    create_group(&name, &ranks)?;
-    with_groups(|g| g.insert(key, name.clone()));
+    // The lock is held while the group is made, so two threads never make it twice;
+    // the collective runs on the communication thread, which never takes this lock.
+    let name = with_groups(|g| -> Result<String> {
+        if let Some(name) = g.get(&key) {
+            return Ok(name.clone());
+        }
+        let name = format!("sharding_dev{dev:?}_axes{axes:?}_from{}", ranks[0]);
+        create_group(&name, &ranks)?;
+        g.insert(key.clone(), name.clone());
+        Ok(name)
+    })?;
     group(Some(&name)).map(Some)
 }
 

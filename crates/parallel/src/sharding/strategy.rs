@@ -19,7 +19,8 @@ use std::str::FromStr;
 
 use spore_core::{Error, Result};
 
-/// The most ways a dimension can be split: MindSpore's largest `device_num`.
+/// The most ways a dimension can be split: MindSpore's largest `device_num` (Spore's
+/// planner and context take at most that many devices too).
 const MAX_FACTOR: usize = 4096;
 
 /// One operator's strategy: for each input, the number of blocks per dimension.

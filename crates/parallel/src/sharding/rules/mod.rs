@@ -221,10 +221,11 @@ pub(crate) fn device_matrix(
     factors: &[usize],
     devices: usize,
 ) -> Result<(Vec<usize>, usize), String> {
-    let used = factors
-        .iter()
-        .try_fold(1usize, |a, &f| a.checked_mul(f))
-        .unwrap_or(usize::MAX);
+    let Some(used) = factors.iter().try_fold(1usize, |a, &f| a.checked_mul(f)) else {
+        return Err(format!(
+            "{name}: the strategy's split factors {factors:?} multiply past any job's size"
+        ));
+    };
     if used == 0 || used > devices || !devices.is_multiple_of(used) {
         return Err(format!(
             "{name}: the strategy splits the work {used} ways, which must divide the job's {devices} ranks"

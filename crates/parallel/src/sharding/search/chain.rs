@@ -181,9 +181,16 @@ impl Problem<'_> {
             (Some(plan), NodeKind::Op { args, .. }) => args
                 .iter()
                 .zip(&plan.args)
-                // Parameters only (inputs hold no optimizer state).
-                .filter(|(a, _)| leaf_root(g, **a).is_some_and(|p| p < g.params.len()))
-                .map(|(&a, l)| bytes_of(g.nodes[a].ty(), l))
+                // Parameters only (inputs hold no optimizer state): the value, and for a
+                // trained one its gradient and optimizer state.
+                .filter_map(|(&a, l)| {
+                    let p = leaf_root(g, a).filter(|&p| p < g.params.len())?;
+                    let per_byte = match g.params[p].requires_grad() {
+                        true => 2.0 + self.optimizer_factor,
+                        false => 1.0,
+                    };
+                    Some(bytes_of(g.nodes[a].ty(), l) * per_byte)
+                })
                 .sum(),
             _ => 0.0,
         };
@@ -207,11 +214,7 @@ impl Problem<'_> {
         nodes.push(ns);
         let (compute, comm) = op_time(g, nodes, id, self.cluster, &self.grad, &free);
         nodes.pop();
-        compute
-            + comm
-            + reduce
-            + output
-            + weight * (kept + param_bytes * (2.0 + self.optimizer_factor))
+        compute + comm + reduce + output + weight * (kept + param_bytes)
     }
 }
 

@@ -66,10 +66,14 @@ impl Problem<'_> {
         term
     }
 
-    /// Variable elimination over the terms (exact for the cost model).
-    pub(super) fn eliminate(&self, weight: f64) -> Result<Vec<usize>> {
+    /// One table per distinct scope: the sum of its nodes' (seconds, bytes) for every
+    /// assignment of the scope's choices. Built once; refused before any plan is made
+    /// when the tables, or the elimination after them, would be too large.
+    fn tables(&self) -> Result<&Vec<Table>> {
+        if let Some(t) = self.tables.get() {
+            return Ok(t);
+        }
         let scopes = self.scopes();
-        // One table per distinct scope: the sum of its nodes' terms per assignment.
         // Ordered maps throughout: every rank must add the same terms in the same order
         // and so break ties the same way, or ranks would plan differently.
         let mut groups: BTreeMap<Vec<usize>, Vec<usize>> = BTreeMap::new();
@@ -80,13 +84,14 @@ impl Problem<'_> {
                 .push(id);
         }
         let plans: f64 = groups.keys().map(|vars| self.table_size(vars)).sum();
-        if plans > PLAN_LIMIT {
+        let widest = self.widest_elimination(groups.keys().cloned().collect());
+        if plans > PLAN_LIMIT || widest > PLAN_LIMIT {
             return Err(Error::invalid(format!(
-                "dynamic_programming on graph '{}' would cost {plans:.0} plans (its choices meet in large groups); use recursive_programming",
+                "dynamic_programming on graph '{}' would cost {plans:.0} plans and tables of {widest:.0} entries (its choices meet in large groups); use recursive_programming",
                 self.graph.name
             )));
         }
-        let mut factors: Vec<Factor> = vec![];
+        let mut tables = vec![];
         for (vars, ids) in groups {
             let mut table = BTreeMap::new();
             for assignment in assignments(&vars, &self.choices) {
@@ -95,11 +100,54 @@ impl Problem<'_> {
                     pick[v] = c;
                 }
                 let plan = plan_graph(self.graph, &self.strategies(&pick), self.cluster.devices)?;
-                let t: f64 = ids.iter().map(|&id| self.term(&plan, id, weight)).sum();
-                table.insert(assignment, t);
+                let (mut seconds, mut bytes) = (0.0, 0.0);
+                for &id in &ids {
+                    let (s, b) = self.term(&plan, id);
+                    seconds += s;
+                    bytes += b;
+                }
+                table.insert(assignment, (seconds, bytes));
             }
-            factors.push(Factor { vars, table });
+            tables.push(Table { vars, table });
         }
+        Ok(self.tables.get_or_init(|| tables))
+    }
+
+    /// The largest table the elimination will build from factors over `scopes`.
+    fn widest_elimination(&self, mut scopes: Vec<Vec<usize>>) -> f64 {
+        let mut widest: f64 = 0.0;
+        for x in 0..self.choices.len() {
+            let (with_x, rest): (Vec<_>, Vec<_>) = scopes.into_iter().partition(|s| s.contains(&x));
+            let joined: Vec<usize> = with_x
+                .iter()
+                .flatten()
+                .copied()
+                .filter(|&v| v != x)
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            widest = widest.max(self.table_size(&joined));
+            scopes = rest;
+            scopes.push(joined);
+        }
+        widest
+    }
+
+    /// Variable elimination over the terms (exact for the cost model), with bytes
+    /// weighed as `weight` seconds each.
+    pub(super) fn eliminate(&self, weight: f64) -> Result<Vec<usize>> {
+        let mut factors: Vec<Factor> = self
+            .tables()?
+            .iter()
+            .map(|t| Factor {
+                vars: t.vars.clone(),
+                table: t
+                    .table
+                    .iter()
+                    .map(|(k, (s, b))| (k.clone(), s + weight * b))
+                    .collect(),
+            })
+            .collect();
         let mut best_of: Vec<BestOf> = vec![];
         for x in 0..self.choices.len() {
             let (with_x, rest): (Vec<Factor>, Vec<Factor>) =
@@ -111,13 +159,6 @@ impl Problem<'_> {
                 .collect::<BTreeSet<_>>()
                 .into_iter()
                 .collect();
-            if self.table_size(&vars) > PLAN_LIMIT {
-                return Err(Error::invalid(format!(
-                    "dynamic_programming on graph '{}': eliminating a choice joins {} others; use recursive_programming",
-                    self.graph.name,
-                    vars.len()
-                )));
-            }
             let mut table = BTreeMap::new();
             let mut argmin = BTreeMap::new();
             for assignment in assignments(&vars, &self.choices) {
@@ -149,7 +190,8 @@ impl Problem<'_> {
     }
 }
 
-/// The most plans (or table entries) `dynamic_programming` builds before it refuses.
+/// The most plans, or entries of one table, `dynamic_programming` builds; above it,
+/// it refuses before building anything.
 const PLAN_LIMIT: f64 = 200_000.0;
 
 impl Problem<'_> {
@@ -159,6 +201,12 @@ impl Problem<'_> {
             .map(|&v| self.choices[v].1.len() as f64)
             .product()
     }
+}
+
+/// One scope's (seconds, bytes) per assignment of its choices.
+pub(super) struct Table {
+    vars: Vec<usize>,
+    table: BTreeMap<Vec<usize>, (f64, f64)>,
 }
 
 /// A term table over some choices.

@@ -179,6 +179,8 @@ struct Problem<'a> {
     optimizer_factor: f64,
     choices: Vec<(usize, Vec<Strategy>)>,
     grad: Vec<bool>,
+    /// `dynamic_programming`'s term tables, built once for every memory weight.
+    tables: std::sync::OnceLock<Vec<eliminate::Table>>,
 }
 
 impl<'a> Problem<'a> {
@@ -205,6 +207,7 @@ impl<'a> Problem<'a> {
             optimizer_factor,
             choices,
             grad: needs_grad(graph),
+            tables: std::sync::OnceLock::new(),
         })
     }
 
@@ -229,20 +232,29 @@ impl<'a> Problem<'a> {
     }
 
     /// Seconds plus weighted bytes of one node's term under a plan.
-    fn term(&self, plan: &ShardingPlan, id: usize, weight: f64) -> f64 {
+    /// One node's term under a plan: its seconds and the bytes it keeps (weighed
+    /// against seconds when memory is short).
+    fn term(&self, plan: &ShardingPlan, id: usize) -> (f64, f64) {
         let (compute, comm) = op_time(self.graph, &plan.nodes, id, self.cluster, &self.grad, &[]);
         let node = &self.graph.nodes[id];
-        let mut t = compute + comm;
+        let mut seconds = compute + comm;
+        let mut bytes = 0.0;
         if let NodeKind::Parameter(p) = node.kind {
-            t += weight * bytes_of(node.ty(), &plan.params[p]) * (2.0 + self.optimizer_factor);
+            // The value, and for a trained one its gradient and optimizer state.
+            let per_byte = match self.graph.params[p].requires_grad() {
+                true => 2.0 + self.optimizer_factor,
+                false => 1.0,
+            };
+            bytes = bytes_of(node.ty(), &plan.params[p]) * per_byte;
         } else if self.grad[id] && node.op().is_some() {
-            t += weight * bytes_of(node.ty(), &plan.nodes[id].out);
+            bytes = bytes_of(node.ty(), &plan.nodes[id].out);
         }
         if self.graph.outputs.contains(&id) {
             let whole = Layout::replicated(plan.devices, node.ty().shape.len());
-            t += redistribution_time(self.cluster, node.ty(), &plan.nodes[id].out, &whole, false);
+            seconds +=
+                redistribution_time(self.cluster, node.ty(), &plan.nodes[id].out, &whole, false);
         }
-        t
+        (seconds, bytes)
     }
 }
 
