@@ -32,45 +32,7 @@ pub fn run_planned(
     params: &[Parameter],
     inputs: &[Tensor],
 ) -> Result<Vec<Tensor>> {
-    if plan.nodes.len() != graph.nodes.len() || plan.inputs.len() != graph.inputs.len() {
-        return Err(Error::invalid(format!(
-            "sharded graph {}: the plan is for another graph ({} nodes and {} inputs planned, the graph has {} and {})",
-            graph.name,
-            plan.nodes.len(),
-            plan.inputs.len(),
-            graph.nodes.len(),
-            graph.inputs.len()
-        )));
-    }
-    if inputs.len() != graph.inputs.len() {
-        return Err(Error::invalid(format!(
-            "sharded graph {}: {} inputs given, the graph takes {}",
-            graph.name,
-            inputs.len(),
-            graph.inputs.len()
-        )));
-    }
-    if let Some((i, x)) = inputs.iter().enumerate().find(|(i, x)| {
-        graph
-            .inputs
-            .get(*i)
-            .is_some_and(|&v| x.tensor_type() != graph.nodes[v].ty())
-    }) {
-        return Err(Error::invalid(format!(
-            "sharded graph {}: input {i} must be {} (whole), got {}",
-            graph.name,
-            graph.nodes[graph.inputs[i]].ty(),
-            x.tensor_type()
-        )));
-    }
-    if params.len() != graph.params.len() {
-        return Err(Error::invalid(format!(
-            "sharded graph {}: {} parameters given, the graph reads {}",
-            graph.name,
-            params.len(),
-            graph.params.len()
-        )));
-    }
+    check_call(graph, plan, params, inputs)?;
     let mut uses = graph.use_counts();
     let mut values: Vec<Option<Tensor>> = vec![None; graph.nodes.len()];
     for (id, node) in graph.nodes.iter().enumerate() {
@@ -113,10 +75,19 @@ pub fn run_planned(
                     .out
                     .local_shape(&node.ty().shape)
                     .map_err(|e| Error::invalid(format!("sharding {}: {e}", node.name)))?;
-                let local = local_op(op, &out_shape);
-                let refs: Vec<&Tensor> = locals.iter().collect();
                 let at = node.location.unwrap_or(Location::caller());
-                in_scope(&scope, || spore_core::apply::apply(local, &refs, at))?
+                let table = graph.nodes[args[0]].ty();
+                match op {
+                    Op::Gather { axis: 0 } if op_plan.args[0].factor(0) > 1 => {
+                        let rows = op_plan.args[0].block(&table.shape, rank()?, 0);
+                        in_scope(&scope, || lookup_rows(&locals[0], &locals[1], rows))?
+                    }
+                    _ => {
+                        let local = local_op(op, &out_shape);
+                        let refs: Vec<&Tensor> = locals.iter().collect();
+                        in_scope(&scope, || spore_core::apply::apply(local, &refs, at))?
+                    }
+                }
             }
             _ => {
                 return Err(Error::invalid(format!(
@@ -141,6 +112,78 @@ pub fn run_planned(
         outputs.push(redistribute(&x, shape, &plan.nodes[o].out, &whole)?);
     }
     Ok(outputs)
+}
+
+/// The plan is this graph's, and the parameters and whole inputs are the graph's.
+fn check_call(
+    graph: &Graph,
+    plan: &ShardingPlan,
+    params: &[Parameter],
+    inputs: &[Tensor],
+) -> Result<()> {
+    if plan.nodes.len() != graph.nodes.len() || plan.inputs.len() != graph.inputs.len() {
+        return Err(Error::invalid(format!(
+            "sharded graph {}: the plan is for another graph ({} nodes and {} inputs planned, the graph has {} and {})",
+            graph.name,
+            plan.nodes.len(),
+            plan.inputs.len(),
+            graph.nodes.len(),
+            graph.inputs.len()
+        )));
+    }
+    if inputs.len() != graph.inputs.len() {
+        return Err(Error::invalid(format!(
+            "sharded graph {}: {} inputs given, the graph takes {}",
+            graph.name,
+            inputs.len(),
+            graph.inputs.len()
+        )));
+    }
+    if let Some((i, x)) = inputs.iter().enumerate().find(|(i, x)| {
+        graph
+            .inputs
+            .get(*i)
+            .is_some_and(|&v| x.tensor_type() != graph.nodes[v].ty())
+    }) {
+        return Err(Error::invalid(format!(
+            "sharded graph {}: input {i} must be {} (whole), got {}",
+            graph.name,
+            graph.nodes[graph.inputs[i]].ty(),
+            x.tensor_type()
+        )));
+    }
+    if params.len() != graph.params.len() {
+        return Err(Error::invalid(format!(
+            "sharded graph {}: {} parameters given, the graph reads {}",
+            graph.name,
+            params.len(),
+            graph.params.len()
+        )));
+    }
+    Ok(())
+}
+
+fn rank() -> Result<usize> {
+    Ok(crate::management::engine()?.rank)
+}
+
+/// The rows `(start, len)` of a table split by rows, looked up for `ids`: each id in
+/// this rank's rows gives its row, every other id zeros, so that the sum over the ranks
+/// holding the other rows is the whole lookup (a vocabulary-parallel embedding).
+fn lookup_rows(table: &Tensor, ids: &Tensor, (start, len): (usize, usize)) -> Result<Tensor> {
+    let shifted = ids.sub(&Tensor::scalar_of(start as f64, ids.dtype()))?;
+    let zero = Tensor::scalar_of(0.0, ids.dtype());
+    let above = shifted.greater_equal(&zero)?;
+    let below = shifted.less(&Tensor::scalar_of(len as f64, ids.dtype()))?;
+    // Ids outside the block read row 0, then are zeroed.
+    let inside_ids = Tensor::select(&below, &Tensor::select(&above, &shifted, &zero)?, &zero)?;
+    let rows = table.gather(&inside_ids, 0)?;
+    let mask = above
+        .cast(table.dtype())?
+        .mul(&below.cast(table.dtype())?)?;
+    let mut shape = mask.shape().to_vec();
+    shape.extend(std::iter::repeat_n(1, table.rank() - 1));
+    rows.mul(&mask.reshape(&shape)?)
 }
 
 /// A value for one of its readers, released after the last.

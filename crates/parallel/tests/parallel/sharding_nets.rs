@@ -101,6 +101,24 @@ fn encoder_batch(step: usize) -> Vec<Tensor> {
     vec![x, mask, target]
 }
 
+/// Token embeddings (16 ids, width 8) of 4-token sequences, flattened into a classifier.
+fn embedding() -> Arc<dyn Cell> {
+    let net: Arc<dyn Cell> = SequentialCell::new(vec![
+        Embedding::new(16, 8).unwrap(),
+        Flatten::new(),
+        Dense::new(4 * 8, 10).unwrap(),
+    ]);
+    WithLossCell::new_dyn(
+        net,
+        SoftmaxCrossEntropyWithLogits::new(true, Reduction::Mean),
+    )
+}
+
+fn embedding_batch(step: usize) -> Vec<Tensor> {
+    let ids: Vec<i32> = (0..32).map(|i| ((i * 7 + step * 3) % 16) as i32).collect();
+    vec![Tensor::from_vec(ids, &[8, 4]).unwrap(), labels(step, 8)]
+}
+
 fn cnn() -> Arc<dyn Cell> {
     let conv = |i, o| Conv2d::config(i, o, 3).has_bias(true).build().unwrap();
     let net: Arc<dyn Cell> = SequentialCell::new(vec![
@@ -171,7 +189,26 @@ pub fn cases(n: usize) -> Vec<Case> {
             ]),
         ),
     ];
+    // A vocabulary-parallel embedding (its rows split), then its columns.
+    all.push(case(
+        "embedding rows",
+        embedding,
+        embedding_batch,
+        strategies(&[("0/Gather", format!("(({n}, 1), (1, 1))"))]),
+    ));
+    all.push(case(
+        "embedding columns",
+        embedding,
+        embedding_batch,
+        strategies(&[("0/Gather", format!("((1, {n}), (1, 1))"))]),
+    ));
     if n == 4 {
+        all.push(case(
+            "embedding rows x batch",
+            embedding,
+            embedding_batch,
+            strategies(&[("0/Gather", "((2, 1), (2, 1))".into())]),
+        ));
         // A 2x2 mesh: batch and model splits at once; the last layer follows.
         all.push(case(
             "mlp 2x2 mesh",

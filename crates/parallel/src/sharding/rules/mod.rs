@@ -121,12 +121,13 @@ fn with_strategy(i: &RuleInput, s: &Strategy) -> Result<(Vec<Layout>, Layout), S
             elementwise::with_strategy(i, s)
         }
         Op::MatMul => linear::matmul_with_strategy(i, s),
+        Op::Gather { axis } => shape::gather_with_strategy(i, s, *axis),
         Op::Conv2d(_) => linear::conv_with_strategy(i, s),
         Op::Reduce { .. } | Op::MaxPool2d(_) | Op::AvgPool2d(_) | Op::OneHot { .. } => {
             shape::first_input_strategy(i, s)
         }
         _ => Err(format!(
-            "{name} takes no strategy in Spore yet (strategies apply to MatMul, Conv2D, elementwise ops, reductions, pooling and OneHot); its layout follows its inputs"
+            "{name} takes no strategy in Spore yet (strategies apply to MatMul, Conv2D, Gather, elementwise ops, reductions, pooling and OneHot); its layout follows its inputs"
         )),
     }
 }

@@ -176,6 +176,46 @@ pub(super) fn one_hot(i: &RuleInput) -> (Vec<Layout>, Layout) {
     (vec![l], out)
 }
 
+/// Gather with a strategy `((table factors), (index factors))`: the indices' blocks and
+/// the table's other dimensions carry into the output. Rows of the table split over
+/// ranks (a vocabulary-parallel embedding, axis 0 only) make each rank look up only
+/// the ids in its rows, zeros elsewhere: the output is then partial sums.
+pub(super) fn gather_with_strategy(
+    i: &RuleInput,
+    s: &Strategy,
+    axis: usize,
+) -> Result<(Vec<Layout>, Layout), String> {
+    let (st, si) = (&s.inputs[0], &s.inputs[1]);
+    if axis != 0 && st[axis] != 1 {
+        return Err(format!(
+            "Gather: strategy {s} splits the gathered axis {axis}; Spore splits the rows of axis 0 only"
+        ));
+    }
+    let mut factors = st.clone();
+    factors.extend(si.iter().copied());
+    let (dev, first) = device_matrix("Gather", &factors, i.devices)?;
+    let rt = st.len();
+    let table_map: Vec<Option<usize>> = (0..rt).map(|d| Some(first + d)).collect();
+    let index_map: Vec<Option<usize>> = (0..si.len()).map(|j| Some(first + rt + j)).collect();
+    let mut out = table_map[..axis].to_vec();
+    out.extend(index_map.iter().copied());
+    out.extend(table_map[axis + 1..].iter().copied());
+    let partial = if st[axis] > 1 {
+        vec![first + axis]
+    } else {
+        vec![]
+    };
+    let layout = |map: Vec<Option<usize>>, partial: Vec<usize>| Layout {
+        dev: dev.clone(),
+        map,
+        partial,
+    };
+    Ok((
+        vec![layout(table_map, vec![]), layout(index_map, vec![])],
+        layout(out, partial),
+    ))
+}
+
 /// Gather rows of a table: the table whole along the gathered axis, the indices' blocks
 /// carried into the output.
 pub(super) fn gather(i: &RuleInput, axis: usize) -> Option<(Vec<Layout>, Layout)> {

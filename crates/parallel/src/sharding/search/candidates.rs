@@ -5,8 +5,8 @@ use spore_core::op::Op;
 
 use crate::sharding::strategy::Strategy;
 
-/// The strategies a MatMul or Conv2D can take on `devices` ranks: every split of its
-/// dimensions using all of them (or as many as the shapes allow).
+/// The strategies a MatMul, Conv2D or Gather can take on `devices` ranks: every split of
+/// its dimensions using all of them (or as many as the shapes allow).
 pub fn candidates(g: &Graph, id: usize, devices: usize) -> Vec<Strategy> {
     let node = &g.nodes[id];
     let Some(op) = node.op() else {
@@ -67,6 +67,20 @@ pub fn candidates(g: &Graph, id: usize, devices: usize) -> Vec<Strategy> {
                 .into_iter()
                 .filter_map(|f| {
                     Strategy::new(vec![vec![f[0], f[1], 1, 1], vec![f[2], f[1], 1, 1]]).ok()
+                })
+                .collect()
+        }
+        // A lookup: the table's rows (a vocabulary split) and the ids' first dimension.
+        Op::Gather { axis: 0 } if args.len() == 2 && !args[0].is_empty() && !args[1].is_empty() => {
+            let (table, ids) = (args[0], args[1]);
+            splits(&[table[0], ids[0]], devices)
+                .into_iter()
+                .filter_map(|f| {
+                    let mut st = vec![1; table.len()];
+                    let mut si = vec![1; ids.len()];
+                    st[0] = f[0];
+                    si[0] = f[1];
+                    Strategy::new(vec![st, si]).ok()
                 })
                 .collect()
         }
