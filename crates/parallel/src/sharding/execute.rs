@@ -76,10 +76,10 @@ pub fn run_planned(
                     .local_shape(&node.ty().shape)
                     .map_err(|e| Error::invalid(format!("sharding {}: {e}", node.name)))?;
                 let at = node.location.unwrap_or(Location::caller());
-                let table = graph.nodes[args[0]].ty();
                 match op {
                     Op::Gather { axis: 0 } if op_plan.args[0].factor(0) > 1 => {
-                        let rows = op_plan.args[0].block(&table.shape, rank()?, 0);
+                        let table = &graph.nodes[args[0]].ty().shape;
+                        let rows = op_plan.args[0].block(table, rank()?, 0);
                         in_scope(&scope, || lookup_rows(&locals[0], &locals[1], rows))?
                     }
                     _ => {
