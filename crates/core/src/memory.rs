@@ -90,11 +90,12 @@ pub fn with_global_shapes<R>(f: impl FnOnce() -> R) -> R {
 /// overflow and it fits in the memory available (and under the configured cap).
 pub fn check(shape: &[usize], dtype: DType) -> Result<(), String> {
     let bytes = bytes_of(shape, dtype)?;
-    if GLOBAL_SHAPES.with(|g| g.get()) {
-        return Ok(());
-    }
     let cap = cap();
     if bytes < CHECKED_FROM && cap.is_none_or(|c| bytes as u64 <= c) {
+        return Ok(());
+    }
+    // Asked only past the fast path above, which every small op takes.
+    if GLOBAL_SHAPES.with(|g| g.get()) {
         return Ok(());
     }
     if let Some(c) = cap
