@@ -366,51 +366,35 @@ pub fn barrier(group_name: Option<&str>) -> Result<()> {
     .map(|_| ())
 }
 
-/// Sums `values` over the world's ranks (metrics, counts): every rank gets the sums.
-pub fn collective_sum_f64(values: &[f64]) -> Result<Vec<f64>> {
+/// `values` reduced with `op` over the world's ranks, element by element, on every rank.
+fn world_f64s(values: &[f64], op: ReduceOp) -> Result<Vec<f64>> {
     let g = group(None)?;
-    match all_reduce(
-        &g,
-        Arc::new(Buffer::F64(values.to_vec())),
-        &[values.len()],
-        ReduceOp::Sum,
-    )? {
-        Buffer::F64(v) => Ok(v),
+    let data = Arc::new(Buffer::F64(values.to_vec()));
+    match all_reduce(&g, data, &[values.len()], op)? {
+        Buffer::F64(v) if v.len() == values.len() => Ok(v),
         other => Err(Error::invalid(format!(
-            "internal: a sum of f64 came back as {}",
-            other.dtype()
-        ))),
-    }
-}
-
-/// The largest of every rank's `values`, element by element.
-pub(crate) fn collective_max_f64s(values: &[f64]) -> Result<Vec<f64>> {
-    let g = group(None)?;
-    match all_reduce(
-        &g,
-        Arc::new(Buffer::F64(values.to_vec())),
-        &[values.len()],
-        ReduceOp::Max,
-    )? {
-        Buffer::F64(v) => Ok(v),
-        other => Err(Error::invalid(format!(
-            "internal: a max of f64 came back as {}",
-            other.dtype()
-        ))),
-    }
-}
-
-/// The largest of every rank's `value` (the slowest rank's time, for example).
-pub fn collective_max_f64(value: f64) -> Result<f64> {
-    let g = group(None)?;
-    match all_reduce(&g, Arc::new(Buffer::F64(vec![value])), &[1], ReduceOp::Max)? {
-        Buffer::F64(v) if v.len() == 1 => Ok(v[0]),
-        other => Err(Error::invalid(format!(
-            "internal: a max of one f64 came back as {} {}",
+            "internal: a {} of {} f64 came back as {} {}",
+            op.name(),
+            values.len(),
             other.len(),
             other.dtype()
         ))),
     }
+}
+
+/// Sums `values` over the world's ranks (metrics, counts): every rank gets the sums.
+pub fn collective_sum_f64(values: &[f64]) -> Result<Vec<f64>> {
+    world_f64s(values, ReduceOp::Sum)
+}
+
+/// The largest of every rank's `values`, element by element.
+pub(crate) fn collective_max_f64s(values: &[f64]) -> Result<Vec<f64>> {
+    world_f64s(values, ReduceOp::Max)
+}
+
+/// The largest of every rank's `value` (the slowest rank's time, for example).
+pub fn collective_max_f64(value: f64) -> Result<f64> {
+    Ok(world_f64s(&[value], ReduceOp::Max)?[0])
 }
 
 /// Sends `data` to `dest` (a rank of `g`), preceded by its signature, so that the

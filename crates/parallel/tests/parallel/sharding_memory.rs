@@ -2,8 +2,6 @@
 //! Megatron-style holds about 1/n of the parameter and optimizer-state bytes on each of
 //! n ranks. Each rank prints its measured figures (the closing note reports them).
 
-use std::sync::Arc;
-
 use spore_core::{DType, Tensor, TensorType};
 use spore_nn::prelude::*;
 use spore_parallel::context::{
@@ -12,6 +10,7 @@ use spore_parallel::context::{
 use spore_parallel::sharding::{ShardedCell, Strategies};
 
 use crate::launch::{expect_success, passed, world};
+use crate::sharding_nets::mlp_of;
 
 #[test]
 fn wide_mlp_memory_falls_with_ranks_on_2_ranks() {
@@ -21,20 +20,6 @@ fn wide_mlp_memory_falls_with_ranks_on_2_ranks() {
 #[test]
 fn wide_mlp_memory_falls_with_ranks_on_4_ranks() {
     expect_success(4, "sharding_memory::rank_wide_mlp_memory");
-}
-
-fn wide_mlp() -> Arc<dyn Cell> {
-    let net: Arc<dyn Cell> = SequentialCell::new(vec![
-        Dense::new(784, 8192).unwrap(),
-        ReLU::new(),
-        Dense::new(8192, 8192).unwrap(),
-        ReLU::new(),
-        Dense::new(8192, 10).unwrap(),
-    ]);
-    WithLossCell::new_dyn(
-        net,
-        SoftmaxCrossEntropyWithLogits::new(true, Reduction::Mean),
-    )
 }
 
 /// A `/proc/self/status` field in KiB.
@@ -73,7 +58,7 @@ fn rank_wide_mlp_memory() {
         TensorType::new(&[16, 784], DType::F32),
         TensorType::new(&[16], DType::I32),
     ];
-    let whole = wide_mlp();
+    let whole = mlp_of([784, 8192, 8192, 10]);
     let whole_bytes = bytes(&whole.trainable_params());
     let sharded = ShardedCell::new(whole, &types, &s).unwrap();
     let local = sharded.trainable_params();

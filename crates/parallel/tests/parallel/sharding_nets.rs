@@ -30,18 +30,23 @@ fn labels(step: usize, n: usize) -> Tensor {
     Tensor::from_vec(y, &[n]).unwrap()
 }
 
-fn mlp() -> Arc<dyn Cell> {
+/// Dense-ReLU-Dense-ReLU-Dense of the given widths, with a classification loss.
+pub fn mlp_of([input, hidden1, hidden2, classes]: [usize; 4]) -> Arc<dyn Cell> {
     let net: Arc<dyn Cell> = SequentialCell::new(vec![
-        Dense::new(32, 64).unwrap(),
+        Dense::new(input, hidden1).unwrap(),
         ReLU::new(),
-        Dense::new(64, 64).unwrap(),
+        Dense::new(hidden1, hidden2).unwrap(),
         ReLU::new(),
-        Dense::new(64, 10).unwrap(),
+        Dense::new(hidden2, classes).unwrap(),
     ]);
     WithLossCell::new_dyn(
         net,
         SoftmaxCrossEntropyWithLogits::new(true, Reduction::Mean),
     )
+}
+
+fn mlp() -> Arc<dyn Cell> {
+    mlp_of([32, 64, 64, 10])
 }
 
 fn mlp_batch(step: usize) -> Vec<Tensor> {
