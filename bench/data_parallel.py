@@ -12,7 +12,12 @@ Build first:
   cargo build --release --features mpi -p spore --example bench_data_parallel
   cargo build --release -p spore-parallel --features mpi --example bench_allreduce
 Run:
-  python3 bench/data_parallel.py [--rounds 5] [--only lenet|resnet18|allreduce]
+  python3 bench/data_parallel.py [--rounds 5] [--only lenet|resnet18|allreduce] [--ranks 2,4,8]
+                                 [--bin-dir DIR]
+
+`--ranks` adds, for each N, N ranks against N independent processes (a host with at least
+N spare cores is where those rows mean anything); `--bin-dir` reads the binaries from DIR
+(bench/lent_host.sh stages them for a host without Rust).
 """
 
 import argparse
@@ -22,19 +27,23 @@ import subprocess
 
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
           "-x", "RAYON_NUM_THREADS", "-n"]
-TRAIN = "target/release/examples/bench_data_parallel"
-ALLREDUCE = "target/release/examples/bench_allreduce"
+BIN_DIR = "target/release/examples"
+
+
+def binary(name):
+    return os.path.join(BIN_DIR, name)
 
 
 def run(cmd):
     env = dict(os.environ, RAYON_NUM_THREADS="1")
-    if cmd and cmd[0] == "twice":
-        # Two independent one-process runs at once: what two ranks could do on this
-        # machine with no communication at all (shared caches, memory and cores).
-        procs = [subprocess.Popen(cmd[1:], env=env, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    if cmd and cmd[0] == "independent":
+        # N independent one-process runs at once: what N ranks could do on this machine
+        # with no communication at all (shared caches, memory and cores).
+        n = int(cmd[1])
+        procs = [subprocess.Popen(cmd[2:], env=env, stdout=subprocess.PIPE, text=True) for _ in range(n)]
         rows = [parse(p.communicate()[0])[0] for p in procs]
         slow = max(rows, key=lambda r: float(r["step_ms"]))
-        return [dict(slow, samples_per_s=str(2 * float(slow["samples_per_s"])))]
+        return [dict(slow, samples_per_s=str(n * float(slow["samples_per_s"])))]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
     return parse(out)
 
@@ -48,14 +57,15 @@ def parse(out):
     return rows
 
 
-def scaling(model, rounds):
+def scaling(model, rounds, ranks):
     steps = ["--steps", "1000", "--warmup", "50"] if model == "lenet" else ["--steps", "6", "--warmup", "2"]
-    configs = {
-        "1 rank": [TRAIN, "--model", model] + steps,
-        "2 independent processes (no communication)": ["twice", TRAIN, "--model", model] + steps,
-        "2 ranks, 25 MB buckets": MPIRUN + ["2", TRAIN, "--model", model, "--fusion", "25"] + steps,
-        "2 ranks, one bucket (no overlap)": MPIRUN + ["2", TRAIN, "--model", model, "--fusion", "one"] + steps,
-    }
+    train = [binary("bench_data_parallel"), "--model", model]
+    configs = {"1 rank": train + steps}
+    for n in ranks:
+        configs[f"{n} independent processes (no communication)"] = ["independent", str(n)] + train + steps
+        configs[f"{n} ranks, 25 MB buckets"] = MPIRUN + [str(n)] + train + ["--fusion", "25"] + steps
+        if n == 2:
+            configs["2 ranks, one bucket (no overlap)"] = MPIRUN + ["2"] + train + ["--fusion", "one"] + steps
     seen = {k: [] for k in configs}
     for _ in range(rounds):
         for name, cmd in configs.items():
@@ -75,8 +85,8 @@ def scaling(model, rounds):
 
 def allreduce(rounds):
     configs = {
-        "MPI_Allreduce": MPIRUN + ["2", ALLREDUCE, "--raw", "--reps", "100"],
-        "Spore AllReduce": MPIRUN + ["2", ALLREDUCE, "--reps", "100"],
+        "MPI_Allreduce": MPIRUN + ["2", binary("bench_allreduce"), "--raw", "--reps", "100"],
+        "Spore AllReduce": MPIRUN + ["2", binary("bench_allreduce"), "--reps", "100"],
     }
     seen = {k: {} for k in configs}
     for _ in range(rounds):
@@ -94,16 +104,26 @@ def allreduce(rounds):
 
 
 def main():
+    global BIN_DIR
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--only", choices=["lenet", "resnet18", "allreduce"])
+    p.add_argument("--ranks", default="2", help="comma-separated rank counts for weak scaling")
+    p.add_argument("--bin-dir", default=BIN_DIR)
     a = p.parse_args()
+    try:
+        ranks = [int(n) for n in a.ranks.split(",")]
+    except ValueError:
+        p.error(f"--ranks expects comma-separated integers such as 2,4,8, found {a.ranks!r}")
+    if any(n < 2 for n in ranks):
+        p.error(f"--ranks expects counts of at least 2, found {a.ranks!r}")
+    BIN_DIR = a.bin_dir
     for what in ["allreduce", "lenet", "resnet18"]:
         if a.only in (None, what):
             if what == "allreduce":
                 allreduce(a.rounds)
             else:
-                scaling(what, a.rounds if what == "lenet" else max(2, a.rounds // 2 + 1))
+                scaling(what, a.rounds if what == "lenet" else max(2, a.rounds // 2 + 1), ranks)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@
 #   there:  bash bench/lent_host.sh profile OUT    # Spore's per-op profiles at 2 and N threads
 #           bash bench/lent_host.sh sweep OUT [THREADS] [ROUNDS]
 #           bash bench/lent_host.sh avx512 OUT      # the 12x16 AVX-512 GEMM kernel, off/on
+#   here:   bash bench/lent_host.sh stage-mpi      # the MPI binaries and an Open MPI runtime
+#   there:  bash bench/lent_host.sh distributed OUT [RANKS]   # issues 34 and 35 on many cores
 #
 # `stage` puts stripped `bench` and `profile_lenet` binaries in .lent/ (git ignores it through
 # .git/info/exclude; the device tool's `carry` takes it). `profile` writes the op-by-op
@@ -66,6 +68,66 @@ sweep)
     [ -s "$out/interleaved.md" ] || python3 bench/interleaved.py --report-from "$out/interleaved.jsonl" \
         > "$out/interleaved.md"
     ;;
+stage-mpi)
+    # The distributed benchmarks, and this machine's Open MPI runtime packed so that a host
+    # without one can run them: files of the Debian/Ubuntu packages, unpacked there only where
+    # nothing is (tar --skip-old-files), so a host's own libraries are never replaced.
+    cargo build --release --features mpi -p spore --example bench_data_parallel
+    cargo build --release -p spore-parallel --features mpi --example bench_allreduce --example sharding_predict
+    mkdir -p "$STAGE"
+    grep -qx "/$STAGE/" .git/info/exclude 2>/dev/null || echo "/$STAGE/" >> .git/info/exclude
+    for b in bench_data_parallel bench_allreduce sharding_predict; do
+        strip -o "$STAGE/$b" "target/release/examples/$b"
+    done
+    pkgs=$(dpkg -S "$(readlink -f "$(command -v mpirun)")" "$(readlink -f "$(ldconfig -p | awk '/libmpi.so.40 /{print $NF; exit}')")" \
+        | cut -d: -f1 | sort -u)
+    deps="openmpi-common libpmix2 libhwloc15 libevent-core-2.1-7 libevent-pthreads-2.1-7"
+    # shellcheck disable=SC2086
+    dpkg -L $pkgs $deps | while read -r f; do
+        [ -d "$f" ] && [ ! -L "$f" ] && continue
+        case "$f" in /usr/share/doc/* | /usr/share/man/* | /usr/share/lintian/*) continue ;; esac
+        [ -e "$f" ] || [ -L "$f" ] && echo "$f"
+    done > "$STAGE/openmpi.files"
+    readlink -f "$(command -v mpirun)" >> "$STAGE/openmpi.files"
+    tar -czf "$STAGE/openmpi.tgz" -P -T "$STAGE/openmpi.files"
+    mpirun --version | head -1 > "$STAGE/openmpi.version"
+    git rev-parse --short HEAD > "$STAGE/commit"
+    git diff --quiet HEAD || echo "(with uncommitted changes)" >> "$STAGE/commit"
+    ls -la "$STAGE"
+    ;;
+distributed)
+    # Issue 34's weak scaling and AllReduce bandwidth, issue 35's cost model against the clock,
+    # on a host with a spare core per rank. Uses the host's mpirun, or the staged runtime.
+    out=${2:?distributed needs an output folder}
+    ranks=${3:-2,4,8}
+    mkdir -p "$out"
+    if ! command -v mpirun > /dev/null; then
+        [ -s "$STAGE/openmpi.tgz" ] || { echo "no mpirun and no $STAGE/openmpi.tgz: run stage-mpi" >&2; exit 1; }
+        tar -xzf "$STAGE/openmpi.tgz" -P --skip-old-files
+        ldconfig
+        mkdir -p /tmp/mpibin
+        ln -sf "$(tail -1 "$STAGE/openmpi.files")" /tmp/mpibin/mpirun
+        export PATH=/tmp/mpibin:$PATH
+        echo "mpirun: staged $(cat "$STAGE/openmpi.version")"
+    fi
+    # Shared memory without single-copy (sandboxed kernels may lack cross-memory attach);
+    # components whose libraries a host lacks are skipped quietly.
+    export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_mca_base_component_show_load_errors=0
+    { cat "$STAGE/commit"; mpirun --version | head -1; lscpu; nproc; } > "$out/host.txt" 2>&1 || true
+    python3 bench/data_parallel.py --bin-dir "$STAGE" --rounds "${DP_ROUNDS:-3}" --ranks "$ranks" \
+        --only allreduce 2>&1 | tee "$out/allreduce.md"
+    python3 bench/data_parallel.py --bin-dir "$STAGE" --rounds "${DP_ROUNDS:-3}" --ranks "$ranks" \
+        --only lenet 2>&1 | tee "$out/lenet.md"
+    for n in 2 4 "${ranks##*,}"; do
+        for run in 1 2; do
+            echo "== sharding_predict, $n ranks, run $run"
+            RAYON_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe --bind-to none \
+                -x RAYON_NUM_THREADS -n "$n" "$STAGE/sharding_predict" || echo "failed (exit $?)"
+        done
+    done 2>&1 | tee "$out/sharding_predict.txt"
+    python3 bench/data_parallel.py --bin-dir "$STAGE" --rounds 2 --ranks "$ranks" \
+        --only resnet18 2>&1 | tee "$out/resnet18.md"
+    ;;
 avx512)
     # The GEMM and the steps that rest on it with the 12x16 kernel off and on
     # (SPORE_AVX512_GEMM), alternated; a child that fails leaves an error record.
@@ -87,7 +149,8 @@ avx512)
     done > "$out/avx512.jsonl" 2> "$out/avx512.err"
     ;;
 *)
-    echo "usage: bash bench/lent_host.sh stage | profile OUT | sweep OUT [THREADS] [ROUNDS] | avx512 OUT" >&2
+    echo "usage: bash bench/lent_host.sh stage | profile OUT | sweep OUT [THREADS] [ROUNDS] | avx512 OUT" \
+        "| stage-mpi | distributed OUT [RANKS]" >&2
     exit 2
     ;;
 esac

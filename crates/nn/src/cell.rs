@@ -36,7 +36,7 @@
 //! ```
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use spore_compile::Jit;
@@ -115,6 +115,8 @@ pub struct CellBase {
     /// The float dtype `to_float` gave this cell, as 1 + its index in `DType::ALL` (0:
     /// none, the enclosing cell's applies).
     compute_dtype: AtomicU8,
+    /// MindSpore's `pipeline_stage` attribute, as 1 + the stage (0: not set).
+    pipeline_stage: AtomicUsize,
 }
 
 /// A forward hook: called with a cell's outputs each time it runs eagerly.
@@ -141,7 +143,20 @@ impl CellBase {
             hooks: Mutex::new(Vec::new()),
             hooked: AtomicBool::new(false),
             compute_dtype: AtomicU8::new(0),
+            pipeline_stage: AtomicUsize::new(0),
         }
+    }
+
+    /// MindSpore's `cell.pipeline_stage = stage`: which pipeline stage runs this cell
+    /// (`spore_parallel::pipeline::PipelineCell` reads it from the backbone's children).
+    pub fn set_pipeline_stage(&self, stage: usize) {
+        self.pipeline_stage
+            .store(stage.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// The stage [`CellBase::set_pipeline_stage`] gave, if any.
+    pub fn pipeline_stage(&self) -> Option<usize> {
+        self.pipeline_stage.load(Ordering::Relaxed).checked_sub(1)
     }
 
     /// MindSpore's `Cell.to_float`: this cell's ops, and those of the children that set

@@ -50,6 +50,9 @@ impl WithLossCell {
     pub fn backbone(&self) -> &Arc<dyn Cell> {
         &self.backbone
     }
+    pub fn loss_fn(&self) -> &Arc<dyn Cell> {
+        &self.loss_fn
+    }
 }
 
 impl Cell for WithLossCell {

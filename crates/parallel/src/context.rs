@@ -19,9 +19,10 @@
 //! `semi_auto_parallel` and `auto_parallel` are operator-level parallelism: a network
 //! wrapped in [`crate::sharding::ShardedCell`], with the user's per-operator strategies
 //! or with strategies found by `search_mode`; `strategy_ckpt_config` saves and loads
-//! them. The fields of pipeline and optimizer parallelism (`pipeline_stages`,
-//! `enable_parallel_optimizer`, `full_batch`, `dataset_strategy`, ...) are recognised
-//! and refused with an error until those exist.
+//! them. `pipeline_stages` splits the ranks into the stages of a
+//! [`crate::pipeline::PipelineCell`]. The other fields of pipeline and optimizer
+//! parallelism (`pipeline_config`, `enable_parallel_optimizer`, `full_batch`,
+//! `dataset_strategy`, ...) are recognised and refused with an error until those exist.
 
 use std::path::PathBuf;
 use std::sync::RwLock;
@@ -123,6 +124,8 @@ pub struct AutoParallelContext {
     pub strategy_ckpt_save_file: Option<PathBuf>,
     /// Strategies to apply, read when a sharded network is built (`load_file`).
     pub strategy_ckpt_load_file: Option<PathBuf>,
+    /// How many pipeline stages the ranks form (`PipelineCell`); 1: no pipeline.
+    pub pipeline_stages: usize,
 }
 
 impl Default for AutoParallelContext {
@@ -140,6 +143,7 @@ impl Default for AutoParallelContext {
             search_mode: SearchMode::RecursiveProgramming,
             strategy_ckpt_save_file: None,
             strategy_ckpt_load_file: None,
+            pipeline_stages: 1,
         }
     }
 }
@@ -204,7 +208,6 @@ const LATER: &[&str] = &[
     "dataset_strategy",
     "enable_parallel_optimizer",
     "parallel_optimizer_config",
-    "pipeline_stages",
     "pipeline_config",
     "enable_alltoall",
     "group_ckpt_save_file",
@@ -323,6 +326,19 @@ impl AutoParallelUpdate {
             Ok(())
         })
     }
+    /// MindSpore's `pipeline_stages`: at least 1; the job's ranks must divide into that
+    /// many stages (checked when a `PipelineCell` is built).
+    pub fn pipeline_stages(self, stages: usize) -> Self {
+        self.change(move |c| {
+            if stages == 0 {
+                return Err(invalid(
+                    "pipeline_stages must be at least 1, got 0".to_string(),
+                ));
+            }
+            c.pipeline_stages = stages;
+            Ok(())
+        })
+    }
     /// `comm_fusion`'s `allreduce` entry.
     pub fn comm_fusion(self, fusion: AllReduceFusion) -> Self {
         self.change(move |c| {
@@ -371,6 +387,7 @@ impl AutoParallelUpdate {
             "parameter_broadcast" => self.parameter_broadcast(flag()?),
             "all_reduce_fusion_config" => self.all_reduce_fusion_config(parse_indices(key, value)?),
             "comm_fusion" => self.comm_fusion(parse_comm_fusion(value)?),
+            "pipeline_stages" => self.pipeline_stages(number()?),
             "search_mode" | "auto_parallel_search_mode" => {
                 self.search_mode(SearchMode::parse(value).map_err(|e| invalid(e.to_string()))?)
             }
@@ -389,7 +406,7 @@ impl AutoParallelUpdate {
                 return Err(invalid(format!(
                     "unknown field {key:?}; expected one of parallel_mode, device_num, global_rank, gradients_mean, \
                      gradient_fp32_sync, loss_repeated_mean, parameter_broadcast, all_reduce_fusion_config, comm_fusion, \
-                     search_mode, strategy_ckpt_config"
+                     search_mode, strategy_ckpt_config, pipeline_stages"
                 )));
             }
         })

@@ -27,6 +27,7 @@ mod data_parallel;
 mod engine;
 mod management;
 pub mod ops;
+pub mod pipeline;
 mod recycle;
 pub mod sharding;
 

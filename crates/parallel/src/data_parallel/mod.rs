@@ -63,18 +63,30 @@ impl Distributed for DataParallel {
         matches!(data_parallel(), Ok(Some((_, n))) if n > 1)
     }
     fn gradient_reduction(&self, weights: &[Tensor]) -> Result<Option<Box<dyn GradientReduction>>> {
-        let Some((ctx, _)) = data_parallel()? else {
-            return Ok(None);
-        };
         if weights.is_empty() {
             return Ok(None);
         }
+        if let Some(stage_group) = crate::pipeline::stage_data_parallel_group() {
+            // Each data-parallel rank of a pipeline stage computed the gradient of its
+            // share of the batch's mean loss: their mean is the whole batch's.
+            let ctx = get_auto_parallel_context();
+            let reducer = reducer::Reducer::new(
+                weights,
+                &ctx.all_reduce_fusion(),
+                ReduceOp::Mean,
+                Some(stage_group),
+            )?;
+            return Ok(Some(Box::new(reducer)));
+        }
+        let Some((ctx, _)) = data_parallel()? else {
+            return Ok(None);
+        };
         let op = if ctx.gradients_mean {
             ReduceOp::Mean
         } else {
             ReduceOp::Sum
         };
-        let reducer = reducer::Reducer::new(weights, &ctx.all_reduce_fusion(), op)?;
+        let reducer = reducer::Reducer::new(weights, &ctx.all_reduce_fusion(), op, None)?;
         Ok(Some(Box::new(reducer)))
     }
     fn prepare_parameters(&self, params: &[(String, Parameter)]) -> Result<()> {

@@ -29,6 +29,8 @@ pub(crate) struct Reducer {
     grads: Vec<Option<Tensor>>,
     shapes: Vec<Vec<usize>>,
     op: ReduceOp,
+    /// The group reduced over (`None`: the world).
+    group: Option<String>,
 }
 
 impl Reducer {
@@ -36,6 +38,7 @@ impl Reducer {
         weights: &[Tensor],
         fusion: &AllReduceFusion,
         op: ReduceOp,
+        group: Option<String>,
     ) -> Result<Reducer> {
         let slots: Vec<GradientSlot> = weights
             .iter()
@@ -66,6 +69,7 @@ impl Reducer {
             grads: vec![None; weights.len()],
             shapes: weights.iter().map(|w| w.shape().to_vec()).collect(),
             op,
+            group,
         })
     }
 
@@ -80,7 +84,7 @@ impl Reducer {
                 })
             })
             .collect::<Result<_>>()?;
-        let ticket = bucket::start(&grads, b, self.op, None)?;
+        let ticket = bucket::start(&grads, b, self.op, self.group.as_deref())?;
         self.buckets[b].ticket = Some(ticket);
         Ok(())
     }

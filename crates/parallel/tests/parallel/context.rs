@@ -130,10 +130,11 @@ fn refused() -> Vec<(&'static str, &'static str, &'static str)> {
             r#"{"allgather": {"mode": "auto"}}"#,
             "parallel optimizer, which is not available yet",
         ),
+        ("pipeline_stages", "0", "pipeline_stages must be at least 1"),
         (
-            "pipeline_stages",
-            "2",
-            "pipeline_stages belongs to pipeline or optimizer parallelism",
+            "pipeline_config",
+            "{}",
+            "pipeline_config belongs to pipeline or optimizer parallelism",
         ),
         (
             "search_mode",

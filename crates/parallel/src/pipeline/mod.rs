@@ -1,0 +1,346 @@
+//! Pipeline parallelism: MindSpore's `pipeline_stages`, `cell.pipeline_stage` and
+//! `PipelineCell(network, micro_size)`. Each rank runs one stage of the backbone's
+//! sequence of cells on every micro-batch and passes activations to the next stage;
+//! training goes through the unchanged `TrainOneStepCell` and optimizer.
+//!
+//! ```
+//! use spore_core::{DType, Tensor};
+//! use spore_nn::prelude::*;
+//! use spore_parallel::context::*;
+//! use spore_parallel::pipeline::PipelineCell;
+//! spore_parallel::init().unwrap();
+//! // Under `mpirun -n 2`, `pipeline_stages(2)` runs the first Dense on rank 0 and the
+//! // rest on rank 1.
+//! set_auto_parallel_context(
+//!     AutoParallelUpdate::new().parallel_mode(ParallelMode::SemiAutoParallel).pipeline_stages(1),
+//! ).unwrap();
+//! let backbone = SequentialCell::new(vec![Dense::new(4, 8).unwrap(), ReLU::new(), Dense::new(8, 2).unwrap()]);
+//! backbone.get(1).unwrap().base().set_pipeline_stage(0);
+//! let net = WithLossCell::new(backbone, MSELoss::new(Reduction::Mean));
+//! let pipeline = PipelineCell::new(net, 4).unwrap();
+//! let opt = Momentum::new(pipeline.trainable_params(), 0.1, 0.9).unwrap();
+//! let step = TrainOneStepCell::new(pipeline, opt);
+//! let (x, y) = (Tensor::ones(&[8, 4], DType::F32).unwrap(), Tensor::zeros(&[8, 2], DType::F32).unwrap());
+//! assert!(step.call(&[x, y]).unwrap()[0].item().unwrap() >= 0.0);
+//! # reset_auto_parallel_context();
+//! ```
+//!
+//! The schedule is GPipe's: every micro-batch forward, then every micro-batch backward
+//! in reverse order, the parameters' gradients summed over the micro-batches by the
+//! backward pass itself. The edges between stages are differentiable primitives
+//! (`boundary`), so the ordinary backward pass of the training step is the pipeline's
+//! backward, in PyNative and in Graph mode alike, and `save_graphs` shows the sends and
+//! receives. Every rank is given the whole batch; each stage reads what it needs (the
+//! first the data, the last the labels). The step's loss is the mean of the micro-batch
+//! losses (equal to the whole batch's loss for a mean-reduced loss), computed on the
+//! last stage and passed to the others, so every rank reports it.
+//!
+//! When `pipeline_stages` leaves several ranks per stage (8 ranks in 2 stages: 4 each),
+//! the stages are consecutive blocks of ranks and each stage is data parallel: replica
+//! `i` of a stage takes block `i` of every micro-batch and talks to replica `i` of the
+//! next stage, and `TrainOneStepCell` averages the stage's gradients over its replicas
+//! (MindSpore's data × pipeline mesh).
+
+mod boundary;
+mod stages;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use spore_core::{Error, Result, Tensor, TensorType};
+use spore_nn::cell::{Cell, CellBase, CellCall};
+use spore_nn::wrap::WithLossCell;
+
+use crate::context::{ParallelMode, get_auto_parallel_context};
+use crate::management::{create_group, engine, group};
+use crate::ops::apply_primitive;
+use boundary::{Link, StageLoss, StageRecv, StageSend, Token};
+use stages::{Place, announce, announced, assign_stages};
+
+/// Message tags: the activation type, the loss, then one activation and one gradient
+/// tag per micro-batch (MPI guarantees tags up to 32767).
+const TYPE_TAG: i32 = 90;
+const LOSS_TAG: i32 = 91;
+const FIRST_TAG: i32 = 100;
+const MAX_MICRO: usize = 16_000;
+
+/// A network with its loss, cut into pipeline stages along its backbone's cells.
+pub struct PipelineCell {
+    base: CellBase,
+    /// This rank's cells of the backbone, with the backbone's names for them (so that
+    /// the stage's parameters keep their names in the whole network: `0.weight`).
+    cells: Vec<(String, Arc<dyn Cell>)>,
+    /// The loss, on the last stage.
+    loss_fn: Option<Arc<dyn Cell>>,
+    micro_size: usize,
+    place: Place,
+    /// The type of the activations this stage receives, by the step's input types
+    /// (announced once by the previous stage, at the first step of each input type).
+    incoming: Mutex<HashMap<Vec<TensorType>, TensorType>>,
+    /// The input types whose activation type this stage has announced.
+    announced: Mutex<Vec<Vec<TensorType>>>,
+}
+
+impl PipelineCell {
+    /// MindSpore's `PipelineCell(network, micro_size)`: `network`'s backbone must be a
+    /// sequence of cells (`SequentialCell`), whose stages `pipeline_stage` sets; the
+    /// context's `parallel_mode` must be `semi_auto_parallel` or `auto_parallel` and
+    /// its `pipeline_stages` must divide the job's ranks.
+    pub fn new(network: Arc<WithLossCell>, micro_size: usize) -> Result<Arc<PipelineCell>> {
+        let ctx = get_auto_parallel_context();
+        if !matches!(
+            ctx.parallel_mode,
+            ParallelMode::SemiAutoParallel | ParallelMode::AutoParallel
+        ) {
+            return Err(Error::invalid(format!(
+                "PipelineCell: pipeline parallelism needs parallel_mode semi_auto_parallel or auto_parallel, \
+                 but it is {}",
+                ctx.parallel_mode.name()
+            )));
+        }
+        if !(1..=MAX_MICRO).contains(&micro_size) {
+            return Err(Error::invalid(format!(
+                "PipelineCell: micro_size must be in [1, {MAX_MICRO}], got {micro_size}"
+            )));
+        }
+        let e = engine()?;
+        let place = Place::new(e.rank, e.size, ctx.pipeline_stages)?;
+        let children = network.backbone().cells();
+        if children.is_empty() {
+            return Err(Error::invalid(format!(
+                "PipelineCell: the backbone ({}) has no child cells to cut into stages; use a SequentialCell",
+                network.backbone().class_name()
+            )));
+        }
+        let stage_of = assign_stages(&children, place.stages)?;
+        if let Some(name) = stage_group_name(&place) {
+            // Made here, once, by the stage's ranks (only members make a group).
+            if group(Some(&name)).is_err() {
+                create_group(&name, &place.stage_ranks())?;
+            }
+        }
+        let cells = children
+            .into_iter()
+            .zip(stage_of)
+            .filter(|(_, s)| *s == place.stage)
+            .map(|(c, _)| c)
+            .collect();
+        Ok(Arc::new(PipelineCell {
+            base: CellBase::new(),
+            cells,
+            loss_fn: place.is_last().then(|| network.loss_fn().clone()),
+            micro_size,
+            place,
+            incoming: Mutex::new(HashMap::new()),
+            announced: Mutex::new(Vec::new()),
+        }))
+    }
+
+    /// This rank's stage.
+    pub fn stage(&self) -> usize {
+        self.place.stage
+    }
+
+    fn link(&self, peer: usize, tag: i32) -> Result<Link> {
+        Ok(Link {
+            peer,
+            tag,
+            group: group(None)?,
+        })
+    }
+
+    fn activation_tag(&self, micro: usize) -> i32 {
+        FIRST_TAG + micro as i32
+    }
+
+    fn gradient_tag(&self, micro: usize) -> i32 {
+        FIRST_TAG + (self.micro_size + micro) as i32
+    }
+
+    /// The type of the activations from the previous stage for these step inputs.
+    fn incoming_type(&self, key: &[TensorType]) -> Result<TensorType> {
+        let mut known = self.incoming.lock().map_err(|_| poisoned())?;
+        if let Some(t) = known.get(key) {
+            return Ok(t.clone());
+        }
+        let t = announced(&group(None)?, self.place.prev(), TYPE_TAG)?;
+        known.insert(key.to_vec(), t.clone());
+        Ok(t)
+    }
+
+    /// Tells the next stage the type of `h`, once per input types.
+    fn announce_once(&self, key: &[TensorType], h: &Tensor) -> Result<()> {
+        let mut done = self.announced.lock().map_err(|_| poisoned())?;
+        if !done.iter().any(|k| k == key) {
+            announce(&group(None)?, h.tensor_type(), self.place.next(), TYPE_TAG)?;
+            done.push(key.to_vec());
+        }
+        Ok(())
+    }
+
+    /// This rank's share of micro-batch `m` of `x` (along its first axis): the
+    /// micro-batch itself, or its block for this data-parallel replica of the stage.
+    fn micro(&self, x: &Tensor, m: usize, what: &str) -> Result<Tensor> {
+        let batch = x.shape().first().copied().unwrap_or(0);
+        let parts = self.micro_size * self.place.per_stage;
+        if batch == 0 || !batch.is_multiple_of(parts) {
+            return Err(Error::invalid(format!(
+                "PipelineCell: the {what}'s batch of {batch} (type {}) does not split into micro_size {} equal \
+                 micro-batches{}",
+                x.tensor_type(),
+                self.micro_size,
+                match self.place.per_stage {
+                    1 => String::new(),
+                    n => format!(" of {n} equal blocks (one per data-parallel rank of a stage)"),
+                }
+            )));
+        }
+        let len = batch / parts;
+        x.narrow(
+            0,
+            (m * self.place.per_stage + self.place.replica()) * len,
+            len,
+        )
+    }
+
+    /// This stage's cells on one activation.
+    fn run_stage(&self, x: Tensor) -> Result<Tensor> {
+        let mut xs = vec![x];
+        for (_, c) in &self.cells {
+            xs = c.call(&xs)?;
+        }
+        match <[Tensor; 1]>::try_from(xs) {
+            Ok([y]) => Ok(y),
+            Err(xs) => Err(Error::invalid(format!(
+                "PipelineCell: stage {} must end in one activation, but its last cell returned {}",
+                self.place.stage,
+                xs.len()
+            ))),
+        }
+    }
+}
+
+/// The group of a stage's data-parallel ranks, when a stage has several.
+fn stage_group_name(place: &Place) -> Option<String> {
+    (place.per_stage > 1).then(|| {
+        format!(
+            "pipeline_stage{}_of{}_ranks{}",
+            place.stage, place.stages, place.per_stage
+        )
+    })
+}
+
+/// The data-parallel group of this rank's pipeline stage, when the context's
+/// `pipeline_stages` leaves several ranks in each (semi-auto or auto parallel mode):
+/// `TrainOneStepCell` averages the stage's gradients over it.
+pub(crate) fn stage_data_parallel_group() -> Option<String> {
+    let ctx = get_auto_parallel_context();
+    if ctx.pipeline_stages <= 1
+        || !matches!(
+            ctx.parallel_mode,
+            ParallelMode::SemiAutoParallel | ParallelMode::AutoParallel
+        )
+    {
+        return None;
+    }
+    let e = engine().ok()?;
+    let place = Place::new(e.rank, e.size, ctx.pipeline_stages).ok()?;
+    stage_group_name(&place).filter(|name| group(Some(name)).is_ok())
+}
+
+fn poisoned() -> Error {
+    Error::invalid("PipelineCell: a previous step panicked while holding its state")
+}
+
+impl Cell for PipelineCell {
+    fn construct(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let [data, label] = inputs else {
+            return Err(Error::invalid(format!(
+                "PipelineCell: expected 2 inputs (data, label), got {}",
+                inputs.len()
+            )));
+        };
+        let key = [data.tensor_type().clone(), label.tensor_type().clone()];
+        // Every rank holds both inputs, so a batch that does not split fails on every
+        // rank here, before any stage waits for another.
+        self.micro(data, 0, "data")?;
+        self.micro(label, 0, "label")?;
+        let place = self.place;
+        // Chains of tokens order this stage's sends, and its receives, by micro-batch.
+        let anchor = Tensor::scalar(0.0f32).with_requires_grad(true);
+        let mut send_token = anchor.clone();
+        let mut recv_token = anchor;
+        let incoming = match place.is_first() {
+            true => None,
+            false => Some(self.incoming_type(&key)?),
+        };
+        let mut losses = Vec::with_capacity(self.micro_size);
+        for m in 0..self.micro_size {
+            let x = match &incoming {
+                None => self.micro(data, m, "data")?,
+                Some(ty) => {
+                    let recv = StageRecv {
+                        link: self.link(place.prev(), self.activation_tag(m))?,
+                        grad_tag: self.gradient_tag(m),
+                        ty: ty.clone(),
+                    };
+                    let x = apply_primitive(recv, &[&recv_token])?;
+                    recv_token = apply_primitive(Token, &[&x])?;
+                    x
+                }
+            };
+            let h = self.run_stage(x)?;
+            match &self.loss_fn {
+                Some(loss_fn) => {
+                    let label = self.micro(label, m, "label")?;
+                    losses.push(loss_fn.call_first(&[h, label])?);
+                }
+                None => {
+                    self.announce_once(&key, &h)?;
+                    let send = StageSend {
+                        link: self.link(place.next(), self.activation_tag(m))?,
+                        grad_tag: self.gradient_tag(m),
+                    };
+                    send_token = apply_primitive(send, &[&h, &send_token])?;
+                }
+            }
+        }
+        let local = match losses.split_first() {
+            Some((first, rest)) => {
+                let mut sum = first.clone();
+                for l in rest {
+                    sum = sum.add(l)?;
+                }
+                sum.mul_scalar(1.0 / self.micro_size as f64)?
+            }
+            None => send_token,
+        };
+        let loss = StageLoss {
+            peers: match place.is_last() {
+                true => place.earlier(),
+                false => vec![place.last()],
+            },
+            is_last: place.is_last(),
+            tag: LOSS_TAG,
+            group: group(None)?,
+            replicas: match stage_group_name(&place) {
+                Some(name) => Some(group(Some(&name))?),
+                None => None,
+            },
+        };
+        Ok(vec![apply_primitive(loss, &[&local])?])
+    }
+    fn cells(&self) -> Vec<(String, Arc<dyn Cell>)> {
+        let mut out = self.cells.clone();
+        if let Some(l) = &self.loss_fn {
+            out.push(("_loss_fn".to_string(), l.clone()));
+        }
+        out
+    }
+    fn base(&self) -> &CellBase {
+        &self.base
+    }
+    fn class_name(&self) -> &'static str {
+        "PipelineCell"
+    }
+}
