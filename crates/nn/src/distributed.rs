@@ -13,6 +13,8 @@ use std::sync::{Arc, RwLock};
 
 use spore_core::{Parameter, Result, Tensor};
 
+use crate::optim::Optimizer;
+
 /// What data parallelism changes in a training step.
 pub trait Distributed: Send + Sync {
     /// This process's rank in the world.
@@ -31,6 +33,16 @@ pub trait Distributed: Send + Sync {
     fn prepare_parameters(&self, params: &[(String, Parameter)]) -> Result<()>;
     /// Every rank's `values` summed, on every rank (metrics over a sharded dataset).
     fn sum_across_ranks(&self, values: &[f64]) -> Result<Vec<f64>>;
+    /// The optimizer a training cell should run: `Some` replaces `optimizer` with one
+    /// that shards its state and update across the ranks (the parallel optimizer), and
+    /// the gradients then reach it unreduced. `None` keeps `optimizer`.
+    fn parallel_optimizer(
+        &self,
+        optimizer: &Arc<dyn Optimizer>,
+    ) -> Result<Option<Arc<dyn Optimizer>>> {
+        let _ = optimizer;
+        Ok(None)
+    }
 }
 
 /// One step's gradient reduction. The backward pass reports each weight's gradient as
@@ -54,6 +66,14 @@ pub fn current() -> Option<Arc<dyn Distributed>> {
     match CURRENT.read() {
         Ok(c) => c.clone(),
         Err(p) => p.into_inner().clone(),
+    }
+}
+
+/// The optimizer a training cell runs (see [`Distributed::parallel_optimizer`]).
+pub fn training_optimizer(optimizer: Arc<dyn Optimizer>) -> Result<Arc<dyn Optimizer>> {
+    match current() {
+        Some(d) => Ok(d.parallel_optimizer(&optimizer)?.unwrap_or(optimizer)),
+        None => Ok(optimizer),
     }
 }
 

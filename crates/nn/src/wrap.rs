@@ -123,6 +123,8 @@ pub struct TrainOneStepCell {
     network: Arc<dyn Cell>,
     optimizer: Arc<dyn Optimizer>,
     state: Arc<OptimizerState>,
+    /// Why the distributed job's optimizer could not be set up; the first call reports it.
+    setup_error: Option<String>,
 }
 
 impl TrainOneStepCell {
@@ -132,12 +134,20 @@ impl TrainOneStepCell {
         TrainOneStepCell::new_dyn(network, optimizer)
     }
 
+    /// In a job with the parallel optimizer (`enable_parallel_optimizer`), `optimizer`
+    /// is replaced by one that runs it on this rank's slices of the parameters.
     pub fn new_dyn(network: Arc<dyn Cell>, optimizer: Arc<dyn Optimizer>) -> Arc<TrainOneStepCell> {
+        let (optimizer, setup_error) =
+            match crate::distributed::training_optimizer(optimizer.clone()) {
+                Ok(o) => (o, None),
+                Err(e) => (optimizer, Some(e.to_string())),
+            };
         let cell = Arc::new(TrainOneStepCell {
             base: CellBase::new(),
             network,
             state: OptimizerState::new(optimizer.clone()),
             optimizer,
+            setup_error,
         });
         cell.set_train(true);
         cell
@@ -158,6 +168,9 @@ impl TrainOneStepCell {
 
 impl Cell for TrainOneStepCell {
     fn construct(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        if let Some(e) = &self.setup_error {
+            return Err(Error::invalid(format!("TrainOneStepCell: {e}")));
+        }
         // The same handles go to value_and_grad as weights and are read again by the layers
         // inside the call (Parameter::value returns the same tensor until it is assigned).
         let weights: Vec<Tensor> = self.optimizer.params().iter().map(|p| p.value()).collect();

@@ -20,9 +20,10 @@
 //! wrapped in [`crate::sharding::ShardedCell`], with the user's per-operator strategies
 //! or with strategies found by `search_mode`; `strategy_ckpt_config` saves and loads
 //! them. `pipeline_stages` splits the ranks into the stages of a
-//! [`crate::pipeline::PipelineCell`]. The other fields of pipeline and optimizer
-//! parallelism (`pipeline_config`, `enable_parallel_optimizer`, `full_batch`,
-//! `dataset_strategy`, ...) are recognised and refused with an error until those exist.
+//! [`crate::pipeline::PipelineCell`]; `enable_parallel_optimizer` shards a data-parallel
+//! job's optimizer. The other fields of pipeline and optimizer parallelism
+//! (`pipeline_config`, `parallel_optimizer_config`, `full_batch`, `dataset_strategy`,
+//! ...) are recognised and refused with an error until those exist.
 
 use std::path::PathBuf;
 use std::sync::RwLock;
@@ -126,6 +127,8 @@ pub struct AutoParallelContext {
     pub strategy_ckpt_load_file: Option<PathBuf>,
     /// How many pipeline stages the ranks form (`PipelineCell`); 1: no pipeline.
     pub pipeline_stages: usize,
+    /// Shard the optimizer's state and update across the data-parallel ranks.
+    pub enable_parallel_optimizer: bool,
 }
 
 impl Default for AutoParallelContext {
@@ -144,6 +147,7 @@ impl Default for AutoParallelContext {
             strategy_ckpt_save_file: None,
             strategy_ckpt_load_file: None,
             pipeline_stages: 1,
+            enable_parallel_optimizer: false,
         }
     }
 }
@@ -206,7 +210,6 @@ fn invalid(message: String) -> Error {
 const LATER: &[&str] = &[
     "full_batch",
     "dataset_strategy",
-    "enable_parallel_optimizer",
     "parallel_optimizer_config",
     "pipeline_config",
     "enable_alltoall",
@@ -339,6 +342,14 @@ impl AutoParallelUpdate {
             Ok(())
         })
     }
+    /// MindSpore's `enable_parallel_optimizer` (data-parallel jobs): each rank keeps the
+    /// optimizer state of, and updates, a `1/N` slice of every parameter.
+    pub fn enable_parallel_optimizer(self, on: bool) -> Self {
+        self.change(move |c| {
+            c.enable_parallel_optimizer = on;
+            Ok(())
+        })
+    }
     /// `comm_fusion`'s `allreduce` entry.
     pub fn comm_fusion(self, fusion: AllReduceFusion) -> Self {
         self.change(move |c| {
@@ -388,6 +399,7 @@ impl AutoParallelUpdate {
             "all_reduce_fusion_config" => self.all_reduce_fusion_config(parse_indices(key, value)?),
             "comm_fusion" => self.comm_fusion(parse_comm_fusion(value)?),
             "pipeline_stages" => self.pipeline_stages(number()?),
+            "enable_parallel_optimizer" => self.enable_parallel_optimizer(flag()?),
             "search_mode" | "auto_parallel_search_mode" => {
                 self.search_mode(SearchMode::parse(value).map_err(|e| invalid(e.to_string()))?)
             }
@@ -406,7 +418,7 @@ impl AutoParallelUpdate {
                 return Err(invalid(format!(
                     "unknown field {key:?}; expected one of parallel_mode, device_num, global_rank, gradients_mean, \
                      gradient_fp32_sync, loss_repeated_mean, parameter_broadcast, all_reduce_fusion_config, comm_fusion, \
-                     search_mode, strategy_ckpt_config, pipeline_stages"
+                     search_mode, strategy_ckpt_config, pipeline_stages, enable_parallel_optimizer"
                 )));
             }
         })

@@ -50,6 +50,8 @@ pub struct TrainOneStepWithLossScaleCell {
     update: Arc<ApplyGradients>,
     /// The manager's state, saved by checkpoints (see [`super::scale_params`]).
     saved: ScaleParams,
+    /// Why the distributed job's optimizer cannot run here; the first call reports it.
+    setup_error: Option<String>,
 }
 
 impl TrainOneStepWithLossScaleCell {
@@ -67,6 +69,16 @@ impl TrainOneStepWithLossScaleCell {
         optimizer: Arc<dyn Optimizer>,
         manager: Arc<dyn LossScaleManager>,
     ) -> Arc<TrainOneStepWithLossScaleCell> {
+        // The parallel optimizer would receive unreduced gradients after an overflow
+        // check each rank made alone: refused (at the first step) until it is built here.
+        let setup_error = match crate::distributed::training_optimizer(optimizer.clone()) {
+            Ok(o) if Arc::ptr_eq(&o, &optimizer) => None,
+            Ok(_) => Some(
+                "the parallel optimizer (enable_parallel_optimizer) is not available with loss scaling yet"
+                    .to_string(),
+            ),
+            Err(e) => Some(e.to_string()),
+        };
         let state = OptimizerState::new(optimizer.clone());
         let cell = Arc::new(TrainOneStepWithLossScaleCell {
             base: CellBase::new(),
@@ -76,6 +88,7 @@ impl TrainOneStepWithLossScaleCell {
             network,
             state,
             manager,
+            setup_error,
         });
         cell.set_train(true);
         cell
@@ -102,6 +115,11 @@ impl TrainOneStepWithLossScaleCell {
 
 impl Cell for TrainOneStepWithLossScaleCell {
     fn construct(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        if let Some(e) = &self.setup_error {
+            return Err(Error::invalid(format!(
+                "TrainOneStepWithLossScaleCell: {e}"
+            )));
+        }
         // A checkpoint loaded since the last step brings the manager's state with it.
         self.saved.sync_into(&*self.manager)?;
         let scale = self.manager.loss_scale();

@@ -181,6 +181,21 @@ impl Optimizer for Adam {
         }
         Ok(())
     }
+    fn on_shards(&self, shards: Vec<Parameter>) -> Result<Arc<dyn Optimizer>> {
+        let core = self.core.on_params(shards)?;
+        Ok(Arc::new(Adam {
+            moment1: core.clone_state("moment1", 0.0),
+            moment2: core.clone_state("moment2", 0.0),
+            core,
+            beta1: self.beta1,
+            beta2: self.beta2,
+            eps: self.eps,
+            nesterov: self.nesterov,
+            // Shared: the bias corrections follow the steps taken so far.
+            beta1_power: self.beta1_power.clone(),
+            beta2_power: self.beta2_power.clone(),
+        }))
+    }
     fn state(&self) -> Vec<(String, Parameter)> {
         let mut s = self.core.state();
         s.push(("beta1_power".into(), self.beta1_power.clone()));
@@ -251,6 +266,17 @@ impl Optimizer for AdamWeightDecay {
             p.assign(&w.sub(&update.mul(&lr_for(&lr, &w)?)?)?)?;
         }
         Ok(())
+    }
+    fn on_shards(&self, shards: Vec<Parameter>) -> Result<Arc<dyn Optimizer>> {
+        let core = self.core.on_params(shards)?;
+        Ok(Arc::new(AdamWeightDecay {
+            adam_m: core.clone_state("adam_m", 0.0),
+            adam_v: core.clone_state("adam_v", 0.0),
+            core,
+            beta1: self.beta1,
+            beta2: self.beta2,
+            eps: self.eps,
+        }))
     }
     fn state(&self) -> Vec<(String, Parameter)> {
         let mut s = self.core.state();
@@ -326,6 +352,17 @@ impl Optimizer for AdamW {
             p.assign(&w.sub(&update)?)?;
         }
         Ok(())
+    }
+    fn on_shards(&self, shards: Vec<Parameter>) -> Result<Arc<dyn Optimizer>> {
+        let core = self.core.on_params(shards)?;
+        Ok(Arc::new(AdamW {
+            exp_avg: core.clone_state("exp_avg", 0.0),
+            exp_avg_sq: core.clone_state("exp_avg_sq", 0.0),
+            core,
+            beta1: self.beta1,
+            beta2: self.beta2,
+            eps: self.eps,
+        }))
     }
     fn state(&self) -> Vec<(String, Parameter)> {
         let mut s = self.core.state();

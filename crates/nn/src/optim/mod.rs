@@ -58,6 +58,20 @@ pub trait Optimizer: Send + Sync + 'static {
     fn learning_rate(&self) -> Option<f64> {
         self.core().fixed_learning_rate()
     }
+    /// The same optimizer (hyper-parameters, learning rate and step shared with this
+    /// one, weight decay decided per parameter as here) over `shards`, one per parameter
+    /// in order, with fresh state of the shards' sizes: what the parallel optimizer
+    /// (`enable_parallel_optimizer`) runs on each rank's slice of every parameter. Only
+    /// element-wise updates can run on slices; an optimizer whose update reads a whole
+    /// parameter must not implement this.
+    fn on_shards(&self, shards: Vec<Parameter>) -> Result<Arc<dyn Optimizer>> {
+        let _ = shards;
+        Err(Error::invalid(format!(
+            "{} cannot run on parameter shards, so it does not support the parallel optimizer \
+             (enable_parallel_optimizer)",
+            self.class_name()
+        )))
+    }
 }
 
 /// A fixed learning rate or a schedule of the step.
@@ -183,6 +197,29 @@ impl OptimizerCore {
             ),
             weight_decay,
             decay,
+        })
+    }
+
+    /// This core over other parameters, one per parameter in order (see
+    /// [`Optimizer::on_shards`]): the learning rate and `global_step` are shared with
+    /// this core, and each parameter decays as the one it stands for.
+    pub fn on_params(&self, params: Vec<Parameter>) -> Result<OptimizerCore> {
+        if params.len() != self.params.len() {
+            return Err(Error::invalid(format!(
+                "{}: {} shards for {} parameters",
+                self.class,
+                params.len(),
+                self.params.len()
+            )));
+        }
+        Ok(OptimizerCore {
+            class: self.class,
+            params,
+            lr: self.lr.clone(),
+            lr_param: self.lr_param.clone(),
+            global_step: self.global_step.clone(),
+            weight_decay: self.weight_decay,
+            decay: self.decay.clone(),
         })
     }
 

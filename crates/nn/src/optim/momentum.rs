@@ -116,6 +116,15 @@ impl Optimizer for Momentum {
         }
         Ok(())
     }
+    fn on_shards(&self, shards: Vec<Parameter>) -> Result<Arc<dyn Optimizer>> {
+        let core = self.core.on_params(shards)?;
+        Ok(Arc::new(Momentum {
+            moments: core.clone_state("moments", 0.0),
+            core,
+            momentum: self.momentum,
+            nesterov: self.nesterov,
+        }))
+    }
     fn state(&self) -> Vec<(String, Parameter)> {
         let mut s = self.core.state();
         s.extend(named(&[&self.moments]));

@@ -163,6 +163,22 @@ impl Optimizer for RMSProp {
         }
         Ok(())
     }
+    fn on_shards(&self, shards: Vec<Parameter>) -> Result<Arc<dyn Optimizer>> {
+        let core = self.core.on_params(shards)?;
+        Ok(Arc::new(RMSProp {
+            mean_grad: match self.centered {
+                true => core.clone_state("mean_grad", 0.0),
+                false => vec![],
+            },
+            mean_square: core.clone_state("mean_square", 1.0),
+            moment: core.clone_state("moment", 0.0),
+            core,
+            decay: self.decay,
+            momentum: self.momentum,
+            epsilon: self.epsilon,
+            centered: self.centered,
+        }))
+    }
     fn state(&self) -> Vec<(String, Parameter)> {
         let mut s = self.core.state();
         s.extend(named(&[&self.mean_square, &self.moment, &self.mean_grad]));

@@ -148,6 +148,28 @@ impl Optimizer for SGD {
         }
         Ok(())
     }
+    fn on_shards(&self, shards: Vec<Parameter>) -> Result<Arc<dyn Optimizer>> {
+        let core = self.core.on_params(shards)?;
+        let stat = core
+            .params
+            .iter()
+            .map(|p| {
+                Parameter::with_requires_grad(
+                    Tensor::scalar_of(1.0, DType::F32),
+                    &format!("stat.{}", p.name()),
+                    false,
+                )
+            })
+            .collect();
+        Ok(Arc::new(SGD {
+            accum: core.clone_state("accum", 0.0),
+            stat,
+            core,
+            momentum: self.momentum,
+            dampening: self.dampening,
+            nesterov: self.nesterov,
+        }))
+    }
     fn state(&self) -> Vec<(String, Parameter)> {
         let mut s = self.core.state();
         s.extend(named(&[&self.accum, &self.stat]));

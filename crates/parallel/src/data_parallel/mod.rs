@@ -12,6 +12,7 @@
 //! # reset_auto_parallel_context();
 //! ```
 
+mod optimizer;
 mod plan;
 mod reducer;
 
@@ -20,6 +21,7 @@ use std::sync::Arc;
 use spore_core::{Error, Parameter, Result, Tensor};
 use spore_kernels::Buffer;
 use spore_nn::distributed::{Distributed, GradientReduction};
+use spore_nn::optim::Optimizer;
 
 use crate::backend::ReduceOp;
 use crate::collective;
@@ -81,6 +83,10 @@ impl Distributed for DataParallel {
         let Some((ctx, _)) = data_parallel()? else {
             return Ok(None);
         };
+        if ctx.enable_parallel_optimizer {
+            // The parallel optimizer reduce-scatters the gradients itself.
+            return Ok(None);
+        }
         let op = if ctx.gradients_mean {
             ReduceOp::Mean
         } else {
@@ -100,6 +106,25 @@ impl Distributed for DataParallel {
             broadcast_parameters(params)?;
         }
         Ok(())
+    }
+    fn parallel_optimizer(
+        &self,
+        optimizer: &Arc<dyn Optimizer>,
+    ) -> Result<Option<Arc<dyn Optimizer>>> {
+        let ctx = get_auto_parallel_context();
+        if !ctx.enable_parallel_optimizer || ctx.parallel_mode == ParallelMode::StandAlone {
+            return Ok(None);
+        }
+        let Some((ctx, size)) = data_parallel()? else {
+            return Err(Error::invalid(format!(
+                "enable_parallel_optimizer shards the optimizer across data-parallel ranks and is available in \
+                 parallel_mode data_parallel; it is not available with {} yet",
+                ctx.parallel_mode.name()
+            )));
+        };
+        let rank = group(None)?.rank;
+        let sharded = optimizer::ParallelOptimizer::new(optimizer, rank, size, ctx.gradients_mean)?;
+        Ok(Some(Arc::new(sharded)))
     }
     fn sum_across_ranks(&self, values: &[f64]) -> Result<Vec<f64>> {
         if !self.is_data_parallel() {

@@ -151,7 +151,8 @@ fn refused() -> Vec<(&'static str, &'static str, &'static str)> {
             r#"{"saved_file": "a.json"}"#,
             "unknown key \"saved_file\"",
         ),
-        ("enable_parallel_optimizer", "true", "not available yet"),
+        ("parallel_optimizer_config", "{}", "not available yet"),
+        ("enable_parallel_optimizer", "yes", "must be true or false"),
         ("gradient_mean", "true", "unknown field \"gradient_mean\""),
     ]
 }

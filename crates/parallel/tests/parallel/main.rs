@@ -12,6 +12,7 @@ mod faults;
 mod launch;
 mod loss_scaled;
 mod model;
+mod parallel_optimizer;
 mod pipeline;
 mod sharding;
 mod sharding_memory;
