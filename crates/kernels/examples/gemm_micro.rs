@@ -45,6 +45,14 @@ fn main() {
         ("lenet conv1 dW", 6, 25, 784, false, true, 1),
         ("lenet conv2 dW", 16, 150, 1000, false, true, 1),
         ("lenet conv2 dX", 150, 1000, 16, true, false, 1),
+        // A 2048-wide Dense layer on a batch of 128, and on one of 4 micro-batches of 32
+        // (pipeline_speed): forward x.Wt, input gradient dy.W, weight gradient dyT.x.
+        ("pipe b128 x.Wt", 128, 2048, 2048, false, true, 1),
+        ("pipe b32 x.Wt", 32, 2048, 2048, false, true, 1),
+        ("pipe b128 dy.W", 128, 2048, 2048, false, false, 1),
+        ("pipe b32 dy.W", 32, 2048, 2048, false, false, 1),
+        ("pipe b128 dyT.x", 2048, 2048, 128, true, false, 1),
+        ("pipe b32 dyT.x", 2048, 2048, 32, true, false, 1),
     ];
     for (name, m, n, k, ta, tb, threads) in cases.into_iter().filter(|c| c.0.contains(&only)) {
         let a: Vec<f32> = (0..m * k).map(|i| (i % 13) as f32 * 0.1).collect();

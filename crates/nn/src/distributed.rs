@@ -24,9 +24,15 @@ pub trait Distributed: Send + Sync {
     /// Whether the job trains data parallel (each rank on its shard of the data) across
     /// more than one rank.
     fn is_data_parallel(&self) -> bool;
-    /// A reduction of this step's weight gradients when the job is data parallel, `None`
-    /// otherwise. `weights` are the optimizer's parameters' values, in its order.
-    fn gradient_reduction(&self, weights: &[Tensor]) -> Result<Option<Box<dyn GradientReduction>>>;
+    /// A reduction of this step's weight gradients when the job is data parallel (or the
+    /// parameters belong to a data-parallel group, such as a pipeline stage's replicas),
+    /// `None` otherwise. `params` are the optimizer's parameters and `weights` their
+    /// values, in its order.
+    fn gradient_reduction(
+        &self,
+        params: &[Parameter],
+        weights: &[Tensor],
+    ) -> Result<Option<Box<dyn GradientReduction>>>;
     /// Before a training cell's first step: checks that every rank built the same
     /// parameters (names, shapes, dtypes) and, when the job asks, copies rank 0's values
     /// to every rank.
@@ -34,8 +40,9 @@ pub trait Distributed: Send + Sync {
     /// Every rank's `values` summed, on every rank (metrics over a sharded dataset).
     fn sum_across_ranks(&self, values: &[f64]) -> Result<Vec<f64>>;
     /// The optimizer a training cell should run: `Some` replaces `optimizer` with one
-    /// that shards its state and update across the ranks (the parallel optimizer), and
-    /// the gradients then reach it unreduced. `None` keeps `optimizer`.
+    /// that shards its state and update across the ranks (the parallel optimizer), which
+    /// reduces the gradients itself ([`Optimizer::reduces_gradients`]). `None` keeps
+    /// `optimizer`.
     fn parallel_optimizer(
         &self,
         optimizer: &Arc<dyn Optimizer>,

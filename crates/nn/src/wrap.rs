@@ -187,7 +187,8 @@ impl Cell for TrainOneStepCell {
         // Data parallelism: each weight's gradient reduction starts as the backward pass
         // finishes it, and the optimizer gets the reduced gradients.
         let reduction = match crate::distributed::current() {
-            Some(d) => d.gradient_reduction(&weights)?,
+            Some(_) if self.optimizer.reduces_gradients() => None,
+            Some(d) => d.gradient_reduction(self.optimizer.params(), &weights)?,
             None => None,
         };
         let (value, weight_grads) = match reduction {

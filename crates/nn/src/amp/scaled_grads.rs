@@ -57,7 +57,7 @@ impl Cell for ScaledGradients {
         // finishes them (as in `TrainOneStepCell`), before they are unscaled and checked,
         // so every rank sees the same overflow sum and takes the same decision.
         let reduction = match crate::distributed::current() {
-            Some(d) => d.gradient_reduction(&weights)?,
+            Some(d) => d.gradient_reduction(self.optimizer.params(), &weights)?,
             None => None,
         };
         let out = match reduction {

@@ -72,6 +72,12 @@ impl TrainOneStepWithLossScaleCell {
         // The parallel optimizer would receive unreduced gradients after an overflow
         // check each rank made alone: refused (at the first step) until it is built here.
         let setup_error = match crate::distributed::training_optimizer(optimizer.clone()) {
+            // Each stage would check its own gradients for overflow and keep its own
+            // scale, while the earlier stages' gradients carry the last stage's.
+            _ if network.class_name() == "PipelineCell" => Some(
+                "a PipelineCell cannot be trained with loss scaling yet: each stage would decide overflows alone"
+                    .to_string(),
+            ),
             Ok(o) if Arc::ptr_eq(&o, &optimizer) => None,
             Ok(_) => Some(
                 "the parallel optimizer (enable_parallel_optimizer) is not available with loss scaling yet"

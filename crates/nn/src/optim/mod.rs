@@ -58,12 +58,18 @@ pub trait Optimizer: Send + Sync + 'static {
     fn learning_rate(&self) -> Option<f64> {
         self.core().fixed_learning_rate()
     }
+    /// Whether the optimizer reduces the gradients across ranks itself (the parallel
+    /// optimizer), so that a training cell must hand it unreduced gradients.
+    fn reduces_gradients(&self) -> bool {
+        false
+    }
     /// The same optimizer (hyper-parameters, learning rate and step shared with this
     /// one, weight decay decided per parameter as here) over `shards`, one per parameter
     /// in order, with fresh state of the shards' sizes: what the parallel optimizer
     /// (`enable_parallel_optimizer`) runs on each rank's slice of every parameter. Only
     /// element-wise updates can run on slices; an optimizer whose update reads a whole
-    /// parameter must not implement this.
+    /// parameter must not implement this. Once rebuilt, the original must not be applied
+    /// any more: the two would advance the shared step twice.
     fn on_shards(&self, shards: Vec<Parameter>) -> Result<Arc<dyn Optimizer>> {
         let _ = shards;
         Err(Error::invalid(format!(

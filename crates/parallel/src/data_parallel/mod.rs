@@ -26,7 +26,7 @@ use spore_nn::optim::Optimizer;
 use crate::backend::ReduceOp;
 use crate::collective;
 use crate::context::{AutoParallelContext, ParallelMode, get_auto_parallel_context};
-use crate::management::{engine, group};
+use crate::management::{GroupInfo, engine, group};
 use crate::ops::contiguous_buffer;
 
 /// Makes `spore-nn`'s training wrappers data parallel when the context says so.
@@ -64,29 +64,24 @@ impl Distributed for DataParallel {
     fn is_data_parallel(&self) -> bool {
         matches!(data_parallel(), Ok(Some((_, n))) if n > 1)
     }
-    fn gradient_reduction(&self, weights: &[Tensor]) -> Result<Option<Box<dyn GradientReduction>>> {
+    fn gradient_reduction(
+        &self,
+        params: &[Parameter],
+        weights: &[Tensor],
+    ) -> Result<Option<Box<dyn GradientReduction>>> {
         if weights.is_empty() {
             return Ok(None);
         }
-        if let Some(stage_group) = crate::pipeline::stage_data_parallel_group() {
-            // Each data-parallel rank of a pipeline stage computed the gradient of its
+        if let Some(replicas) = crate::pipeline::replica_group_of(params)? {
+            // Each data-parallel replica of a pipeline stage computed the gradient of its
             // share of the batch's mean loss: their mean is the whole batch's.
-            let ctx = get_auto_parallel_context();
-            let reducer = reducer::Reducer::new(
-                weights,
-                &ctx.all_reduce_fusion(),
-                ReduceOp::Mean,
-                Some(stage_group),
-            )?;
+            let fusion = get_auto_parallel_context().all_reduce_fusion();
+            let reducer = reducer::Reducer::new(weights, &fusion, ReduceOp::Mean, Some(replicas))?;
             return Ok(Some(Box::new(reducer)));
         }
         let Some((ctx, _)) = data_parallel()? else {
             return Ok(None);
         };
-        if ctx.enable_parallel_optimizer {
-            // The parallel optimizer reduce-scatters the gradients itself.
-            return Ok(None);
-        }
         let op = if ctx.gradients_mean {
             ReduceOp::Mean
         } else {
@@ -96,14 +91,35 @@ impl Distributed for DataParallel {
         Ok(Some(Box::new(reducer)))
     }
     fn prepare_parameters(&self, params: &[(String, Parameter)]) -> Result<()> {
+        let trainable: Vec<Parameter> = params
+            .iter()
+            .filter(|(_, p)| p.requires_grad())
+            .map(|(_, p)| p.clone())
+            .collect();
+        if let Some(replicas) = crate::pipeline::replica_group_of(&trainable)? {
+            // A pipeline stage's replicas: the same checks within the stage's group.
+            let g = group(Some(&replicas))?;
+            check_same_parameters(params, &g)?;
+            if get_auto_parallel_context().parameter_broadcast {
+                broadcast_parameters(params, &g)?;
+            }
+            return Ok(());
+        }
         let Some((ctx, size)) = data_parallel()? else {
             return Ok(());
         };
+        let shared: Vec<(String, Parameter)> = params
+            .iter()
+            .filter(|(_, p)| !optimizer::is_rank_local(p))
+            .cloned()
+            .collect();
+        let params = &shared[..];
+        let world = group(None)?;
         if size > 1 {
-            check_same_parameters(params)?;
+            check_same_parameters(params, &world)?;
         }
         if ctx.parameter_broadcast {
-            broadcast_parameters(params)?;
+            broadcast_parameters(params, &world)?;
         }
         Ok(())
     }
@@ -146,12 +162,12 @@ fn describe(params: &[(String, Parameter)]) -> Vec<String> {
         .collect()
 }
 
-/// Every rank's parameter list must be rank 0's; the error names the first difference.
-fn check_same_parameters(params: &[(String, Parameter)]) -> Result<()> {
-    let g = group(None)?;
+/// Every rank's parameter list must be that of the group's rank 0; the error names the
+/// first difference.
+pub(crate) fn check_same_parameters(params: &[(String, Parameter)], g: &GroupInfo) -> Result<()> {
     let mine = describe(params).join("\n").into_bytes();
     let longest = match collective::all_reduce(
-        &g,
+        g,
         Arc::new(Buffer::I64(vec![mine.len() as i64])),
         &[1],
         ReduceOp::Max,
@@ -166,7 +182,7 @@ fn check_same_parameters(params: &[(String, Parameter)]) -> Result<()> {
     };
     let mut padded = mine;
     padded.resize(longest, 0);
-    let Buffer::U8(all) = collective::all_gather(&g, Buffer::U8(padded), &[longest])? else {
+    let Buffer::U8(all) = collective::all_gather(g, Buffer::U8(padded), &[longest])? else {
         return Err(Error::invalid(
             "internal: the parameter lists came back in another dtype",
         ));
@@ -183,8 +199,9 @@ fn check_same_parameters(params: &[(String, Parameter)]) -> Result<()> {
         .collect();
     first_difference(&lists).map_or(Ok(()), |m| {
         Err(Error::invalid(format!(
-            "data parallel: every rank must build the same network, but {m} (this is rank {})",
-            g.rank
+            "data parallel: every rank must build the same network, but {m} (ranks of group '{}'; this is \
+             rank {} of it)",
+            g.name, g.rank
         )))
     })
 }
@@ -222,13 +239,12 @@ fn first_difference(lists: &[Vec<String>]) -> Option<String> {
     None
 }
 
-/// MindSpore's `parameter_broadcast`: rank 0's values on every rank.
-fn broadcast_parameters(params: &[(String, Parameter)]) -> Result<()> {
-    let g = group(None)?;
+/// MindSpore's `parameter_broadcast`: the group's rank 0's values on every rank of it.
+pub(crate) fn broadcast_parameters(params: &[(String, Parameter)], g: &GroupInfo) -> Result<()> {
     for (_, p) in params {
         let value = p.stored();
         let data = contiguous_buffer(&value).map_err(Error::invalid)?;
-        let synced = collective::broadcast(&g, data, value.shape(), 0)?;
+        let synced = collective::broadcast(g, data, value.shape(), 0)?;
         p.store(Tensor::from_buffer(synced, value.shape())?);
     }
     Ok(())

@@ -29,14 +29,32 @@
 //! stays that of data parallelism while the state shrinks to `1/N`. Each step takes the
 //! block from the whole parameter first, so a parameter changed between steps (a
 //! checkpoint loaded, `parameter_broadcast`) is what the next update starts from.
+//!
+//! The state is each rank's own: its names carry the block
+//! (`moments.fc1.weight.block0of4`), so a checkpoint of it is saved per rank and loads
+//! back only into the same rank of a job of the same size.
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 
 use spore_core::{Error, Parameter, Result, Tensor};
 use spore_nn::optim::{Optimizer, OptimizerCore};
 
 use crate::backend::ReduceOp;
 use crate::ops;
+
+/// Ids of the parameters that differ from rank to rank by design (the blocks and their
+/// optimizer state): the start-up check that every rank built the same parameters, and
+/// `parameter_broadcast`, leave them out.
+static RANK_LOCAL: Mutex<BTreeSet<u64>> = Mutex::new(BTreeSet::new());
+
+/// Whether `p` is one rank's block of the parallel optimizer, or state of one.
+pub(crate) fn is_rank_local(p: &Parameter) -> bool {
+    RANK_LOCAL
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains(&p.id())
+}
 
 /// One parameter's place in the sharded update.
 struct Slot {
@@ -70,8 +88,13 @@ impl ParallelOptimizer {
             let ty = p.tensor_type();
             let numel = ty.numel();
             let chunk = numel.div_ceil(ranks).max(1);
-            let block =
-                Parameter::with_requires_grad(Tensor::zeros(&[chunk], ty.dtype)?, &p.name(), false);
+            // Named for the rank's block, so that its state in a checkpoint cannot be
+            // taken for another rank's, or for the whole parameter's.
+            let block = Parameter::with_requires_grad(
+                Tensor::zeros(&[chunk], ty.dtype)?,
+                &format!("{}.block{rank}of{ranks}", p.name()),
+                false,
+            );
             slots.push(Slot {
                 whole: p.clone(),
                 block,
@@ -80,6 +103,10 @@ impl ParallelOptimizer {
             });
         }
         let inner = optimizer.on_shards(slots.iter().map(|s| s.block.clone()).collect())?;
+        let mut local = RANK_LOCAL.lock().unwrap_or_else(|p| p.into_inner());
+        local.extend(inner.state().iter().map(|(_, p)| p.id()));
+        local.extend(slots.iter().map(|s| s.block.id()));
+        drop(local);
         Ok(ParallelOptimizer {
             params,
             slots,
@@ -92,6 +119,20 @@ impl ParallelOptimizer {
                 ReduceOp::Sum
             },
         })
+    }
+
+    /// This rank's block of `x` flattened and padded with zeros (a view where the block
+    /// lies inside the parameter: only the last blocks hold padding).
+    fn block_of(&self, x: &Tensor, slot: &Slot) -> Result<Tensor> {
+        let flat = x.reshape(&[slot.numel])?;
+        let start = (self.rank * slot.chunk).min(slot.numel);
+        let end = ((self.rank + 1) * slot.chunk).min(slot.numel);
+        let inside = flat.narrow(0, start, end - start)?;
+        if end - start == slot.chunk {
+            return Ok(inside);
+        }
+        let zeros = Tensor::zeros(&[slot.chunk - (end - start)], x.dtype())?;
+        spore_core::ops::concat(&[&inside, &zeros], 0)
     }
 
     /// `x` flattened and padded with zeros to `ranks * chunk` elements.
@@ -121,9 +162,8 @@ impl Optimizer for ParallelOptimizer {
         }
         let mut block_grads = Vec::with_capacity(grads.len());
         for (slot, g) in self.slots.iter().zip(grads) {
-            let whole = self.padded(&slot.whole.value(), slot)?;
             slot.block
-                .assign(&whole.narrow(0, self.rank * slot.chunk, slot.chunk)?)?;
+                .assign(&self.block_of(&slot.whole.value(), slot)?)?;
             block_grads.push(ops::reduce_scatter(&self.padded(g, slot)?, self.op, None)?);
         }
         self.inner.apply(&block_grads)?;
@@ -137,6 +177,9 @@ impl Optimizer for ParallelOptimizer {
     }
     fn state(&self) -> Vec<(String, Parameter)> {
         self.inner.state()
+    }
+    fn reduces_gradients(&self) -> bool {
+        true
     }
     fn class_name(&self) -> &'static str {
         self.inner.class_name()

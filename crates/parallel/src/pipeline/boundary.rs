@@ -7,14 +7,19 @@
 //! |---|---|---|
 //! | [`StageSend`] `(x, token) -> token` | sends `x` to the next stage | receives `x`'s gradient |
 //! | [`StageRecv`] `(token) -> x` | receives `x` from the previous stage | sends `x`'s gradient back |
-//! | [`Token`] `(x) -> token` | a scalar zero that comes after `x` | nothing |
+//! | [`Token`] `(x[, received]) -> token` | a scalar zero that comes after `x` | zero for `received` |
+//! | [`After`] `(x, token) -> x` | `x`, once `token` exists | `x`'s gradient, passed on |
 //! | [`StageLoss`] `(value) -> loss` | the last stage's loss, on every stage | identity |
 //!
 //! Sends block until the peer receives (MPI's rendezvous for large messages), so both
 //! sides must meet their messages in the same order. Tokens chain the sends of one
 //! stage, and the receives of the next, in micro-batch order, forward and backward;
 //! the backward pass, which runs each node after every node that read its output, then
-//! meets them in reverse micro-batch order on both sides.
+//! meets them in reverse micro-batch order on both sides. Each micro-batch's input also
+//! waits for a token of the previous micro-batch's output on the stage, so that the
+//! backward pass finishes micro-batch `m` (and sends its gradient on) before it starts
+//! `m - 1`: without that order a stage would send no gradient until its whole backward
+//! pass had run, and the stages' backward passes would not overlap.
 
 use spore_core::prims::custom::CustomPrimitive;
 use spore_core::{DType, Result, Tensor, TensorType};
@@ -212,7 +217,9 @@ impl CustomPrimitive for GradSend {
     }
 }
 
-/// A scalar zero computed after its input: orders one boundary after another.
+/// A scalar zero computed after its inputs: orders one boundary after another. A
+/// second input (a received activation) gets a zero gradient, so that the gradient sent
+/// back for it always exists.
 #[derive(Debug, Clone)]
 pub(crate) struct Token;
 
@@ -222,18 +229,50 @@ impl CustomPrimitive for Token {
     }
     fn infer(&self, inputs: &[&TensorType]) -> std::result::Result<TensorType, String> {
         match inputs {
-            [_] => Ok(token_type()),
-            _ => Err(format!("expected 1 input, got {}", inputs.len())),
+            [_] | [_, _] => Ok(token_type()),
+            _ => Err(format!("expected 1 or 2 inputs, got {}", inputs.len())),
         }
     }
     fn eval(&self, _: &[&Tensor]) -> std::result::Result<Tensor, String> {
         Ok(scalar_zero())
     }
-    fn vjp(&self, _: &[Tensor], _: &Tensor, _: &Tensor) -> Result<Vec<Option<Tensor>>> {
-        Ok(vec![None])
+    fn vjp(&self, inputs: &[Tensor], _: &Tensor, _: &Tensor) -> Result<Vec<Option<Tensor>>> {
+        Ok(match inputs {
+            [_, received] => vec![None, Some(received.zeros_like())],
+            _ => vec![None],
+        })
     }
     fn has_side_effect(&self) -> bool {
         // Never folded into a constant, merged or removed: it exists for its order.
+        true
+    }
+}
+
+/// Its first input, made after its second: orders a micro-batch after the previous one.
+#[derive(Debug, Clone)]
+pub(crate) struct After;
+
+impl CustomPrimitive for After {
+    fn name(&self) -> &str {
+        "After"
+    }
+    fn infer(&self, inputs: &[&TensorType]) -> std::result::Result<TensorType, String> {
+        match inputs {
+            [x, _] => Ok((*x).clone()),
+            _ => Err(format!(
+                "expected (value, token), got {} inputs",
+                inputs.len()
+            )),
+        }
+    }
+    fn eval(&self, inputs: &[&Tensor]) -> std::result::Result<Tensor, String> {
+        Ok(inputs[0].clone())
+    }
+    fn vjp(&self, _: &[Tensor], _: &Tensor, grad: &Tensor) -> Result<Vec<Option<Tensor>>> {
+        Ok(vec![Some(grad.clone()), None])
+    }
+    fn has_side_effect(&self) -> bool {
+        // Kept where it is: it exists for its order.
         true
     }
 }

@@ -9,13 +9,13 @@
 //! use spore_parallel::context::*;
 //! use spore_parallel::pipeline::PipelineCell;
 //! spore_parallel::init().unwrap();
-//! // Under `mpirun -n 2`, `pipeline_stages(2)` runs the first Dense on rank 0 and the
-//! // rest on rank 1.
+//! // One process: one stage. Under `mpirun -n 2`, `pipeline_stages(2)` and
+//! // `set_pipeline_stage(1)` on the last Dense would run it on rank 1, the rest on rank 0.
 //! set_auto_parallel_context(
 //!     AutoParallelUpdate::new().parallel_mode(ParallelMode::SemiAutoParallel).pipeline_stages(1),
 //! ).unwrap();
 //! let backbone = SequentialCell::new(vec![Dense::new(4, 8).unwrap(), ReLU::new(), Dense::new(8, 2).unwrap()]);
-//! backbone.get(1).unwrap().base().set_pipeline_stage(0);
+//! backbone.get(0).unwrap().base().set_pipeline_stage(0);
 //! let net = WithLossCell::new(backbone, MSELoss::new(Reduction::Mean));
 //! let pipeline = PipelineCell::new(net, 4).unwrap();
 //! let opt = Momentum::new(pipeline.trainable_params(), 0.1, 0.9).unwrap();
@@ -42,19 +42,21 @@
 //! (MindSpore's data × pipeline mesh).
 
 mod boundary;
+mod replicas;
 mod stages;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use spore_core::{Error, Result, Tensor, TensorType};
-use spore_nn::cell::{Cell, CellBase, CellCall};
+use spore_core::{DType, Error, Result, Tensor, TensorType};
+use spore_nn::cell::{Cell, CellBase, CellCall, CellExt};
 use spore_nn::wrap::WithLossCell;
 
 use crate::context::{ParallelMode, get_auto_parallel_context};
-use crate::management::{create_group, engine, group};
+use crate::management::{engine, group};
 use crate::ops::apply_primitive;
-use boundary::{Link, StageLoss, StageRecv, StageSend, Token};
+use boundary::{After, Link, StageLoss, StageRecv, StageSend, Token};
+pub(crate) use replicas::replica_group_of;
 use stages::{Place, announce, announced, assign_stages};
 
 /// Message tags: the activation type, the loss, then one activation and one gradient
@@ -74,6 +76,8 @@ pub struct PipelineCell {
     loss_fn: Option<Arc<dyn Cell>>,
     micro_size: usize,
     place: Place,
+    /// The group of this stage's data-parallel replicas, when it has several.
+    replicas: Option<String>,
     /// The type of the activations this stage receives, by the step's input types
     /// (announced once by the previous stage, at the first step of each input type).
     incoming: Mutex<HashMap<Vec<TensorType>, TensorType>>,
@@ -105,35 +109,37 @@ impl PipelineCell {
         }
         let e = engine()?;
         let place = Place::new(e.rank, e.size, ctx.pipeline_stages)?;
-        let children = network.backbone().cells();
-        if children.is_empty() {
+        let backbone = network.backbone();
+        // The stages run the backbone's children one after another, which is what a
+        // SequentialCell computes; another cell's construct could do anything else.
+        if backbone.class_name() != "SequentialCell" || !backbone.params().is_empty() {
             return Err(Error::invalid(format!(
-                "PipelineCell: the backbone ({}) has no child cells to cut into stages; use a SequentialCell",
-                network.backbone().class_name()
+                "PipelineCell: the backbone must be a SequentialCell of the cells to cut into stages, got {}",
+                backbone.class_name()
             )));
         }
+        let children = backbone.cells();
         let stage_of = assign_stages(&children, place.stages)?;
-        if let Some(name) = stage_group_name(&place) {
-            // Made here, once, by the stage's ranks (only members make a group).
-            if group(Some(&name)).is_err() {
-                create_group(&name, &place.stage_ranks())?;
-            }
-        }
         let cells = children
             .into_iter()
             .zip(stage_of)
             .filter(|(_, s)| *s == place.stage)
             .map(|(c, _)| c)
             .collect();
-        Ok(Arc::new(PipelineCell {
+        let cell = Arc::new(PipelineCell {
             base: CellBase::new(),
             cells,
             loss_fn: place.is_last().then(|| network.loss_fn().clone()),
             micro_size,
             place,
+            replicas: replicas::replica_group(&place)?,
             incoming: Mutex::new(HashMap::new()),
             announced: Mutex::new(Vec::new()),
-        }))
+        });
+        if let Some(g) = &cell.replicas {
+            replicas::register(&cell.trainable_params(), g);
+        }
+        Ok(cell)
     }
 
     /// This rank's stage.
@@ -220,34 +226,6 @@ impl PipelineCell {
     }
 }
 
-/// The group of a stage's data-parallel ranks, when a stage has several.
-fn stage_group_name(place: &Place) -> Option<String> {
-    (place.per_stage > 1).then(|| {
-        format!(
-            "pipeline_stage{}_of{}_ranks{}",
-            place.stage, place.stages, place.per_stage
-        )
-    })
-}
-
-/// The data-parallel group of this rank's pipeline stage, when the context's
-/// `pipeline_stages` leaves several ranks in each (semi-auto or auto parallel mode):
-/// `TrainOneStepCell` averages the stage's gradients over it.
-pub(crate) fn stage_data_parallel_group() -> Option<String> {
-    let ctx = get_auto_parallel_context();
-    if ctx.pipeline_stages <= 1
-        || !matches!(
-            ctx.parallel_mode,
-            ParallelMode::SemiAutoParallel | ParallelMode::AutoParallel
-        )
-    {
-        return None;
-    }
-    let e = engine().ok()?;
-    let place = Place::new(e.rank, e.size, ctx.pipeline_stages).ok()?;
-    stage_group_name(&place).filter(|name| group(Some(name)).is_ok())
-}
-
 fn poisoned() -> Error {
     Error::invalid("PipelineCell: a previous step panicked while holding its state")
 }
@@ -266,10 +244,11 @@ impl Cell for PipelineCell {
         self.micro(data, 0, "data")?;
         self.micro(label, 0, "label")?;
         let place = self.place;
-        // Chains of tokens order this stage's sends, and its receives, by micro-batch.
+        // Chains of tokens order this stage's sends, and its micro-batches (each after
+        // the previous one's output), by micro-batch (see `boundary`).
         let anchor = Tensor::scalar(0.0f32).with_requires_grad(true);
         let mut send_token = anchor.clone();
-        let mut recv_token = anchor;
+        let mut previous = anchor;
         let incoming = match place.is_first() {
             true => None,
             false => Some(self.incoming_type(&key)?),
@@ -277,19 +256,25 @@ impl Cell for PipelineCell {
         let mut losses = Vec::with_capacity(self.micro_size);
         for m in 0..self.micro_size {
             let x = match &incoming {
-                None => self.micro(data, m, "data")?,
+                None if m == 0 => self.micro(data, m, "data")?,
+                None => apply_primitive(After, &[&self.micro(data, m, "data")?, &previous])?,
                 Some(ty) => {
                     let recv = StageRecv {
                         link: self.link(place.prev(), self.activation_tag(m))?,
                         grad_tag: self.gradient_tag(m),
                         ty: ty.clone(),
                     };
-                    let x = apply_primitive(recv, &[&recv_token])?;
-                    recv_token = apply_primitive(Token, &[&x])?;
-                    x
+                    apply_primitive(recv, &[&previous])?
                 }
             };
-            let h = self.run_stage(x)?;
+            let h = self.run_stage(x.clone())?;
+            // A received activation also feeds the token (with a zero gradient), so that
+            // its gradient, and the send back, exist even where the stage's cells pass
+            // none to it.
+            previous = match &incoming {
+                None => apply_primitive(Token, &[&h])?,
+                Some(_) => apply_primitive(Token, &[&h, &x])?,
+            };
             match &self.loss_fn {
                 Some(loss_fn) => {
                     let label = self.micro(label, m, "label")?;
@@ -311,10 +296,15 @@ impl Cell for PipelineCell {
                 for l in rest {
                     sum = sum.add(l)?;
                 }
+                // Float32 on every stage: the others receive it as their tokens' type.
                 sum.mul_scalar(1.0 / self.micro_size as f64)?
+                    .cast(DType::F32)?
             }
             None => send_token,
         };
+        // The last token joins the loss (a zero), so the last micro-batch's chain is in
+        // the backward pass too.
+        let local = local.add(&previous)?;
         let loss = StageLoss {
             peers: match place.is_last() {
                 true => place.earlier(),
@@ -323,8 +313,8 @@ impl Cell for PipelineCell {
             is_last: place.is_last(),
             tag: LOSS_TAG,
             group: group(None)?,
-            replicas: match stage_group_name(&place) {
-                Some(name) => Some(group(Some(&name))?),
+            replicas: match &self.replicas {
+                Some(name) => Some(group(Some(name))?),
                 None => None,
             },
         };

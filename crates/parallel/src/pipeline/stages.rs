@@ -22,6 +22,12 @@ pub(crate) struct Place {
 
 impl Place {
     pub(crate) fn new(rank: usize, world: usize, stages: usize) -> Result<Place> {
+        if stages > world {
+            return Err(Error::invalid(format!(
+                "PipelineCell: pipeline_stages is {stages}, but the job has only {world} ranks (one stage needs at \
+                 least one)"
+            )));
+        }
         if stages == 0 || !world.is_multiple_of(stages) {
             return Err(Error::invalid(format!(
                 "PipelineCell: pipeline_stages is {stages}, which does not divide the job's {world} ranks"
@@ -118,7 +124,21 @@ pub(crate) fn announce(g: &GroupInfo, ty: &TensorType, dest: usize, tag: i32) ->
     let mut msg = vec![dtype as i64, ty.shape.len() as i64];
     msg.extend(ty.shape.iter().map(|&d| d as i64));
     msg.resize(2 + MAX_DIMS, 0);
-    collective::send(g, Buffer::I64(msg), &[2 + MAX_DIMS], dest, tag)
+    // Sent even when refused below, so that the next stage refuses it too instead of
+    // waiting.
+    collective::send(g, Buffer::I64(msg), &[2 + MAX_DIMS], dest, tag)?;
+    float_activation(ty)
+}
+
+/// Gradients flow back across every stage boundary, so activations must be floats.
+fn float_activation(ty: &TensorType) -> Result<()> {
+    match ty.dtype.is_float() {
+        true => Ok(()),
+        false => Err(Error::invalid(format!(
+            "PipelineCell: the activation between two stages is {ty}; only float activations cross a stage \
+             boundary (their gradients flow back across it); move the cell that makes it into the next stage"
+        ))),
+    }
 }
 
 /// The type the previous stage announced.
@@ -143,7 +163,9 @@ pub(crate) fn announced(g: &GroupInfo, src: usize, tag: i32) -> Result<TensorTyp
         .iter()
         .map(|&d| usize::try_from(d).map_err(|_| bad(format!("dimension {d}"))))
         .collect::<Result<Vec<usize>>>()?;
-    Ok(TensorType::new(&shape, *dtype))
+    let ty = TensorType::new(&shape, *dtype);
+    float_activation(&ty)?;
+    Ok(ty)
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! Pipeline parallelism against one process: an MLP cut into 2 stages (on 2 ranks), 4
-//! stages (on 4 ranks) and 2 stages of 2 data-parallel ranks (on 4 ranks), 4
-//! micro-batches, must give the loss of the whole network on the whole batch (within
+//! stages (on 4 ranks), 2 stages of 2 data-parallel ranks (on 4 ranks) and one stage of
+//! all ranks, 4 micro-batches, must give the loss of the whole network on the whole batch (within
 //! 1e-6), its gradients, and the same 20 training steps, in PyNative and Graph mode
 //! (every rank runs that reference itself).
 
@@ -160,6 +160,7 @@ fn check(mode: Mode, rank: usize, n: usize, stages: usize) {
         // The compiled step holds the stage's edges and their gradients.
         let ir = read_all(&graphs);
         let edges: &[&str] = match (stage, stages) {
+            (_, 1) => &[],
             (0, _) => &["StageSend(", "StageGradRecv("],
             (r, s) if r + 1 == s => &["StageRecv(", "StageGradSend("],
             _ => &[
@@ -190,7 +191,9 @@ fn check(mode: Mode, rank: usize, n: usize, stages: usize) {
 #[ignore = "run on every rank by the outer tests, under mpirun"]
 fn rank_pipeline() {
     let (rank, n) = world();
-    let meshes: &[usize] = if n == 4 { &[4, 2] } else { &[n] };
+    // Stage counts: one rank per stage, then (on 4 ranks) 2 stages of 2 replicas, then
+    // one stage of n replicas (data parallelism through a PipelineCell).
+    let meshes: &[usize] = if n == 4 { &[4, 2, 1] } else { &[n, 1] };
     for &stages in meshes {
         for mode in [Mode::PyNative, Mode::Graph] {
             reset_auto_parallel_context();
@@ -212,6 +215,20 @@ fn rank_pipeline() {
         Err(e) => e.to_string(),
     };
     assert!(err.contains("does not split into micro_size 3"), "{err}");
+    // More stages than ranks, and a backbone that is not a sequence of cells.
+    set_auto_parallel_context(AutoParallelUpdate::new().pipeline_stages(2 * n)).unwrap();
+    let err = PipelineCell::new(build(n), MICRO)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("only"), "{err}");
+    set_auto_parallel_context(AutoParallelUpdate::new().pipeline_stages(1)).unwrap();
+    let dense_only = WithLossCell::new(Dense::new(12, 6).unwrap(), MSELoss::new(Reduction::Mean));
+    let err = PipelineCell::new(dense_only, MICRO)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("must be a SequentialCell"), "{err}");
     reset_auto_parallel_context();
     set_auto_parallel_context(AutoParallelUpdate::new().parallel_mode(ParallelMode::DataParallel))
         .unwrap();
