@@ -1,6 +1,6 @@
 //! All of fusion as one pass, for callers that want it at once (`default_passes` lists
 //! its stages one by one, so that `save_graphs` prints the graph after each):
-//! `pool_relu`, `conv_relu`, `fuse_elementwise`, `fuse_sum`, `contract`,
+//! `pool_relu`, `conv_relu`, `product_sums`, `fuse_elementwise`, `fuse_sum`, `contract`,
 //! `matmul_epilogue` and `widening_casts`, with `dce` clean-ups between them.
 //!
 //! ```
@@ -16,18 +16,21 @@ use spore_core::Result;
 use spore_core::ir::Graph;
 
 use super::{
-    Contract, ConvRelu, Dce, ElementwiseLoops, MatMulEpilogue, PoolRelu, SumLoops, WideningCasts,
+    Contract, ConvRelu, Dce, ElementwiseLoops, MatMulEpilogue, PoolRelu, ProductSums, SumLoops,
+    WideningCasts,
 };
 use crate::pass::Pass;
 
 /// The stages of fusion in order. Why this order: the two folds that are not elementwise
-/// come first (what they leave dead must not count as readers of the loops); sums take
+/// come first (what they leave dead must not count as readers of the loops), and sums of
+/// products before the loops would take their additions; sums take
 /// whole loops, so they follow the loops; contraction rewrites finished programs; and
 /// the epilogue fold recognises contracted loops (`m * 0.9 + dW` is one `MulAdd`).
 pub fn fusion_passes() -> Vec<Box<dyn Pass>> {
     vec![
         Box::new(PoolRelu),
         Box::new(ConvRelu),
+        Box::new(ProductSums),
         Box::new(Dce),
         Box::new(ElementwiseLoops),
         Box::new(Dce),

@@ -10,6 +10,7 @@ mod fuse_sum;
 mod fusion;
 mod matmul_epilogue;
 mod pool_relu;
+mod product_sums;
 mod simplify;
 mod widening_casts;
 
@@ -23,5 +24,6 @@ pub use fuse_sum::SumLoops;
 pub use fusion::{FuseElementwise, fusion_passes, is_fusion_stage};
 pub use matmul_epilogue::MatMulEpilogue;
 pub use pool_relu::PoolRelu;
+pub use product_sums::ProductSums;
 pub use simplify::Simplify;
 pub use widening_casts::WideningCasts;

@@ -590,6 +590,45 @@ fn scaled_addends_of_products_join_them() {
     assert!(!ir.contains("MatMulAdd"), "{ir}");
 }
 
+/// A weight gradient summed over four micro-batches, `Σ dyᵢᵀ · xᵢ`, then a Momentum
+/// update: three products accumulate in their epilogues (`MatMulAdd` with the running
+/// sum), the update stays one loop; results equal the unfused graph's bit for bit.
+/// Products both also read elsewhere are not folded away.
+#[test]
+fn sums_of_products_accumulate_in_their_epilogues() {
+    let mut types = vec![];
+    for _ in 0..4 {
+        types.push(TensorType::new(&[16, 30], DType::F32));
+        types.push(TensorType::new(&[16, 20], DType::F32));
+    }
+    types.push(TensorType::new(&[30, 20], DType::F32));
+    let g = trace("micro_grads", &types, |x| {
+        let dw = |i: usize| x[2 * i].transpose()?.matmul(&x[2 * i + 1]);
+        let sum = dw(0)?.add(&dw(1)?)?.add(&dw(2)?)?.add(&dw(3)?)?;
+        Ok(vec![x[8].mul_scalar(0.9)?.add(&sum)?])
+    })
+    .unwrap();
+    let ir = fuse_keeping_bits(g, &random_inputs(&types, 41));
+    assert_eq!(ir.matches("= MatMulAdd(").count(), 3, "{ir}");
+    assert_eq!(ir.matches("= MatMul(").count(), 1, "{ir}");
+
+    let shared_types = [
+        TensorType::new(&[8, 16], DType::F32),
+        TensorType::new(&[16, 8], DType::F32),
+    ];
+    let shared = trace("shared", &shared_types, |x| {
+        let p = x[0].matmul(&x[1])?;
+        let q = x[1]
+            .transpose()?
+            .matmul(&x[0].transpose()?)?
+            .transpose()?
+            .transpose()?;
+        Ok(vec![p.add(&q)?, p, q])
+    })
+    .unwrap();
+    assert!(!fused_ir(shared).contains("MatMulAdd"));
+}
+
 /// A Dense layer's `relu(x · Wᵀ + b)` becomes `MatMulBiasAddReLU` and `x · Wᵀ + b`
 /// `MatMulBiasAdd` (dot-product path, one of them on two threads), with results equal to
 /// the unfused graph's bit for bit in the interpreter and the executor. A bias per row
