@@ -28,6 +28,7 @@ mod custom_op;
 mod in_place_updates;
 mod jit_cache;
 mod passes;
+mod product_epilogues;
 mod save_graphs;
 #[path = "../common/train_steps.rs"]
 mod train_steps;
