@@ -162,6 +162,18 @@ pub fn redistribution_time(
                 local[*dim] /= p;
                 (0.0, gather(c, p, here))
             }
+            Step::AllToAll {
+                split_dim,
+                concat_dim,
+                dev,
+                axis,
+            } => {
+                let p = group_size(dev, &[*axis]);
+                local[*split_dim] /= p;
+                local[*concat_dim] *= p;
+                // Each rank keeps 1/p of its block and sends the rest, one part per peer.
+                (gather(c, p, here), gather(c, p, here))
+            }
         };
         total += forward + if grad { backward } else { 0.0 };
     }

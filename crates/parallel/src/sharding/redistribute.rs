@@ -10,9 +10,11 @@
 //! ```
 //!
 //! Order: summands are reduced first (a ReduceScatter where the target splits a
-//! dimension over the same device axis, else an AllReduce), then every dimension whose
-//! blocks differ is gathered where the source splits it, then cut where the target
-//! splits it. Each step runs on the ranks that differ only along its device axes.
+//! dimension over the same device axis, else an AllReduce); then a device axis that
+//! moves from one dimension to another (each whole on the other side) is one AllToAll;
+//! then every other dimension whose blocks differ is gathered where the source splits
+//! it, then cut where the target splits it. Each step runs on the ranks that differ only
+//! along its device axes.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -22,7 +24,7 @@ use spore_core::{Error, Result, Tensor};
 use super::comm::{Move, Redistribution};
 use super::layout::{Layout, group_ranks};
 use crate::management::{GroupInfo, create_group, engine, group};
-use crate::ops::apply_primitive;
+use crate::ops::{AllToAll, apply_primitive};
 
 /// One collective (or local cut) of a redistribution, over device matrix `dev`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,6 +49,14 @@ pub enum Step {
         dev: Vec<usize>,
         axis: usize,
     },
+    /// Blocks of `concat_dim` over `axis` become blocks of `split_dim` over the same
+    /// axis: one AllToAll, where an AllGather then a Slice would move `p` times the data.
+    AllToAll {
+        split_dim: usize,
+        concat_dim: usize,
+        dev: Vec<usize>,
+        axis: usize,
+    },
 }
 
 impl std::fmt::Display for Step {
@@ -62,6 +72,15 @@ impl std::fmt::Display for Step {
             Step::Slice { dim, dev, axis } => {
                 write!(f, "Slice(dim {dim}, axis {axis} of dev{dev:?})")
             }
+            Step::AllToAll {
+                split_dim,
+                concat_dim,
+                dev,
+                axis,
+            } => write!(
+                f,
+                "AllToAll(dim {concat_dim} -> dim {split_dim}, axis {axis} of dev{dev:?})"
+            ),
         }
     }
 }
@@ -121,9 +140,30 @@ pub fn redistribution_steps(from: &Layout, to: &Layout, shape: &[usize]) -> Resu
         }
         cur.partial.clear();
     }
-    let differs: Vec<usize> = (0..shape.len())
+    let mut differs: Vec<usize> = (0..shape.len())
         .filter(|&d| !cur.same_blocks(to, shape, d))
         .collect();
+    // Ranks that split one dimension here and another there (each whole on the other
+    // side), in the same groups: an AllToAll moves the blocks across.
+    for c in differs.clone() {
+        let Some(from_axis) = cur.map[c].filter(|_| cur.factor(c) > 1 && to.factor(c) == 1) else {
+            continue;
+        };
+        let split = differs.iter().copied().find(|&s| {
+            s != c
+                && cur.factor(s) == 1
+                && to.map[s].is_some_and(|a| to.dev[a] > 1 && same_groups(&cur.dev, from_axis, &to.dev, a))
+        });
+        if let Some(split) = split {
+            steps.push(Step::AllToAll {
+                split_dim: split,
+                concat_dim: c,
+                dev: cur.dev.clone(),
+                axis: from_axis,
+            });
+            differs.retain(|&d| d != c && d != split);
+        }
+    }
     for &d in &differs {
         if cur.factor(d) > 1 {
             steps.push(Step::AllGather {
@@ -143,6 +183,13 @@ pub fn redistribution_steps(from: &Layout, to: &Layout, shape: &[usize]) -> Resu
         }
     }
     Ok(steps)
+}
+
+/// Whether axis `a` of device matrix `dev` and axis `b` of `other` group the ranks alike,
+/// in the same order (row-major matrices: the same size and the same rank stride).
+fn same_groups(dev: &[usize], a: usize, other: &[usize], b: usize) -> bool {
+    let stride = |d: &[usize], x: usize| d[x + 1..].iter().product::<usize>();
+    dev[a] == other[b] && stride(dev, a) == stride(other, b)
 }
 
 /// Runs the steps that move this rank's part of a tensor of global `shape` from `from`
@@ -185,6 +232,17 @@ fn run_step(x: &Tensor, step: &Step) -> Result<Tensor> {
         Step::ReduceScatter { dim, dev, axis } => along(x, *dim, dev, *axis, Move::ReduceScatter),
         Step::AllGather { dim, dev, axis } => along(x, *dim, dev, *axis, Move::Gather),
         Step::Slice { dim, dev, axis } => along(x, *dim, dev, *axis, Move::Slice),
+        Step::AllToAll {
+            split_dim,
+            concat_dim,
+            dev,
+            axis,
+        } => match step_group(dev, &[*axis])? {
+            // A permutation of the data: its gradient is the AllToAll back, whatever the
+            // ranks' losses are.
+            Some(group) => apply_primitive(AllToAll::new(*split_dim, *concat_dim, group), &[x]),
+            None => Ok(x.clone()),
+        },
     }
 }
 
@@ -252,4 +310,47 @@ fn step_group(dev: &[usize], axes: &[usize]) -> Result<Option<GroupInfo>> {
 fn with_groups<R>(f: impl FnOnce(&mut GroupNames) -> R) -> R {
     let mut guard = GROUPS.lock().unwrap_or_else(|p| p.into_inner());
     f(guard.get_or_insert_with(HashMap::new))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(dev: &[usize], map: &[Option<usize>]) -> Layout {
+        Layout::new(dev.to_vec(), map.to_vec(), vec![]).unwrap()
+    }
+
+    #[test]
+    fn a_split_moving_between_dimensions_is_one_all_to_all() {
+        let shape = [8, 6];
+        let steps = redistribution_steps(
+            &layout(&[2], &[Some(0), None]),
+            &layout(&[2], &[None, Some(0)]),
+            &shape,
+        )
+        .unwrap();
+        let all_to_all = Step::AllToAll {
+            split_dim: 1,
+            concat_dim: 0,
+            dev: vec![2],
+            axis: 0,
+        };
+        assert_eq!(steps, [all_to_all]);
+        // Two operators' device matrices that group the ranks alike.
+        let steps = redistribution_steps(
+            &layout(&[2, 1, 1], &[Some(0), None]),
+            &layout(&[1, 2, 1], &[None, Some(1)]),
+            &shape,
+        )
+        .unwrap();
+        assert!(matches!(steps[..], [Step::AllToAll { .. }]), "{steps:?}");
+        // On a 2x2 mesh, rows over one axis and columns over the other: not one group.
+        let steps = redistribution_steps(
+            &layout(&[2, 2], &[Some(0), None]),
+            &layout(&[2, 2], &[None, Some(1)]),
+            &shape,
+        )
+        .unwrap();
+        assert!(matches!(steps[..], [Step::AllGather { .. }, Step::Slice { .. }]), "{steps:?}");
+    }
 }

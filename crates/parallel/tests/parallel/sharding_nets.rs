@@ -168,6 +168,17 @@ pub fn cases(n: usize) -> Vec<Case> {
                 ("4/MatMul", format!("(({n}, 1), (1, 1))")),
             ]),
         ),
+        // The batch split first, then the contraction: the activations' blocks move
+        // from rows to columns in one AllToAll (its gradient the AllToAll back).
+        case(
+            "mlp batch-rows all-to-all",
+            mlp,
+            mlp_batch,
+            strategies(&[
+                ("0/MatMul", format!("(({n}, 1), (1, 1))")),
+                ("2/MatMul", rows.clone()),
+            ]),
+        ),
         // Megatron's encoder: heads split by the query/key/value columns, the
         // feed-forward hidden dimension by columns, both outputs by rows.
         case(
