@@ -248,6 +248,9 @@ pub fn op_time<N: Borrow<NodeSharding>>(
             comm += all_reduce(c, p, bytes_of(t, &plan.args[k]));
         }
     }
+    if let Some(result) = &plan.result {
+        comm += redistribution_time(c, node.ty(), &plan.out, result, grad[id]);
+    }
     (compute, comm)
 }
 

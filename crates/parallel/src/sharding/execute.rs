@@ -76,7 +76,7 @@ pub fn run_planned(
                     .local_shape(&node.ty().shape)
                     .map_err(|e| Error::invalid(format!("sharding {}: {e}", node.name)))?;
                 let at = node.location.unwrap_or(Location::caller());
-                match op {
+                let y = match op {
                     Op::Gather { axis: 0 } if op_plan.args[0].factor(0) > 1 => {
                         let table = &graph.nodes[args[0]].ty().shape;
                         let rows = op_plan.args[0].block(table, rank()?, 0);
@@ -87,6 +87,13 @@ pub fn run_planned(
                         let refs: Vec<&Tensor> = locals.iter().collect();
                         in_scope(&scope, || spore_core::apply::apply(local, &refs, at))?
                     }
+                };
+                match &op_plan.result {
+                    // `out_strategy`: the output moved to its layout under the op's scope.
+                    Some(result) => in_scope(&scope, || {
+                        redistribute(&y, &node.ty().shape, &op_plan.out, result)
+                    })?,
+                    None => y,
                 }
             }
             _ => {

@@ -31,6 +31,7 @@ use spore_core::op::Op;
 use spore_core::{Error, Result, TensorType};
 
 use super::layout::Layout;
+use super::output::output_layout;
 use super::redistribute::redistribution_steps;
 use super::rules::{OpPlan, plan_op};
 use super::strategy::Strategies;
@@ -173,8 +174,16 @@ pub(crate) fn plan_node<N: Borrow<NodeSharding>>(
             .map_err(|e| Error::invalid(format!("sharding {}: {e}", at())))?;
             check_divisible(op, &types, node.ty(), &plan)
                 .map_err(|e| Error::invalid(format!("sharding {}: {e}", at())))?;
+            let mut plan = plan;
+            if let Some(factors) = strategy.and_then(|(_, s)| s.output.as_ref()) {
+                let result = output_layout(&plan.out, factors, &node.ty().shape)
+                    .map_err(|e| Error::invalid(format!("sharding {}: {e}", at())))?;
+                redistribution_steps(&plan.out, &result, &node.ty().shape)
+                    .map_err(|e| Error::invalid(format!("sharding {}: out_strategy: {e}", at())))?;
+                plan.result = Some(result);
+            }
             NodeSharding {
-                out: plan.out.clone(),
+                out: plan.result.clone().unwrap_or_else(|| plan.out.clone()),
                 op: Some(plan),
                 strategy: strategy.map(|(p, s)| (p.to_string(), s.clone())),
             }
@@ -419,6 +428,21 @@ impl ShardingPlan {
                         plan.marks[k]
                     );
                 }
+            }
+            if let Some(result) = &plan.result {
+                let steps = redistribution_steps(&plan.out, result, &node.ty().shape)
+                    .map(|st| {
+                        st.iter()
+                            .map(|x| x.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    })
+                    .unwrap_or_else(|e| e.to_string());
+                let _ = writeln!(
+                    s,
+                    "    output: computed {}; out_strategy: {steps} -> {result}",
+                    plan.out
+                );
             }
         }
         s

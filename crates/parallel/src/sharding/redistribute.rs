@@ -152,7 +152,8 @@ pub fn redistribution_steps(from: &Layout, to: &Layout, shape: &[usize]) -> Resu
         let split = differs.iter().copied().find(|&s| {
             s != c
                 && cur.factor(s) == 1
-                && to.map[s].is_some_and(|a| to.dev[a] > 1 && same_groups(&cur.dev, from_axis, &to.dev, a))
+                && to.map[s]
+                    .is_some_and(|a| to.dev[a] > 1 && same_groups(&cur.dev, from_axis, &to.dev, a))
         });
         if let Some(split) = split {
             steps.push(Step::AllToAll {
@@ -351,6 +352,9 @@ mod tests {
             &shape,
         )
         .unwrap();
-        assert!(matches!(steps[..], [Step::AllGather { .. }, Step::Slice { .. }]), "{steps:?}");
+        assert!(
+            matches!(steps[..], [Step::AllGather { .. }, Step::Slice { .. }]),
+            "{steps:?}"
+        );
     }
 }

@@ -23,20 +23,52 @@ use spore_core::{Error, Result};
 /// planner and context take at most that many devices too).
 const MAX_FACTOR: usize = 4096;
 
-/// One operator's strategy: for each input, the number of blocks per dimension.
+/// One operator's strategy: for each input, the number of blocks per dimension, and
+/// optionally (MindSpore's `out_strategy`) the blocks its output is left in.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Strategy {
     pub inputs: Vec<Vec<usize>>,
+    pub output: Option<Vec<usize>>,
+}
+
+fn check_factors(what: &str, factors: &[Vec<usize>]) -> Result<()> {
+    if factors.iter().flatten().any(|&f| f == 0 || f > MAX_FACTOR) {
+        return Err(Error::invalid(format!(
+            "a strategy's {what} split factors must be in [1, {MAX_FACTOR}] (a job has at most that many ranks), \
+             got {factors:?}"
+        )));
+    }
+    Ok(())
 }
 
 impl Strategy {
     pub fn new(inputs: Vec<Vec<usize>>) -> Result<Strategy> {
-        if inputs.iter().flatten().any(|&f| f == 0 || f > MAX_FACTOR) {
-            return Err(Error::invalid(format!(
-                "a strategy's split factors must be in [1, {MAX_FACTOR}] (a job has at most that many ranks), got {inputs:?}"
-            )));
+        check_factors("input", &inputs)?;
+        Ok(Strategy {
+            inputs,
+            output: None,
+        })
+    }
+
+    /// The output's factors (see [`Strategy::with_output`]).
+    pub fn with_output_factors(mut self, output: Vec<usize>) -> Result<Strategy> {
+        check_factors("output", std::slice::from_ref(&output))?;
+        self.output = Some(output);
+        Ok(self)
+    }
+
+    /// MindSpore's `shard(in_strategy, out_strategy)`: `out_strategy` has one tuple, the
+    /// output's (`((4, 1),)`). It may split a dimension the inputs leave whole over the
+    /// devices that hold partial sums (a ReduceScatter instead of an AllReduce).
+    pub fn with_output(self, out_strategy: &str) -> Result<Strategy> {
+        let parsed: Strategy = out_strategy.parse()?;
+        match <[Vec<usize>; 1]>::try_from(parsed.inputs) {
+            Ok([output]) => self.with_output_factors(output),
+            Err(all) => Err(Error::invalid(format!(
+                "out_strategy {out_strategy:?}: expected one tuple (the output's), such as ((4, 1),), got {}",
+                all.len()
+            ))),
         }
-        Ok(Strategy { inputs })
     }
 }
 
@@ -44,6 +76,8 @@ impl FromStr for Strategy {
     type Err = Error;
     /// MindSpore's tuple syntax: `((2, 1), (1, 4))`; `()` is a scalar input.
     fn from_str(text: &str) -> Result<Strategy> {
+        // `((1, 1),)`: a trailing comma, as Python writes a one-tuple.
+        let text = &text.replace(",)", ")").replace(", )", ")");
         let bad = |why: &str| {
             Error::invalid(format!(
                 "strategy {text:?}: {why}; expected a tuple of tuples such as ((2, 1), (1, 4))"
@@ -96,7 +130,12 @@ impl fmt::Display for Strategy {
                 format!("({})", v.join(", "))
             })
             .collect();
-        write!(f, "({})", parts.join(", "))
+        write!(f, "({})", parts.join(", "))?;
+        if let Some(out) = &self.output {
+            let v: Vec<String> = out.iter().map(|x| x.to_string()).collect();
+            write!(f, " out (({}),)", v.join(", "))?;
+        }
+        Ok(())
     }
 }
 
@@ -119,6 +158,19 @@ impl Strategies {
     /// Sets the strategy of the operators `path` names (MindSpore's `op.shard(...)`).
     pub fn shard(&mut self, path: &str, strategy: &str) -> Result<&mut Strategies> {
         let s = strategy.parse()?;
+        self.set(path, s)
+    }
+
+    /// [`Strategies::shard`] with MindSpore's `out_strategy` too:
+    /// `shard_with_output("fc2/MatMul", "((1, 4), (4, 1))", "((4, 1),)")` reduce-scatters
+    /// the product's partial sums by rows instead of adding them whole on every rank.
+    pub fn shard_with_output(
+        &mut self,
+        path: &str,
+        strategy: &str,
+        out_strategy: &str,
+    ) -> Result<&mut Strategies> {
+        let s = strategy.parse::<Strategy>()?.with_output(out_strategy)?;
         self.set(path, s)
     }
 
@@ -200,11 +252,34 @@ mod tests {
             "2",
             "((2,1)(1,4))",
             "((2,,1))",
-            "((2,1),)",
             "((18446744073709551615, 2))",
         ] {
             assert!(bad.parse::<Strategy>().is_err(), "{bad} parsed");
         }
+    }
+
+    #[test]
+    fn out_strategies_are_one_tuple() {
+        // Python's one-tuple, `((2, 1),)`, is one input's strategy.
+        let one: Strategy = "((2, 1),)".parse().unwrap();
+        assert_eq!(one.inputs, [vec![2, 1]]);
+        let s = "((1, 4), (4, 1))"
+            .parse::<Strategy>()
+            .unwrap()
+            .with_output("((4, 1),)")
+            .unwrap();
+        assert_eq!(s.output, Some(vec![4, 1]));
+        assert_eq!(s.to_string(), "((1, 4), (4, 1)) out ((4, 1),)");
+        let two = "((1, 4), (4, 1))"
+            .parse::<Strategy>()
+            .unwrap()
+            .with_output("((4, 1), (1, 1))");
+        assert!(two.unwrap_err().to_string().contains("expected one tuple"));
+        let zero = "((1, 4), (4, 1))"
+            .parse::<Strategy>()
+            .unwrap()
+            .with_output("((0, 1),)");
+        assert!(zero.is_err());
     }
 
     #[test]

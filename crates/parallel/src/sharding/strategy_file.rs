@@ -32,7 +32,10 @@ pub fn save_strategies(path: &Path, strategies: &Strategies, devices: usize) -> 
     let list: Vec<Value> = strategies
         .entries()
         .iter()
-        .map(|(name, s)| json!({"node": name, "strategy": s.inputs}))
+        .map(|(name, s)| match &s.output {
+            Some(out) => json!({"node": name, "strategy": s.inputs, "out_strategy": [out]}),
+            None => json!({"node": name, "strategy": s.inputs}),
+        })
         .collect();
     let doc = json!({
         "format": FORMAT,
@@ -88,7 +91,19 @@ pub fn load_strategies(path: &Path) -> Result<(Strategies, usize)> {
                     "the strategy of '{name}' must be a list of lists of positive integers"
                 ))
             })?;
-        strategies.set(name, Strategy::new(inputs)?)?;
+        let mut strategy = Strategy::new(inputs)?;
+        if let Some(out) = entry.get("out_strategy") {
+            let one = parse_inputs(out)
+                .and_then(|o| <[Vec<usize>; 1]>::try_from(o).ok())
+                .ok_or_else(|| {
+                    bad(format!(
+                        "the out_strategy of '{name}' must be a list of one list of positive integers"
+                    ))
+                })?;
+            let [output] = one;
+            strategy = strategy.with_output_factors(output)?;
+        }
+        strategies.set(name, strategy)?;
     }
     Ok((strategies, devices as usize))
 }
@@ -115,6 +130,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn out_strategies_round_trip() {
+        let path =
+            std::env::temp_dir().join(format!("spore-out-strategy-{}.json", std::process::id()));
+        let mut s = Strategies::new();
+        s.shard_with_output("fc2/MatMul", "((1, 4), (4, 1))", "((4, 1),)")
+            .unwrap();
+        s.shard("fc1/MatMul", "((1, 1), (1, 4))").unwrap();
+        save_strategies(&path, &s, 4).unwrap();
+        let (back, devices) = load_strategies(&path).unwrap();
+        assert_eq!(devices, 4);
+        assert_eq!(back.entries(), s.entries());
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
     fn malformed_files_are_errors() {
         let dir = std::env::temp_dir().join(format!("spore-strategy-files-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -133,6 +163,10 @@ mod tests {
             (
                 r#"{"format": "spore-strategies", "version": 1, "device_num": 4, "strategies": [{"node": "a", "strategy": "x"}]}"#,
                 "positive integers",
+            ),
+            (
+                r#"{"format": "spore-strategies", "version": 1, "device_num": 4, "strategies": [{"node": "a", "strategy": [[1]], "out_strategy": [[1], [2]]}]}"#,
+                "one list",
             ),
         ];
         for (i, (text, expected)) in cases.iter().enumerate() {

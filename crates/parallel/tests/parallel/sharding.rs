@@ -128,8 +128,17 @@ fn check(case: &Case, mode: Mode, rank: usize) {
             plan.contains("AllReduce("),
             "{name}: the plan shows no AllReduce:\n{plan}"
         );
+        if name.contains("out-strategy") {
+            assert!(
+                plan.contains("out_strategy: ReduceScatter("),
+                "{name}: no ReduceScatter:\n{plan}"
+            );
+        }
         if name.contains("all-to-all") {
-            assert!(plan.contains("AllToAll("), "{name}: no AllToAll in the plan:\n{plan}");
+            assert!(
+                plan.contains("AllToAll("),
+                "{name}: no AllToAll in the plan:\n{plan}"
+            );
         }
         // The compiled step holds the inserted collectives and their gradients.
         let ir = read_all(&graphs);

@@ -179,6 +179,23 @@ pub fn cases(n: usize) -> Vec<Case> {
                 ("2/MatMul", rows.clone()),
             ]),
         ),
+        // Megatron's pair with an out_strategy: the row-split product's partial sums are
+        // reduce-scattered by batch rows, which the data-parallel last layer reads as
+        // they are.
+        Case {
+            name: "mlp columns-rows out-strategy".to_string(),
+            build: mlp,
+            batch: mlp_batch,
+            strategies: {
+                let mut s = strategies(&[
+                    ("0/MatMul", columns.clone()),
+                    ("4/MatMul", format!("(({n}, 1), (1, 1))")),
+                ]);
+                s.shard_with_output("2/MatMul", &rows, &format!("(({n}, 1),)"))
+                    .unwrap();
+                s
+            },
+        },
         // Megatron's encoder: heads split by the query/key/value columns, the
         // feed-forward hidden dimension by columns, both outputs by rows.
         case(

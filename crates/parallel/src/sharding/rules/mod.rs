@@ -39,7 +39,11 @@ pub struct OpPlan {
     /// Per input, the device axes along which ranks compute different parts of the op
     /// while reading the input whole: its gradient is summed over them.
     pub marks: Vec<Vec<usize>>,
+    /// The layout the op computes its output in (with partial sums where it splits a
+    /// contraction).
     pub out: Layout,
+    /// Where an `out_strategy` moves the output right after the op, if it sets one.
+    pub result: Option<Layout>,
 }
 
 /// What a rule sees.
@@ -94,6 +98,7 @@ pub fn plan_op(
         args: args_l,
         marks,
         out: out_l,
+        result: None,
     })
 }
 
