@@ -24,7 +24,9 @@ fn main() -> Result<()> {
     let rank = spore_parallel::get_rank(None)?;
     let n = spore_parallel::get_group_size(None)?;
     set_auto_parallel_context(
-        AutoParallelUpdate::new().parallel_mode(ParallelMode::SemiAutoParallel),
+        AutoParallelUpdate::new()
+            .parallel_mode(ParallelMode::SemiAutoParallel)
+            .full_batch(true),
     )?;
     set_context(ContextUpdate::new().mode(Mode::Graph))?;
     let net: Arc<dyn Cell> = SequentialCell::new(vec![

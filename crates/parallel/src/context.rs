@@ -22,8 +22,9 @@
 //! them. `pipeline_stages` splits the ranks into the stages of a
 //! [`crate::pipeline::PipelineCell`]; `enable_parallel_optimizer` shards a data-parallel
 //! job's optimizer. The other fields of pipeline and optimizer parallelism
-//! (`pipeline_config`, `parallel_optimizer_config`, `full_batch`, `dataset_strategy`,
-//! ...) are recognised and refused with an error until those exist.
+//! (`pipeline_config`, `parallel_optimizer_config`, ...) are recognised and refused with
+//! an error until those exist. `full_batch` (or `dataset_strategy`) says whether a
+//! sharded network's ranks are each given the whole batch or their block of it.
 
 use std::path::PathBuf;
 use std::sync::RwLock;
@@ -129,6 +130,10 @@ pub struct AutoParallelContext {
     pub pipeline_stages: usize,
     /// Shard the optimizer's state and update across the data-parallel ranks.
     pub enable_parallel_optimizer: bool,
+    /// Whether every rank is given the whole batch (`true`) or its block of it (`false`,
+    /// MindSpore's default: each rank reads its shard of the dataset) in the sharded
+    /// modes. `dataset_strategy` `"full_batch"` / `"data_parallel"` set it too.
+    pub full_batch: bool,
 }
 
 impl Default for AutoParallelContext {
@@ -148,6 +153,7 @@ impl Default for AutoParallelContext {
             strategy_ckpt_load_file: None,
             pipeline_stages: 1,
             enable_parallel_optimizer: false,
+            full_batch: false,
         }
     }
 }
@@ -208,8 +214,6 @@ fn invalid(message: String) -> Error {
 
 /// Fields of the parallel modes that do not exist yet.
 const LATER: &[&str] = &[
-    "full_batch",
-    "dataset_strategy",
     "parallel_optimizer_config",
     "pipeline_config",
     "enable_alltoall",
@@ -350,6 +354,34 @@ impl AutoParallelUpdate {
             Ok(())
         })
     }
+    /// MindSpore's `full_batch`: in `semi_auto_parallel` and `auto_parallel`, whether
+    /// each rank is given the whole batch (`true`) or its block of the first dimension
+    /// (`false`, the default).
+    pub fn full_batch(self, on: bool) -> Self {
+        self.change(move |c| {
+            c.full_batch = on;
+            Ok(())
+        })
+    }
+    /// MindSpore's `dataset_strategy` as a string: `"data_parallel"` (each rank its block
+    /// of the batch) or `"full_batch"`. Per-input strategy tuples are refused until they
+    /// exist.
+    pub fn dataset_strategy(self, strategy: &str) -> Self {
+        let strategy = strategy.trim().to_string();
+        self.change(move |c| {
+            c.full_batch = match strategy.as_str() {
+                "data_parallel" => false,
+                "full_batch" => true,
+                other => {
+                    return Err(invalid(format!(
+                        "dataset_strategy must be \"data_parallel\" or \"full_batch\" (per-input strategy tuples are \
+                         not available yet), got {other:?}"
+                    )));
+                }
+            };
+            Ok(())
+        })
+    }
     /// `comm_fusion`'s `allreduce` entry.
     pub fn comm_fusion(self, fusion: AllReduceFusion) -> Self {
         self.change(move |c| {
@@ -400,6 +432,8 @@ impl AutoParallelUpdate {
             "comm_fusion" => self.comm_fusion(parse_comm_fusion(value)?),
             "pipeline_stages" => self.pipeline_stages(number()?),
             "enable_parallel_optimizer" => self.enable_parallel_optimizer(flag()?),
+            "full_batch" => self.full_batch(flag()?),
+            "dataset_strategy" => self.dataset_strategy(value.trim().trim_matches('"')),
             "search_mode" | "auto_parallel_search_mode" => {
                 self.search_mode(SearchMode::parse(value).map_err(|e| invalid(e.to_string()))?)
             }
@@ -418,7 +452,7 @@ impl AutoParallelUpdate {
                 return Err(invalid(format!(
                     "unknown field {key:?}; expected one of parallel_mode, device_num, global_rank, gradients_mean, \
                      gradient_fp32_sync, loss_repeated_mean, parameter_broadcast, all_reduce_fusion_config, comm_fusion, \
-                     search_mode, strategy_ckpt_config, pipeline_stages, enable_parallel_optimizer"
+                     search_mode, strategy_ckpt_config, pipeline_stages, enable_parallel_optimizer, full_batch, dataset_strategy"
                 )));
             }
         })

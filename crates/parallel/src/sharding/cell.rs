@@ -26,7 +26,10 @@
 //! loads and saves strategy files (`strategy_ckpt_config`), and keeps only this rank's
 //! block of each parameter: the network given can be dropped, and with it the whole
 //! weights.
-//! Calls take the whole batch on every rank and return whole outputs.
+//! Calls take, on every rank, its block of the batch (MindSpore's default: each rank
+//! reads its shard of the dataset; the global batch is the blocks in rank order) or,
+//! with `full_batch`, the whole batch; they return whole outputs. The input types given
+//! to `new` are the global batch's.
 
 use std::sync::Arc;
 
@@ -39,7 +42,7 @@ use super::agree::{agree, check_same_weights, same_on_every_rank};
 use super::cost::Cluster;
 use super::execute::run_planned;
 use super::layout::Layout;
-use super::plan::{ShardingPlan, plan_graph};
+use super::plan::{ShardingPlan, plan_graph, plan_graph_local_inputs};
 use super::redistribute::redistribute;
 use super::search::search;
 use super::strategy::Strategies;
@@ -80,9 +83,19 @@ impl ShardedCell {
             let cluster = Cluster::measure()?;
             // Momentum's state: one value per parameter.
             let found = search(&graph, &cluster, ctx.search_mode, &chosen, 1.0).map(|f| f.plan);
-            agree(found, "searching strategies")?
-        } else {
+            let found = agree(found, "searching strategies")?;
+            match ctx.full_batch {
+                true => found,
+                // The search cuts inputs freely; the ranks' blocks are fixed instead.
+                false => agree(
+                    plan_graph_local_inputs(&graph, &applied(&graph, &found), e.size),
+                    "planning",
+                )?,
+            }
+        } else if ctx.full_batch {
             agree(plan_graph(&graph, &chosen, e.size), "planning")?
+        } else {
+            agree(plan_graph_local_inputs(&graph, &chosen, e.size), "planning")?
         };
         same_on_every_rank("sharding plan", &fingerprint(&graph, &plan))?;
         let applied = applied(&graph, &plan);
@@ -97,6 +110,17 @@ impl ShardedCell {
             "cutting the parameters",
         )?;
         let text = plan.describe(&graph);
+        let expected: Vec<TensorType> = match plan.local_inputs {
+            false => inputs.to_vec(),
+            true => inputs
+                .iter()
+                .zip(&plan.inputs)
+                .map(|(t, l)| {
+                    let local = l.local_shape(&t.shape).map_err(Error::invalid)?;
+                    Ok(TensorType::new(&local, t.dtype))
+                })
+                .collect::<Result<_>>()?,
+        };
         // The graph now reads the blocks; the whole weights go with the network.
         graph.params = params.iter().map(|(_, p)| p.clone()).collect();
         let cell = ShardedCell {
@@ -105,7 +129,7 @@ impl ShardedCell {
             plan,
             params,
             whole_types,
-            inputs: inputs.to_vec(),
+            inputs: expected,
             text,
         };
         agree(cell.save_plan(e.rank), "writing the sharding plan")?;
@@ -273,9 +297,13 @@ pub(crate) fn local_block(
 
 impl Cell for ShardedCell {
     fn construct(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let given = match self.plan.local_inputs {
+            true => "this rank's block of the batch, full_batch being off",
+            false => "the whole batch on every rank, full_batch being on",
+        };
         if inputs.len() != self.inputs.len() {
             return Err(Error::invalid(format!(
-                "{}: expected {} inputs (the whole batch on every rank), got {}",
+                "{}: expected {} inputs ({given}), got {}",
                 self.graph.name,
                 self.inputs.len(),
                 inputs.len()
@@ -284,7 +312,7 @@ impl Cell for ShardedCell {
         for (k, (x, t)) in inputs.iter().zip(&self.inputs).enumerate() {
             if x.tensor_type() != t {
                 return Err(Error::invalid(format!(
-                    "{}: input {k} must be {t} (the global shape it was planned for), got {}",
+                    "{}: input {k} must be {t} ({given}), got {}",
                     self.graph.name,
                     x.tensor_type()
                 )));

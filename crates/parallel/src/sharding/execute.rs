@@ -17,7 +17,7 @@ use std::panic::Location;
 use spore_core::ir::{Graph, NodeKind};
 use spore_core::op::Op;
 use spore_core::trace::{random_key, with_scope};
-use spore_core::{Error, Parameter, Result, Tensor};
+use spore_core::{Error, Parameter, Result, Tensor, TensorType};
 
 use super::layout::Layout;
 use super::plan::ShardingPlan;
@@ -42,8 +42,13 @@ pub fn run_planned(
                     Error::invalid(format!("sharded graph {}: input {i} missing", graph.name))
                 })?;
                 let shape = &node.ty().shape;
-                let all = Layout::replicated(plan.devices, shape.len());
-                redistribute(whole, shape, &all, &plan.inputs[*i])?
+                match plan.local_inputs {
+                    true => whole.clone(),
+                    false => {
+                        let all = Layout::replicated(plan.devices, shape.len());
+                        redistribute(whole, shape, &all, &plan.inputs[*i])?
+                    }
+                }
             }
             NodeKind::Parameter(p) => params[*p].value(),
             NodeKind::RandomKey(_) => random_key(),
@@ -146,18 +151,27 @@ fn check_call(
             graph.inputs.len()
         )));
     }
-    if let Some((i, x)) = inputs.iter().enumerate().find(|(i, x)| {
-        graph
-            .inputs
-            .get(*i)
-            .is_some_and(|&v| x.tensor_type() != graph.nodes[v].ty())
-    }) {
-        return Err(Error::invalid(format!(
-            "sharded graph {}: input {i} must be {} (whole), got {}",
-            graph.name,
-            graph.nodes[graph.inputs[i]].ty(),
-            x.tensor_type()
-        )));
+    for (i, (x, &v)) in inputs.iter().zip(&graph.inputs).enumerate() {
+        let whole = graph.nodes[v].ty();
+        let (want, what) = match plan.local_inputs {
+            true => (
+                TensorType::new(
+                    &plan.inputs[i]
+                        .local_shape(&whole.shape)
+                        .map_err(Error::invalid)?,
+                    whole.dtype,
+                ),
+                "this rank's block, full_batch being off",
+            ),
+            false => (whole.clone(), "whole"),
+        };
+        if x.tensor_type() != &want {
+            return Err(Error::invalid(format!(
+                "sharded graph {}: input {i} must be {want} ({what}), got {}",
+                graph.name,
+                x.tensor_type()
+            )));
+        }
     }
     if params.len() != graph.params.len() {
         return Err(Error::invalid(format!(

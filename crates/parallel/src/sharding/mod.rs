@@ -51,7 +51,7 @@ pub use cost::{Cluster, Cost, needs_grad, op_time, plan_cost, redistribution_tim
 pub use execute::run_planned;
 pub use layout::{Layout, coords, group_ranks};
 pub use output::output_layout;
-pub use plan::{NodeSharding, ShardingPlan, Stored, plan_graph};
+pub use plan::{NodeSharding, ShardingPlan, Stored, plan_graph, plan_graph_local_inputs};
 pub use redistribute::{Step, mark_gradient_sum, redistribute, redistribution_steps};
 pub use rules::{OpPlan, plan_op};
 pub use search::{SearchMode, Searched, brute_force, candidates, search};

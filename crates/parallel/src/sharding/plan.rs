@@ -53,8 +53,13 @@ pub struct ShardingPlan {
     pub nodes: Vec<NodeSharding>,
     /// One per graph parameter: how it is stored.
     pub params: Vec<Layout>,
-    /// One per graph input: the block each rank cuts from the whole input.
+    /// One per graph input: the block each rank cuts from the whole input, or, with
+    /// `local_inputs`, the block each rank is given.
     pub inputs: Vec<Layout>,
+    /// Whether each rank is given only its block of every input (`full_batch` off:
+    /// MindSpore's default `dataset_strategy`, each rank reading its shard of the data)
+    /// rather than the whole input.
+    pub local_inputs: bool,
 }
 
 /// Where the values a graph starts from are kept: its parameters (stored as blocks),
@@ -91,8 +96,39 @@ impl Stored {
     }
 }
 
-/// Plans `graph` for `devices` ranks with the user's `strategies`.
+/// Plans `graph` for `devices` ranks with the user's `strategies`, every rank given the
+/// whole inputs (`full_batch`).
 pub fn plan_graph(graph: &Graph, strategies: &Strategies, devices: usize) -> Result<ShardingPlan> {
+    plan_graph_inputs(graph, strategies, devices, false)
+}
+
+/// Plans `graph` for ranks that are each given their block of every input along its
+/// first dimension (MindSpore's data-parallel `dataset_strategy`, `full_batch` off): the
+/// inputs stay in that layout, and ops that want another get it by communication.
+pub fn plan_graph_local_inputs(
+    graph: &Graph,
+    strategies: &Strategies,
+    devices: usize,
+) -> Result<ShardingPlan> {
+    for (i, &v) in graph.inputs.iter().enumerate() {
+        let ty = graph.nodes[v].ty();
+        if !ty.shape.first().is_some_and(|&b| b.is_multiple_of(devices)) {
+            return Err(Error::invalid(format!(
+                "input {i} of {} is {ty}: with full_batch off each of the {devices} ranks is given its block \
+                 of the first dimension, which must divide evenly (or set full_batch)",
+                graph.name
+            )));
+        }
+    }
+    plan_graph_inputs(graph, strategies, devices, true)
+}
+
+fn plan_graph_inputs(
+    graph: &Graph,
+    strategies: &Strategies,
+    devices: usize,
+    local_inputs: bool,
+) -> Result<ShardingPlan> {
     if devices == 0 {
         return Err(Error::invalid("a sharding plan needs at least one rank"));
     }
@@ -101,7 +137,11 @@ pub fn plan_graph(graph: &Graph, strategies: &Strategies, devices: usize) -> Res
     // rounds settle a chain of views, the cap guards against a wish that flips back.
     for round in 0..5 {
         let nodes = propagate(graph, strategies, devices, &stored)?;
-        let wanted = wanted_layouts(graph, &nodes, &stored);
+        let mut wanted = wanted_layouts(graph, &nodes, &stored);
+        if local_inputs {
+            // Given as blocks: only the parameters' storage is free to choose.
+            wanted.inputs = stored.inputs.clone();
+        }
         if wanted == stored || round == 4 {
             check_strategies_used(graph, strategies)?;
             return Ok(ShardingPlan {
@@ -109,6 +149,7 @@ pub fn plan_graph(graph: &Graph, strategies: &Strategies, devices: usize) -> Res
                 nodes,
                 params: stored.params,
                 inputs: stored.inputs,
+                local_inputs,
             });
         }
         stored = wanted;

@@ -63,6 +63,23 @@ fn the_context_takes_mindspores_fields_and_refuses_bad_values() {
     assert_eq!(c.search_mode, SearchMode::DynamicProgramming);
     assert_eq!(c.strategy_ckpt_save_file, Some("out.json".into()));
     assert_eq!(c.strategy_ckpt_load_file, None);
+    // Pipeline, optimizer and dataset fields (MindSpore's defaults: one stage, no
+    // parallel optimizer, each rank its block of the batch).
+    assert_eq!(
+        (c.pipeline_stages, c.enable_parallel_optimizer, c.full_batch),
+        (1, false, false)
+    );
+    let u = AutoParallelUpdate::new()
+        .set("pipeline_stages", "2")
+        .and_then(|u| u.set("enable_parallel_optimizer", "true"))
+        .and_then(|u| u.set("dataset_strategy", "\"full_batch\""))
+        .unwrap();
+    set_auto_parallel_context(u).unwrap();
+    let c = get_auto_parallel_context();
+    assert_eq!(
+        (c.pipeline_stages, c.enable_parallel_optimizer, c.full_batch),
+        (2, true, true)
+    );
 
     let before = get_auto_parallel_context();
     for (key, value, expected) in refused() {
@@ -152,6 +169,12 @@ fn refused() -> Vec<(&'static str, &'static str, &'static str)> {
             "unknown key \"saved_file\"",
         ),
         ("parallel_optimizer_config", "{}", "not available yet"),
+        ("full_batch", "maybe", "must be true or false"),
+        (
+            "dataset_strategy",
+            "((2, 1), (2, 1))",
+            "per-input strategy tuples",
+        ),
         ("enable_parallel_optimizer", "yes", "must be true or false"),
         ("gradient_mean", "true", "unknown field \"gradient_mean\""),
     ]

@@ -54,6 +54,23 @@ fn loss_and_grads(
     (out.value, out.weight_grads)
 }
 
+/// What the sharded network is given on `rank`: the whole batch with `full_batch`,
+/// else this rank's block of every input's first dimension (the reference always gets
+/// the whole batch).
+fn mine(inputs: &[Tensor], rank: usize) -> Vec<Tensor> {
+    if spore_parallel::context::get_auto_parallel_context().full_batch {
+        return inputs.to_vec();
+    }
+    let n = spore_parallel::get_group_size(None).unwrap();
+    inputs
+        .iter()
+        .map(|x| {
+            let len = x.shape()[0] / n;
+            x.narrow(0, rank * len, len).unwrap()
+        })
+        .collect()
+}
+
 fn check(case: &Case, mode: Mode, rank: usize) {
     let name = &case.name;
     // Graph mode saves its graphs and the plan (written when the cell is built).
@@ -80,7 +97,7 @@ fn check(case: &Case, mode: Mode, rank: usize) {
 
     // Forward and gradients, gathered from the blocks.
     let (l_ref, g_ref) = loss_and_grads(&reference, &ref_params, &first);
-    let (l_sh, g_sh) = loss_and_grads(&sharded_dyn, &local_params, &first);
+    let (l_sh, g_sh) = loss_and_grads(&sharded_dyn, &local_params, &mine(&first, rank));
     let dl = max_difference(&l_ref, &l_sh);
     assert!(
         dl <= TOLERANCE,
@@ -103,7 +120,7 @@ fn check(case: &Case, mode: Mode, rank: usize) {
     for s in 0..STEPS {
         let inputs = (case.batch)(s);
         let a = step_ref.call(&inputs).unwrap().remove(0);
-        let b = step_sh.call(&inputs).unwrap().remove(0);
+        let b = step_sh.call(&mine(&inputs, rank)).unwrap().remove(0);
         let d = max_difference(&a, &b);
         assert!(
             d <= TOLERANCE,
@@ -159,8 +176,13 @@ fn rank_sharded_networks() {
     for case in cases(n) {
         for mode in [Mode::PyNative, Mode::Graph] {
             reset_auto_parallel_context();
+            // PyNative with the whole batch on every rank, Graph mode with each rank's
+            // block of it (MindSpore's default) where the batch divides among the ranks.
+            let divides = (case.batch)(0).iter().all(|t| t.shape()[0] % n == 0);
             set_auto_parallel_context(
-                AutoParallelUpdate::new().parallel_mode(ParallelMode::SemiAutoParallel),
+                AutoParallelUpdate::new()
+                    .parallel_mode(ParallelMode::SemiAutoParallel)
+                    .full_batch(mode == Mode::PyNative || !divides),
             )
             .unwrap();
             check(&case, mode, rank);
@@ -177,6 +199,9 @@ fn rank_sharded_networks() {
             strategies: Default::default(),
             ..base
         };
+        // Each rank's block of the batch where it divides (the search then plans with
+        // the blocks fixed), else the whole batch.
+        let full = !(case.batch)(0).iter().all(|t| t.shape()[0] % n == 0);
         for search in [
             SearchMode::DynamicProgramming,
             SearchMode::RecursiveProgramming,
@@ -185,12 +210,13 @@ fn rank_sharded_networks() {
             set_auto_parallel_context(
                 AutoParallelUpdate::new()
                     .parallel_mode(ParallelMode::AutoParallel)
-                    .search_mode(search),
+                    .search_mode(search)
+                    .full_batch(full),
             )
             .unwrap();
             check(&case, Mode::Graph, rank);
         }
-        reloaded_strategies_give_the_same_plan(&case, rank);
+        reloaded_strategies_give_the_same_plan(&case, rank, full);
     }
     reset_auto_parallel_context();
     passed(rank);
@@ -198,7 +224,7 @@ fn rank_sharded_networks() {
 
 /// A searched plan saved by `strategy_ckpt_config` and loaded in `semi_auto_parallel`
 /// is the same plan.
-fn reloaded_strategies_give_the_same_plan(case: &Case, rank: usize) {
+fn reloaded_strategies_give_the_same_plan(case: &Case, rank: usize, full_batch: bool) {
     // One path for every rank of the job (they share the launcher as parent).
     let file = std::env::temp_dir().join(format!(
         "spore-strategies-{}.json",
@@ -212,6 +238,7 @@ fn reloaded_strategies_give_the_same_plan(case: &Case, rank: usize) {
     set_auto_parallel_context(
         AutoParallelUpdate::new()
             .parallel_mode(ParallelMode::AutoParallel)
+            .full_batch(full_batch)
             .strategy_ckpt_config(Some(file.clone()), None),
     )
     .unwrap();
@@ -221,6 +248,7 @@ fn reloaded_strategies_give_the_same_plan(case: &Case, rank: usize) {
     set_auto_parallel_context(
         AutoParallelUpdate::new()
             .parallel_mode(ParallelMode::SemiAutoParallel)
+            .full_batch(full_batch)
             .strategy_ckpt_config(None, Some(file.clone())),
     )
     .unwrap();

@@ -47,7 +47,9 @@ fn rank_wide_mlp_memory() {
     let (rank, n) = world();
     reset_auto_parallel_context();
     set_auto_parallel_context(
-        AutoParallelUpdate::new().parallel_mode(ParallelMode::SemiAutoParallel),
+        AutoParallelUpdate::new()
+            .parallel_mode(ParallelMode::SemiAutoParallel)
+            .full_batch(true),
     )
     .unwrap();
     let mut s = Strategies::new();
