@@ -23,7 +23,8 @@ use super::layout::Layout;
 use super::plan::ShardingPlan;
 use super::redistribute::{mark_gradient_sum, redistribute};
 
-/// Runs `graph` as planned: `inputs` are whole (global) tensors, `params` the local
+/// Runs `graph` as planned: `inputs` are whole (global) tensors, or this rank's blocks
+/// when the plan says so (`local_inputs`, full_batch off), `params` the local
 /// parameters (one per `graph.params`, in the plan's layouts). Returns whole outputs
 /// and stores the graph's parameter updates into `params`.
 pub fn run_planned(

@@ -16,9 +16,11 @@
 //! assert_eq!(plan.nodes[g.outputs[0]].out.to_string(), "dev[1,1,4] (R, S2)");
 //! ```
 //!
-//! The graph's inputs are whole on every rank (the whole batch is given to each), so each rank
-//! cuts the block it needs without communication: the block its first consumer wants,
-//! else its share of the batch. A parameter read through views (a Dense layer's
+//! With `full_batch` ([`plan_graph`]) the graph's inputs are whole on every rank, so each
+//! rank cuts the block it needs without communication: the block its first consumer
+//! wants, else its share of the batch. Without it ([`plan_graph_local_inputs`]) each
+//! rank is given its block of every input's first dimension, and ops that want another
+//! layout get it by communication. A parameter read through views (a Dense layer's
 //! transposed weight) is stored in the layout its first consumer needs. Both are found
 //! by planning again with the layouts the last pass asked for, until nothing changes.
 
@@ -63,7 +65,8 @@ pub struct ShardingPlan {
 }
 
 /// Where the values a graph starts from are kept: its parameters (stored as blocks),
-/// and its inputs, whole on every rank, so that any layout of them is a local cut.
+/// and its inputs (with `full_batch` whole on every rank, so that any layout of them is
+/// a local cut; else each rank's block of the batch).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Stored {
     pub params: Vec<Layout>,
@@ -112,7 +115,8 @@ pub fn plan_graph_local_inputs(
 ) -> Result<ShardingPlan> {
     for (i, &v) in graph.inputs.iter().enumerate() {
         let ty = graph.nodes[v].ty();
-        if !ty.shape.first().is_some_and(|&b| b.is_multiple_of(devices)) {
+        // A scalar has no batch to split: every rank is given it whole.
+        if !ty.shape.is_empty() && !ty.shape[0].is_multiple_of(devices) {
             return Err(Error::invalid(format!(
                 "input {i} of {} is {ty}: with full_batch off each of the {devices} ranks is given its block \
                  of the first dimension, which must divide evenly (or set full_batch)",
@@ -219,9 +223,10 @@ pub(crate) fn plan_node<N: Borrow<NodeSharding>>(
             if let Some(factors) = strategy.and_then(|(_, s)| s.output.as_ref()) {
                 let result = output_layout(&plan.out, factors, &node.ty().shape)
                     .map_err(|e| Error::invalid(format!("sharding {}: {e}", at())))?;
-                redistribution_steps(&plan.out, &result, &node.ty().shape)
+                let steps = redistribution_steps(&plan.out, &result, &node.ty().shape)
                     .map_err(|e| Error::invalid(format!("sharding {}: out_strategy: {e}", at())))?;
-                plan.result = Some(result);
+                // An out_strategy the inputs already give moves nothing.
+                plan.result = (!steps.is_empty()).then_some(result);
             }
             NodeSharding {
                 out: plan.result.clone().unwrap_or_else(|| plan.out.clone()),
@@ -422,8 +427,13 @@ impl ShardingPlan {
         for (i, &v) in g.inputs.iter().enumerate() {
             let _ = writeln!(
                 s,
-                "input {i} : {}  cut as {}",
+                "input {i} : {}  {} {}",
                 g.nodes[v].ty(),
+                if self.local_inputs {
+                    "given as"
+                } else {
+                    "cut as"
+                },
                 self.inputs[i]
             );
         }
@@ -487,5 +497,38 @@ impl ShardingPlan {
             }
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spore_core::trace::trace;
+    use spore_core::{DType, Parameter, Tensor};
+
+    #[test]
+    fn given_blocks_keep_their_layout_and_scalars_stay_whole() {
+        let w = Parameter::new(Tensor::ones(&[4, 6], DType::F32).unwrap(), "w");
+        let types = [
+            TensorType::new(&[8, 4], DType::F32),
+            TensorType::new(&[], DType::F32),
+        ];
+        let g = trace("f", &types, |x| {
+            Ok(vec![x[0].matmul(&w.value())?.mul(&x[1])?])
+        })
+        .unwrap();
+        let mut s = Strategies::new();
+        s.shard("MatMul", "((1, 1), (1, 2))").unwrap();
+        let plan = plan_graph_local_inputs(&g, &s, 2).unwrap();
+        assert!(plan.local_inputs);
+        // The batch stays split by rows although the product wants it whole.
+        assert_eq!(plan.inputs[0].factor(0), 2);
+        assert_eq!(plan.inputs[1].map.len(), 0);
+        let odd = trace("odd", &[TensorType::new(&[3, 4], DType::F32)], |x| {
+            Ok(vec![x[0].matmul(&w.value())?])
+        })
+        .unwrap();
+        let e = plan_graph_local_inputs(&odd, &s, 2).unwrap_err().to_string();
+        assert!(e.contains("must divide evenly"), "{e}");
     }
 }

@@ -163,6 +163,8 @@ pub fn redistribution_steps(from: &Layout, to: &Layout, shape: &[usize]) -> Resu
                 axis: from_axis,
             });
             differs.retain(|&d| d != c && d != split);
+            cur.map[c] = None;
+            cur.map[split] = Some(from_axis);
         }
     }
     for &d in &differs {

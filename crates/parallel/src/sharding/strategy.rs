@@ -76,14 +76,17 @@ impl FromStr for Strategy {
     type Err = Error;
     /// MindSpore's tuple syntax: `((2, 1), (1, 4))`; `()` is a scalar input.
     fn from_str(text: &str) -> Result<Strategy> {
-        // `((1, 1),)`: a trailing comma, as Python writes a one-tuple.
-        let text = &text.replace(",)", ")").replace(", )", ")");
         let bad = |why: &str| {
             Error::invalid(format!(
                 "strategy {text:?}: {why}; expected a tuple of tuples such as ((2, 1), (1, 4))"
             ))
         };
-        let s: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+        // `((1, 1),)`: a trailing comma, as Python writes a one-tuple.
+        let s: String = text
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .collect::<String>()
+            .replace(",)", ")");
         let inner = s
             .strip_prefix('(')
             .and_then(|s| s.strip_suffix(')'))
@@ -260,9 +263,13 @@ mod tests {
 
     #[test]
     fn out_strategies_are_one_tuple() {
-        // Python's one-tuple, `((2, 1),)`, is one input's strategy.
+        // Python's one-tuple, `((2, 1),)`, is one input's strategy, spaced as it may be.
         let one: Strategy = "((2, 1),)".parse().unwrap();
         assert_eq!(one.inputs, [vec![2, 1]]);
+        assert_eq!(
+            "((2, 1) , )".parse::<Strategy>().unwrap().inputs,
+            [vec![2, 1]]
+        );
         let s = "((1, 4), (4, 1))"
             .parse::<Strategy>()
             .unwrap()

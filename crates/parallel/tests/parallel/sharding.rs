@@ -64,9 +64,10 @@ fn mine(inputs: &[Tensor], rank: usize) -> Vec<Tensor> {
     let n = spore_parallel::get_group_size(None).unwrap();
     inputs
         .iter()
-        .map(|x| {
-            let len = x.shape()[0] / n;
-            x.narrow(0, rank * len, len).unwrap()
+        .map(|x| match x.shape().first() {
+            // A scalar is given whole.
+            None => x.clone(),
+            Some(&b) => x.narrow(0, rank * (b / n), b / n).unwrap(),
         })
         .collect()
 }
