@@ -133,17 +133,35 @@ impl AdamConfig {
         let power = |name: &str| {
             Parameter::with_requires_grad(Tensor::scalar_of(1.0, DType::F32), name, false)
         };
-        Ok(Arc::new(Adam {
+        let powers = (power("beta1_power"), power("beta2_power"));
+        Ok(Arc::new(Adam::assemble(
+            core,
+            [self.beta1, self.beta2, self.eps],
+            self.nesterov,
+            powers,
+        )))
+    }
+}
+
+impl Adam {
+    /// An Adam over `core`'s parameters with fresh moments.
+    fn assemble(
+        core: OptimizerCore,
+        [beta1, beta2, eps]: [f64; 3],
+        nesterov: bool,
+        (beta1_power, beta2_power): (Parameter, Parameter),
+    ) -> Adam {
+        Adam {
             moment1: core.clone_state("moment1", 0.0),
             moment2: core.clone_state("moment2", 0.0),
             core,
-            beta1: self.beta1,
-            beta2: self.beta2,
-            eps: self.eps,
-            nesterov: self.nesterov,
-            beta1_power: power("beta1_power"),
-            beta2_power: power("beta2_power"),
-        }))
+            beta1,
+            beta2,
+            eps,
+            nesterov,
+            beta1_power,
+            beta2_power,
+        }
     }
 }
 
@@ -182,19 +200,14 @@ impl Optimizer for Adam {
         Ok(())
     }
     fn on_shards(&self, shards: Vec<Parameter>) -> Result<Arc<dyn Optimizer>> {
-        let core = self.core.on_params(shards)?;
-        Ok(Arc::new(Adam {
-            moment1: core.clone_state("moment1", 0.0),
-            moment2: core.clone_state("moment2", 0.0),
-            core,
-            beta1: self.beta1,
-            beta2: self.beta2,
-            eps: self.eps,
-            nesterov: self.nesterov,
-            // Shared: the bias corrections follow the steps taken so far.
-            beta1_power: self.beta1_power.clone(),
-            beta2_power: self.beta2_power.clone(),
-        }))
+        // The powers are shared: the bias corrections follow the steps taken so far.
+        let powers = (self.beta1_power.clone(), self.beta2_power.clone());
+        Ok(Arc::new(Adam::assemble(
+            self.core.on_params(shards)?,
+            [self.beta1, self.beta2, self.eps],
+            self.nesterov,
+            powers,
+        )))
     }
     fn state(&self) -> Vec<(String, Parameter)> {
         let mut s = self.core.state();
@@ -232,14 +245,10 @@ adam_config!(
 impl AdamWeightDecayConfig {
     pub fn build(mut self) -> Result<Arc<AdamWeightDecay>> {
         let core = self.core()?;
-        Ok(Arc::new(AdamWeightDecay {
-            adam_m: core.clone_state("adam_m", 0.0),
-            adam_v: core.clone_state("adam_v", 0.0),
+        Ok(Arc::new(AdamWeightDecay::assemble(
             core,
-            beta1: self.beta1,
-            beta2: self.beta2,
-            eps: self.eps,
-        }))
+            [self.beta1, self.beta2, self.eps],
+        )))
     }
 }
 
@@ -269,14 +278,10 @@ impl Optimizer for AdamWeightDecay {
     }
     fn on_shards(&self, shards: Vec<Parameter>) -> Result<Arc<dyn Optimizer>> {
         let core = self.core.on_params(shards)?;
-        Ok(Arc::new(AdamWeightDecay {
-            adam_m: core.clone_state("adam_m", 0.0),
-            adam_v: core.clone_state("adam_v", 0.0),
+        Ok(Arc::new(AdamWeightDecay::assemble(
             core,
-            beta1: self.beta1,
-            beta2: self.beta2,
-            eps: self.eps,
-        }))
+            [self.beta1, self.beta2, self.eps],
+        )))
     }
     fn state(&self) -> Vec<(String, Parameter)> {
         let mut s = self.core.state();
@@ -306,14 +311,10 @@ adam_config!(AdamWConfig, AdamW, "AdamW", 1e-8, 1e-2);
 impl AdamWConfig {
     pub fn build(mut self) -> Result<Arc<AdamW>> {
         let core = self.core()?;
-        Ok(Arc::new(AdamW {
-            exp_avg: core.clone_state("exp_avg", 0.0),
-            exp_avg_sq: core.clone_state("exp_avg_sq", 0.0),
+        Ok(Arc::new(AdamW::assemble(
             core,
-            beta1: self.beta1,
-            beta2: self.beta2,
-            eps: self.eps,
-        }))
+            [self.beta1, self.beta2, self.eps],
+        )))
     }
 }
 
@@ -355,14 +356,10 @@ impl Optimizer for AdamW {
     }
     fn on_shards(&self, shards: Vec<Parameter>) -> Result<Arc<dyn Optimizer>> {
         let core = self.core.on_params(shards)?;
-        Ok(Arc::new(AdamW {
-            exp_avg: core.clone_state("exp_avg", 0.0),
-            exp_avg_sq: core.clone_state("exp_avg_sq", 0.0),
+        Ok(Arc::new(AdamW::assemble(
             core,
-            beta1: self.beta1,
-            beta2: self.beta2,
-            eps: self.eps,
-        }))
+            [self.beta1, self.beta2, self.eps],
+        )))
     }
     fn state(&self) -> Vec<(String, Parameter)> {
         let mut s = self.core.state();
@@ -374,5 +371,33 @@ impl Optimizer for AdamW {
     }
     fn core(&self) -> &OptimizerCore {
         &self.core
+    }
+}
+
+impl AdamWeightDecay {
+    /// A AdamWeightDecay over `core`'s parameters with fresh moments.
+    fn assemble(core: OptimizerCore, [beta1, beta2, eps]: [f64; 3]) -> AdamWeightDecay {
+        AdamWeightDecay {
+            adam_m: core.clone_state("adam_m", 0.0),
+            adam_v: core.clone_state("adam_v", 0.0),
+            core,
+            beta1,
+            beta2,
+            eps,
+        }
+    }
+}
+
+impl AdamW {
+    /// A AdamW over `core`'s parameters with fresh moments.
+    fn assemble(core: OptimizerCore, [beta1, beta2, eps]: [f64; 3]) -> AdamW {
+        AdamW {
+            exp_avg: core.clone_state("exp_avg", 0.0),
+            exp_avg_sq: core.clone_state("exp_avg_sq", 0.0),
+            core,
+            beta1,
+            beta2,
+            eps,
+        }
     }
 }

@@ -78,7 +78,18 @@ impl SGDConfig {
         }
         let core =
             OptimizerCore::new("SGD", self.params, self.lr, self.weight_decay, &self.filter)?;
-        let accum = core.clone_state("accum", 0.0);
+        Ok(Arc::new(SGD::assemble(
+            core,
+            self.momentum,
+            self.dampening,
+            self.nesterov,
+        )))
+    }
+}
+
+impl SGD {
+    /// An SGD over `core`'s parameters with fresh state.
+    fn assemble(core: OptimizerCore, momentum: f64, dampening: f64, nesterov: bool) -> SGD {
         let stat = core
             .params
             .iter()
@@ -90,18 +101,16 @@ impl SGDConfig {
                 )
             })
             .collect();
-        Ok(Arc::new(SGD {
-            core,
-            momentum: self.momentum,
-            dampening: self.dampening,
-            nesterov: self.nesterov,
-            accum,
+        SGD {
+            accum: core.clone_state("accum", 0.0),
             stat,
-        }))
+            core,
+            momentum,
+            dampening,
+            nesterov,
+        }
     }
-}
 
-impl SGD {
     pub fn new(params: Vec<Parameter>, learning_rate: impl Into<LearningRate>) -> Result<Arc<SGD>> {
         SGD::config(params, learning_rate).build()
     }
@@ -149,26 +158,12 @@ impl Optimizer for SGD {
         Ok(())
     }
     fn on_shards(&self, shards: Vec<Parameter>) -> Result<Arc<dyn Optimizer>> {
-        let core = self.core.on_params(shards)?;
-        let stat = core
-            .params
-            .iter()
-            .map(|p| {
-                Parameter::with_requires_grad(
-                    Tensor::scalar_of(1.0, DType::F32),
-                    &format!("stat.{}", p.name()),
-                    false,
-                )
-            })
-            .collect();
-        Ok(Arc::new(SGD {
-            accum: core.clone_state("accum", 0.0),
-            stat,
-            core,
-            momentum: self.momentum,
-            dampening: self.dampening,
-            nesterov: self.nesterov,
-        }))
+        Ok(Arc::new(SGD::assemble(
+            self.core.on_params(shards)?,
+            self.momentum,
+            self.dampening,
+            self.nesterov,
+        )))
     }
     fn state(&self) -> Vec<(String, Parameter)> {
         let mut s = self.core.state();

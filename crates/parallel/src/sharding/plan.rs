@@ -387,6 +387,18 @@ fn wanted_layouts(g: &Graph, nodes: &[NodeSharding], current: &Stored) -> Stored
     wanted
 }
 
+/// The steps between two layouts as one line (or why there are none).
+fn steps_text(from: &Layout, to: &Layout, shape: &[usize]) -> String {
+    redistribution_steps(from, to, shape)
+        .map(|st| {
+            st.iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_else(|e| e.to_string())
+}
+
 fn check_strategies_used(g: &Graph, strategies: &Strategies) -> Result<()> {
     let used: HashSet<&str> = g
         .nodes
@@ -461,14 +473,7 @@ impl ShardingPlan {
             };
             for (k, &a) in args.iter().enumerate() {
                 let shape = &g.nodes[a].ty().shape;
-                let steps = redistribution_steps(&self.nodes[a].out, &plan.args[k], shape)
-                    .map(|st| {
-                        st.iter()
-                            .map(|x| x.to_string())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    })
-                    .unwrap_or_else(|e| e.to_string());
+                let steps = steps_text(&self.nodes[a].out, &plan.args[k], shape);
                 if !steps.is_empty() {
                     let _ = writeln!(s, "    input {k} (%{a}): {steps} -> {}", plan.args[k]);
                 }
@@ -481,14 +486,7 @@ impl ShardingPlan {
                 }
             }
             if let Some(result) = &plan.result {
-                let steps = redistribution_steps(&plan.out, result, &node.ty().shape)
-                    .map(|st| {
-                        st.iter()
-                            .map(|x| x.to_string())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    })
-                    .unwrap_or_else(|e| e.to_string());
+                let steps = steps_text(&plan.out, result, &node.ty().shape);
                 let _ = writeln!(
                     s,
                     "    output: computed {}; out_strategy: {steps} -> {result}",
@@ -528,7 +526,9 @@ mod tests {
             Ok(vec![x[0].matmul(&w.value())?])
         })
         .unwrap();
-        let e = plan_graph_local_inputs(&odd, &s, 2).unwrap_err().to_string();
+        let e = plan_graph_local_inputs(&odd, &s, 2)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("must divide evenly"), "{e}");
     }
 }
