@@ -114,16 +114,28 @@ fn context_changes_on_another_thread_do_not_disturb_a_running_step() {
     let t = trainer(true, 21);
     let dir = std::env::temp_dir().join(format!("spore-concurrency-{}", std::process::id()));
     let done = AtomicBool::new(false);
+    // The training starts once the changer is running, so that changes overlap it
+    // however the host schedules the two threads.
+    let started = AtomicBool::new(false);
     let threads = spore_core::context::get_context().num_threads;
     let (trained, changes) = std::thread::scope(|s| {
         let trainer_thread = s.spawn(|| {
+            while !started.load(Ordering::Acquire) {
+                std::thread::yield_now();
+            }
             let r = train(&t, true, STEPS);
             done.store(true, Ordering::Release);
             r
         });
         let changer = s.spawn(|| {
-            let mut n = 0u64;
-            while !done.load(Ordering::Acquire) {
+            let (mut n, mut during) = (0u64, 0u64);
+            while !done.load(Ordering::Acquire) || n <= 3 {
+                if n == 3 {
+                    started.store(true, Ordering::Release);
+                }
+                if n > 3 && !done.load(Ordering::Acquire) {
+                    during += 1;
+                }
                 let on = n.is_multiple_of(2);
                 let mut update = ContextUpdate::new()
                     .save_graphs(if on { 1 } else { 0 })
@@ -138,7 +150,7 @@ fn context_changes_on_another_thread_do_not_disturb_a_running_step() {
                 n += 1;
                 std::thread::yield_now();
             }
-            n
+            during
         });
         (trainer_thread.join().unwrap(), changer.join().unwrap())
     });
@@ -152,8 +164,8 @@ fn context_changes_on_another_thread_do_not_disturb_a_running_step() {
     .unwrap();
     std::fs::remove_dir_all(&dir).ok();
     assert!(
-        changes > 10,
-        "only {changes} context changes happened during training"
+        changes > 0,
+        "no context change happened while the step trained"
     );
     assert!(
         trained == alone,
