@@ -12,6 +12,30 @@ pub struct Job {
     pub elapsed: Duration,
 }
 
+/// How long mpirun may outlive all of its ranks.
+const LAUNCHER_GRACE: Duration = Duration::from_secs(15);
+
+/// Whether `launcher` (a process id) has `ranks` children and all have exited (zombies
+/// it has not reaped). Linux's `/proc/<pid>/task/<pid>/children`; false where it is
+/// missing.
+fn ranks_exited(launcher: u32, ranks: usize) -> bool {
+    let path = format!("/proc/{launcher}/task/{launcher}/children");
+    let Ok(list) = std::fs::read_to_string(path) else {
+        return false;
+    };
+    let children: Vec<&str> = list.split_whitespace().collect();
+    children.len() == ranks
+        && children.iter().all(|c| {
+            std::fs::read_to_string(format!("/proc/{c}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let after = stat.rsplit_once(')')?.1;
+                    after.split_whitespace().next().map(|state| state == "Z")
+                })
+                .unwrap_or(false)
+        })
+}
+
 /// No job of these tests takes this long unless it hangs.
 const HUNG: Duration = Duration::from_secs(600);
 
@@ -61,9 +85,29 @@ pub fn mpirun(ranks: usize, inner: &str, env: &[(&str, &str)]) -> Job {
     };
     let out = read(Box::new(child.stdout.take().expect("piped stdout")));
     let err = read(Box::new(child.stderr.take().expect("piped stderr")));
+    let mut launcher_note = String::new();
+    let mut ranks_gone_since: Option<Instant> = None;
     let status = loop {
         if let Some(status) = child.try_wait().expect("waiting for mpirun") {
             break status;
+        }
+        // Open MPI's launcher has been seen to stay up (rarely, on a loaded host) after
+        // every rank had exited; the ranks' own behaviour is what the tests check, so
+        // the launcher is ended, loudly, once its ranks have been gone for a while.
+        match ranks_exited(child.id(), ranks) {
+            true => {
+                let since = *ranks_gone_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > LAUNCHER_GRACE {
+                    let _ = child.kill();
+                    launcher_note = format!(
+                        "\n[launch] mpirun was still running {} s after all {ranks} ranks had exited; the test \
+                         killed it\n",
+                        LAUNCHER_GRACE.as_secs()
+                    );
+                    eprint!("{launcher_note}");
+                }
+            }
+            false => ranks_gone_since = None,
         }
         if started.elapsed() > HUNG {
             let _ = child.kill();
@@ -77,7 +121,7 @@ pub fn mpirun(ranks: usize, inner: &str, env: &[(&str, &str)]) -> Job {
     Job {
         status,
         text: format!(
-            "{}{}",
+            "{}{}{launcher_note}",
             out.join().unwrap_or_default(),
             err.join().unwrap_or_default()
         ),
@@ -141,4 +185,23 @@ pub fn read_all(dir: &std::path::Path) -> String {
         }
     }
     text
+}
+
+/// `ranks_exited` sees a parent whose children have exited but were not reaped: a shell
+/// that starts two short sleeps and then becomes a long one (which never waits).
+#[test]
+fn exited_but_unreaped_ranks_are_seen() {
+    let mut parent = Command::new("sh")
+        .args(["-c", "sleep 0.1 & sleep 0.1 & exec sleep 5"])
+        .spawn()
+        .expect("sh");
+    let pid = parent.id();
+    let seen = (0..40).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        ranks_exited(pid, 2)
+    });
+    let _ = parent.kill();
+    let _ = parent.wait();
+    assert!(seen, "two exited children of {pid} were not seen");
+    assert!(!ranks_exited(std::process::id(), 2));
 }
