@@ -8,7 +8,10 @@ use std::sync::Arc;
 use spore_core::ir::Graph;
 use spore_core::{DType, TensorType};
 use spore_nn::prelude::*;
-use spore_parallel::sharding::{Cluster, SearchMode, Strategies, brute_force, search};
+use spore_parallel::sharding::{
+    Cluster, SearchMode, Strategies, brute_force, plan_cost, plan_graph_local_inputs, search,
+    search_given_blocks,
+};
 
 #[path = "parallel/sharding_nets.rs"]
 #[allow(dead_code)]
@@ -245,6 +248,36 @@ fn recursive_programming_is_near_the_optimum_on_the_equivalence_networks() {
                 "{} on {devices} devices: recursive programming is {ratio:.3}x the optimum",
                 case.name
             );
+        }
+    }
+}
+
+/// With each rank given its block of the batch (`full_batch` off), the search plans with
+/// the inputs fixed: its plan keeps them as blocks, and `dynamic_programming` costs no
+/// more than the full-batch search's strategies re-planned with the blocks.
+#[test]
+fn the_search_plans_for_blocks_of_the_batch() {
+    let g = chain(&[64, 128, 128, 16], 32);
+    for devices in [2, 4] {
+        let cluster = Cluster::example(devices);
+        let none = Strategies::new();
+        for mode in [
+            SearchMode::DynamicProgramming,
+            SearchMode::RecursiveProgramming,
+        ] {
+            let blocks = search_given_blocks(&g, &cluster, mode, &none, 1.0).unwrap();
+            assert!(blocks.plan.local_inputs);
+            assert!(blocks.plan.inputs.iter().all(|l| l.factor(0) == devices));
+            if mode == SearchMode::DynamicProgramming {
+                let whole = search(&g, &cluster, mode, &none, 1.0).unwrap();
+                let replanned = plan_graph_local_inputs(&g, &whole.strategies, devices).unwrap();
+                let other = plan_cost(&g, &replanned, &cluster, 1.0).step_time();
+                assert!(
+                    blocks.cost.step_time() <= other * (1.0 + 1e-9),
+                    "{devices} devices: {} s searched for blocks, {other} s replanned",
+                    blocks.cost.step_time()
+                );
+            }
         }
     }
 }

@@ -44,7 +44,7 @@ use super::execute::run_planned;
 use super::layout::Layout;
 use super::plan::{ShardingPlan, plan_graph, plan_graph_local_inputs};
 use super::redistribute::redistribute;
-use super::search::search;
+use super::search::{search, search_given_blocks};
 use super::strategy::Strategies;
 use super::strategy_file::{load_strategies, save_strategies};
 use crate::context::ParallelMode;
@@ -82,16 +82,11 @@ impl ShardedCell {
         let plan = if ctx.parallel_mode == ParallelMode::AutoParallel {
             let cluster = Cluster::measure()?;
             // Momentum's state: one value per parameter.
-            let found = search(&graph, &cluster, ctx.search_mode, &chosen, 1.0).map(|f| f.plan);
-            let found = agree(found, "searching strategies")?;
-            match ctx.full_batch {
-                true => found,
-                // The search cuts inputs freely; the ranks' blocks are fixed instead.
-                false => agree(
-                    plan_graph_local_inputs(&graph, &applied(&graph, &found), e.size),
-                    "planning",
-                )?,
-            }
+            let found = match ctx.full_batch {
+                true => search(&graph, &cluster, ctx.search_mode, &chosen, 1.0),
+                false => search_given_blocks(&graph, &cluster, ctx.search_mode, &chosen, 1.0),
+            };
+            agree(found.map(|f| f.plan), "searching strategies")?
         } else if ctx.full_batch {
             agree(plan_graph(&graph, &chosen, e.size), "planning")?
         } else {

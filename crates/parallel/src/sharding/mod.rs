@@ -54,6 +54,6 @@ pub use output::output_layout;
 pub use plan::{NodeSharding, ShardingPlan, Stored, plan_graph, plan_graph_local_inputs};
 pub use redistribute::{Step, mark_gradient_sum, redistribute, redistribution_steps};
 pub use rules::{OpPlan, plan_op};
-pub use search::{SearchMode, Searched, brute_force, candidates, search};
+pub use search::{SearchMode, Searched, brute_force, candidates, search, search_given_blocks};
 pub use strategy::{Strategies, Strategy, op_path};
 pub use strategy_file::{load_strategies, save_strategies};

@@ -173,7 +173,7 @@ impl Problem<'_> {
         let free: Vec<bool> = g.nodes[id]
             .args()
             .iter()
-            .map(|&a| leaf_root(g, a).is_some())
+            .map(|&a| self.free_leaf(a))
             .collect();
         let out_partial = ns.out.partial.iter().any(|&a| ns.out.dev[a] > 1);
         let out_bytes = bytes_of(g.nodes[id].ty(), &ns.out);

@@ -6,7 +6,6 @@ use spore_core::ir::NodeKind;
 use spore_core::{Error, Result};
 
 use super::{Problem, leaf_root};
-use crate::sharding::plan::plan_graph;
 use crate::sharding::strategy::Strategy;
 
 /// For each eliminated choice: the choices its best depends on, and the best per
@@ -99,7 +98,7 @@ impl Problem<'_> {
                 for (&v, &c) in vars.iter().zip(&assignment) {
                     pick[v] = c;
                 }
-                let plan = plan_graph(self.graph, &self.strategies(&pick), self.cluster.devices)?;
+                let plan = self.plan(&self.strategies(&pick))?;
                 let (mut seconds, mut bytes) = (0.0, 0.0);
                 for &id in &ids {
                     let (s, b) = self.term(&plan, id);

@@ -43,7 +43,7 @@ mod eliminate;
 
 use super::cost::{Cluster, Cost, bytes_of, needs_grad, op_time, plan_cost, redistribution_time};
 use super::layout::Layout;
-use super::plan::{ShardingPlan, is_view, plan_graph};
+use super::plan::{ShardingPlan, is_view, plan_graph, plan_graph_local_inputs};
 use super::strategy::{Strategies, Strategy};
 
 pub use candidates::candidates;
@@ -85,8 +85,9 @@ pub struct Searched {
     pub cost: Cost,
 }
 
-/// Searches strategies for `graph` on `cluster` (see the module docs).
-/// `optimizer_factor`: optimizer state bytes per parameter byte.
+/// Searches strategies for `graph` on `cluster` (see the module docs), every rank given
+/// the whole inputs (`full_batch`). `optimizer_factor`: optimizer state bytes per
+/// parameter byte.
 pub fn search(
     graph: &Graph,
     cluster: &Cluster,
@@ -94,7 +95,30 @@ pub fn search(
     fixed: &Strategies,
     optimizer_factor: f64,
 ) -> Result<Searched> {
-    let problem = Problem::new(graph, cluster, fixed, optimizer_factor)?;
+    search_inputs(graph, cluster, mode, fixed, optimizer_factor, false)
+}
+
+/// [`search`] for ranks each given their block of the batch (`full_batch` off): the
+/// inputs' layouts are fixed, and moving them to what an op wants is costed.
+pub fn search_given_blocks(
+    graph: &Graph,
+    cluster: &Cluster,
+    mode: SearchMode,
+    fixed: &Strategies,
+    optimizer_factor: f64,
+) -> Result<Searched> {
+    search_inputs(graph, cluster, mode, fixed, optimizer_factor, true)
+}
+
+fn search_inputs(
+    graph: &Graph,
+    cluster: &Cluster,
+    mode: SearchMode,
+    fixed: &Strategies,
+    optimizer_factor: f64,
+    local_inputs: bool,
+) -> Result<Searched> {
+    let problem = Problem::new(graph, cluster, fixed, optimizer_factor, local_inputs)?;
     // Weigh memory in only when the fastest plan does not fit: seconds per byte,
     // raised until the plan fits.
     let mut weight = 0.0;
@@ -138,7 +162,7 @@ pub fn brute_force(
     optimizer_factor: f64,
     limit: usize,
 ) -> Result<Searched> {
-    let problem = Problem::new(graph, cluster, fixed, optimizer_factor)?;
+    let problem = Problem::new(graph, cluster, fixed, optimizer_factor, false)?;
     let sizes: Vec<usize> = problem.choices.iter().map(|c| c.1.len()).collect();
     let total = sizes.iter().try_fold(1usize, |a, &b| a.checked_mul(b));
     if total.is_none_or(|t| t > limit) {
@@ -179,6 +203,8 @@ struct Problem<'a> {
     optimizer_factor: f64,
     choices: Vec<(usize, Vec<Strategy>)>,
     grad: Vec<bool>,
+    /// Whether ranks are given their blocks of the inputs (fixed layouts).
+    local_inputs: bool,
     /// `dynamic_programming`'s term tables, built once for every memory weight.
     tables: std::sync::OnceLock<Vec<eliminate::Table>>,
 }
@@ -189,6 +215,7 @@ impl<'a> Problem<'a> {
         cluster: &'a Cluster,
         fixed: &'a Strategies,
         optimizer_factor: f64,
+        local_inputs: bool,
     ) -> Result<Problem<'a>> {
         let choices = graph
             .nodes
@@ -207,8 +234,23 @@ impl<'a> Problem<'a> {
             optimizer_factor,
             choices,
             grad: needs_grad(graph),
+            local_inputs,
             tables: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The plan of `strategies`, the inputs given as this problem says.
+    fn plan(&self, strategies: &Strategies) -> Result<ShardingPlan> {
+        match self.local_inputs {
+            true => plan_graph_local_inputs(self.graph, strategies, self.cluster.devices),
+            false => plan_graph(self.graph, strategies, self.cluster.devices),
+        }
+    }
+
+    /// Whether the layout of what `v` reads from is chosen by its reader for free: a
+    /// parameter (through views), or an input when each rank is given it whole.
+    fn free_leaf(&self, v: usize) -> bool {
+        leaf_root(self.graph, v).is_some_and(|r| !self.local_inputs || r < self.graph.params.len())
     }
 
     /// The strategies of an assignment (candidate index per choice; missing: none).
@@ -222,7 +264,7 @@ impl<'a> Problem<'a> {
 
     fn finish(&self, pick: &[usize]) -> Result<Searched> {
         let strategies = self.strategies(pick);
-        let plan = plan_graph(self.graph, &strategies, self.cluster.devices)?;
+        let plan = self.plan(&strategies)?;
         let cost = plan_cost(self.graph, &plan, self.cluster, self.optimizer_factor);
         Ok(Searched {
             strategies,
