@@ -177,7 +177,8 @@ pub fn command() -> Command {
                         .arg(Arg::new("memory-bandwidth-gbs").long("memory-bandwidth-gbs").default_value("100").help("GB/s of memory per device"))
                         .arg(Arg::new("latency-us").long("latency-us").default_value("5").help("link latency (alpha)"))
                         .arg(Arg::new("bandwidth-gbps").long("bandwidth-gbps").default_value("25").help("link bandwidth in Gbit/s"))
-                        .arg(Arg::new("optimizer").long("optimizer").default_value("momentum").help("momentum or adam (optimizer state per parameter)")),
+                        .arg(Arg::new("optimizer").long("optimizer").default_value("momentum").help("momentum or adam (optimizer state per parameter)"))
+                        .arg(Arg::new("full-batch").long("full-batch").action(clap::ArgAction::SetTrue).help("every device is given the whole batch (MindSpore's full_batch); by default each is given its block of it")),
                 ),
         )
         .subcommand(
@@ -426,5 +427,6 @@ fn plan_invocation(a: &ArgMatches) -> Result<Invocation, String> {
             bandwidth: rate("bandwidth-gbps")? * 1e9 / 8.0,
         },
         optimizer_factor,
+        full_batch: a.get_flag("full-batch"),
     }))
 }

@@ -13,14 +13,19 @@
 use std::fmt::Write;
 use std::sync::Arc;
 
+use spore_core::ir::Graph;
 use spore_core::{DType, Error, Result, TensorType};
 use spore_nn::cell::{Cell, CellCall};
 use spore_nn::loss::{Reduction, SoftmaxCrossEntropyWithLogits};
 use spore_nn::wrap::WithLossCell;
 use spore_nn::zoo::{BertClassifier, BertConfig, ImageNetResNet, LeNet5, Mlp, ResNet};
 use spore_parallel::sharding::{
-    Cluster, SearchMode, Searched, Strategies, Strategy, candidates, plan_cost, plan_graph, search,
+    Cluster, SearchMode, Searched, ShardingPlan, Strategies, Strategy, candidates, plan_cost,
+    plan_graph, plan_graph_local_inputs, search, search_given_blocks,
 };
+
+type Searcher = fn(&Graph, &Cluster, SearchMode, &Strategies, f64) -> Result<Searched>;
+type Planner = fn(&Graph, &Strategies, usize) -> Result<ShardingPlan>;
 
 /// What `spore parallel plan` was asked.
 #[derive(Clone, Debug, PartialEq)]
@@ -33,6 +38,9 @@ pub struct PlanArgs {
     pub cluster: Cluster,
     /// Optimizer state per parameter byte (Momentum 1, Adam 2).
     pub optimizer_factor: f64,
+    /// Whether every device is given the whole batch (`full_batch`) rather than its
+    /// block of it (MindSpore's default, and Spore's at run time).
+    pub full_batch: bool,
 }
 
 impl Default for PlanArgs {
@@ -47,6 +55,7 @@ impl Default for PlanArgs {
                 ..Cluster::example(1)
             },
             optimizer_factor: 1.0,
+            full_batch: false,
         }
     }
 }
@@ -112,7 +121,14 @@ pub fn plan(args: &PlanArgs) -> Result<String> {
             ..args.cluster.clone()
         };
         let started = std::time::Instant::now();
-        let found = search(
+        let (searcher, planner) = match args.full_batch {
+            true => (search as Searcher, plan_graph as Planner),
+            false => (
+                search_given_blocks as Searcher,
+                plan_graph_local_inputs as Planner,
+            ),
+        };
+        let found = searcher(
             &g,
             &cluster,
             args.search_mode,
@@ -120,7 +136,7 @@ pub fn plan(args: &PlanArgs) -> Result<String> {
             args.optimizer_factor,
         )?;
         let took = started.elapsed().as_secs_f64();
-        let dp = plan_graph(&g, &data_parallel(&g, devices), devices)
+        let dp = planner(&g, &data_parallel(&g, devices), devices)
             .map(|p| plan_cost(&g, &p, &cluster, args.optimizer_factor));
         report(&mut out, args, devices, batch, &g, &found, took, dp.ok());
     }

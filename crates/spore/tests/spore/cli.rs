@@ -161,6 +161,17 @@ fn parallel_plan_prints_strategies_time_and_memory_per_device_count() {
     assert!(out.contains("Conv2D-op"), "{out}");
     assert_eq!(out.matches("predicted step").count(), 2, "{out}");
     assert_eq!(out.matches("pure data parallelism").count(), 2, "{out}");
+    // With the whole batch on every device too.
+    let (ok, out, err) = spore(&[
+        "parallel",
+        "plan",
+        "--model",
+        "lenet",
+        "--devices",
+        "2",
+        "--full-batch",
+    ]);
+    assert!(ok && out.contains("predicted step"), "{err}");
     for (args, expected) in [
         (
             vec!["--devices", "0"],

@@ -129,7 +129,16 @@ fn search_inputs(
             SearchMode::DynamicProgramming => problem.eliminate(weight)?,
             SearchMode::RecursiveProgramming => problem.chain(weight)?,
         };
-        let found = problem.finish(&choice)?;
+        let mut found = problem.finish(&choice)?;
+        // Never worse than data parallelism where every op can take it: a chain search
+        // can miss it (seen with inputs given as blocks).
+        if let Some(pick) = problem.batch_split(&choice) {
+            let dp = problem.finish(&pick)?;
+            let fits = |f: &Searched| f.cost.memory() <= cluster.memory;
+            if fits(&dp) && (!fits(&found) || dp.cost.step_time() < found.cost.step_time()) {
+                found = dp;
+            }
+        }
         if found.cost.memory() <= cluster.memory {
             return Ok(found);
         }
@@ -237,6 +246,24 @@ impl<'a> Problem<'a> {
             local_inputs,
             tables: std::sync::OnceLock::new(),
         })
+    }
+
+    /// `pick` with every choice that has a pure batch split (its first input cut over
+    /// every device, nothing else cut) set to it; `None` when that changes nothing.
+    fn batch_split(&self, pick: &[usize]) -> Option<Vec<usize>> {
+        let devices = self.cluster.devices;
+        let mut out = pick.to_vec();
+        for (k, (_, cands)) in self.choices.iter().enumerate() {
+            let batch_only = cands.iter().position(|c| {
+                c.inputs
+                    .first()
+                    .is_some_and(|x| x.first() == Some(&devices) && x[1..].iter().all(|&f| f == 1))
+            });
+            if let (Some(b), Some(slot)) = (batch_only, out.get_mut(k)) {
+                *slot = b;
+            }
+        }
+        (out != pick).then_some(out)
     }
 
     /// The plan of `strategies`, the inputs given as this problem says.
