@@ -30,8 +30,9 @@
 //! backward pass itself. The edges between stages are differentiable primitives
 //! (`boundary`), so the ordinary backward pass of the training step is the pipeline's
 //! backward, in PyNative and in Graph mode alike, and `save_graphs` shows the sends and
-//! receives. Every rank is given the whole batch; each stage reads what it needs (the
-//! first the data, the last the labels). The step's loss is the mean of the micro-batch
+//! receives. Every rank is given the whole batch, whatever the context's `full_batch`
+//! says (blocks per rank are a `ShardedCell` feature so far); each stage reads what it
+//! needs (the first the data, the last the labels). The step's loss is the mean of the micro-batch
 //! losses (equal to the whole batch's loss for a mean-reduced loss), computed on the
 //! last stage and passed to the others, so every rank reports it.
 //!
