@@ -368,9 +368,13 @@ pub fn barrier(group_name: Option<&str>) -> Result<()> {
 
 /// `values` reduced with `op` over the world's ranks, element by element, on every rank.
 fn world_f64s(values: &[f64], op: ReduceOp) -> Result<Vec<f64>> {
-    let g = group(None)?;
+    group_f64s(&group(None)?, values, op)
+}
+
+/// `values` reduced element by element over the ranks of `g` (every member calls it).
+pub(crate) fn group_f64s(g: &GroupInfo, values: &[f64], op: ReduceOp) -> Result<Vec<f64>> {
     let data = Arc::new(Buffer::F64(values.to_vec()));
-    match all_reduce(&g, data, &[values.len()], op)? {
+    match all_reduce(g, data, &[values.len()], op)? {
         Buffer::F64(v) if v.len() == values.len() => Ok(v),
         other => Err(Error::invalid(format!(
             "internal: a {} of {} f64 came back as {} {}",
@@ -385,11 +389,6 @@ fn world_f64s(values: &[f64], op: ReduceOp) -> Result<Vec<f64>> {
 /// Sums `values` over the world's ranks (metrics, counts): every rank gets the sums.
 pub fn collective_sum_f64(values: &[f64]) -> Result<Vec<f64>> {
     world_f64s(values, ReduceOp::Sum)
-}
-
-/// The largest of every rank's `values`, element by element.
-pub(crate) fn collective_max_f64s(values: &[f64]) -> Result<Vec<f64>> {
-    world_f64s(values, ReduceOp::Max)
 }
 
 /// The largest of every rank's `value` (the slowest rank's time, for example).

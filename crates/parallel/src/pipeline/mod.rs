@@ -41,23 +41,28 @@
 //! `i` of a stage takes block `i` of every micro-batch and talks to replica `i` of the
 //! next stage, and `TrainOneStepCell` averages the stage's gradients over its replicas
 //! (MindSpore's data × pipeline mesh).
+//! [`PipelineCell::sharded`] shards each stage over its ranks by strategies instead
+//! (MindSpore's data × model × pipeline mesh; see `sharded`).
 
 mod boundary;
 mod replicas;
+mod sharded;
 mod stages;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use spore_core::{DType, Error, Result, Tensor, TensorType};
+use spore_core::{DType, Error, Parameter, Result, Tensor, TensorType};
 use spore_nn::cell::{Cell, CellBase, CellCall, CellExt};
 use spore_nn::wrap::WithLossCell;
 
 use crate::context::{ParallelMode, get_auto_parallel_context};
 use crate::management::{engine, group};
 use crate::ops::apply_primitive;
+use crate::sharding::{ShardedCell, Strategies};
 use boundary::{After, Link, StageLoss, StageRecv, StageSend, Token};
 pub(crate) use replicas::replica_group_of;
+use sharded::{StagePlan, one, run_cells, shard_stage};
 use stages::{Place, announce, announced, assign_stages};
 
 /// Message tags: the activation type, the loss, then one activation and one gradient
@@ -70,11 +75,7 @@ const MAX_MICRO: usize = 16_000;
 /// A network with its loss, cut into pipeline stages along its backbone's cells.
 pub struct PipelineCell {
     base: CellBase,
-    /// This rank's cells of the backbone, with the backbone's names for them (so that
-    /// the stage's parameters keep their names in the whole network: `0.weight`).
-    cells: Vec<(String, Arc<dyn Cell>)>,
-    /// The loss, on the last stage.
-    loss_fn: Option<Arc<dyn Cell>>,
+    body: Body,
     micro_size: usize,
     place: Place,
     /// The group of this stage's data-parallel replicas, when it has several.
@@ -86,61 +87,112 @@ pub struct PipelineCell {
     announced: Mutex<Vec<Vec<TensorType>>>,
 }
 
+/// What this rank runs of its stage.
+enum Body {
+    /// The stage's cells as they are, with the backbone's names for them (so that the
+    /// stage's parameters keep their names in the whole network: `0.weight`), and the
+    /// loss on the last stage. Several ranks of a stage are its data-parallel replicas.
+    Cells {
+        cells: Vec<(String, Arc<dyn Cell>)>,
+        loss_fn: Option<Arc<dyn Cell>>,
+    },
+    /// The stage's cells (and loss) sharded over the stage's ranks.
+    Sharded(Arc<ShardedCell>),
+}
+
+/// The parts of a checked pipeline: this rank's place, and each backbone child with
+/// the stage that runs it.
+type Cut = (Place, Vec<(String, Arc<dyn Cell>)>, Vec<usize>);
+
 impl PipelineCell {
     /// MindSpore's `PipelineCell(network, micro_size)`: `network`'s backbone must be a
     /// sequence of cells (`SequentialCell`), whose stages `pipeline_stage` sets; the
     /// context's `parallel_mode` must be `semi_auto_parallel` or `auto_parallel` and
     /// its `pipeline_stages` must divide the job's ranks.
     pub fn new(network: Arc<WithLossCell>, micro_size: usize) -> Result<Arc<PipelineCell>> {
-        let ctx = get_auto_parallel_context();
-        if !matches!(
-            ctx.parallel_mode,
-            ParallelMode::SemiAutoParallel | ParallelMode::AutoParallel
-        ) {
-            return Err(Error::invalid(format!(
-                "PipelineCell: pipeline parallelism needs parallel_mode semi_auto_parallel or auto_parallel, \
-                 but it is {}",
-                ctx.parallel_mode.name()
-            )));
-        }
-        if !(1..=MAX_MICRO).contains(&micro_size) {
-            return Err(Error::invalid(format!(
-                "PipelineCell: micro_size must be in [1, {MAX_MICRO}], got {micro_size}"
-            )));
-        }
-        let e = engine()?;
-        let place = Place::new(e.rank, e.size, ctx.pipeline_stages)?;
-        let backbone = network.backbone();
-        // The stages run the backbone's children one after another, which is what a
-        // SequentialCell computes; another cell's construct could do anything else.
-        if backbone.class_name() != "SequentialCell" || !backbone.params().is_empty() {
-            return Err(Error::invalid(format!(
-                "PipelineCell: the backbone must be a SequentialCell of the cells to cut into stages, got {}",
-                backbone.class_name()
-            )));
-        }
-        let children = backbone.cells();
-        let stage_of = assign_stages(&children, place.stages)?;
+        let (place, children, stage_of) = cut(&network, micro_size)?;
         let cells = children
             .into_iter()
             .zip(stage_of)
             .filter(|(_, s)| *s == place.stage)
             .map(|(c, _)| c)
             .collect();
-        let cell = Arc::new(PipelineCell {
-            base: CellBase::new(),
+        let body = Body::Cells {
             cells,
             loss_fn: place.is_last().then(|| network.loss_fn().clone()),
-            micro_size,
-            place,
-            replicas: replicas::replica_group(&place)?,
-            incoming: Mutex::new(HashMap::new()),
-            announced: Mutex::new(Vec::new()),
-        });
+        };
+        let cell =
+            PipelineCell::with_body(body, micro_size, place, replicas::replica_group(&place)?);
         if let Some(g) = &cell.replicas {
             replicas::register(&cell.trainable_params(), g);
         }
         Ok(cell)
+    }
+
+    /// A pipeline whose stages are sharded over their ranks by `strategies` (data ×
+    /// model × pipeline): each stage's cells, with the loss on the last stage, are
+    /// planned as one [`ShardedCell`] over the stage's ranks (strategies name the ops
+    /// by their paths in the whole network, `0/MatMul`), for batches of the global
+    /// types `inputs` (data, label). Every rank is given the whole batch; each rank of
+    /// a stage takes the whole micro-batch, which the strategies may split.
+    pub fn sharded(
+        network: Arc<WithLossCell>,
+        micro_size: usize,
+        inputs: &[TensorType],
+        strategies: &Strategies,
+    ) -> Result<Arc<PipelineCell>> {
+        let (place, children, stage_of) = cut(&network, micro_size)?;
+        let mut before = vec![];
+        let mut mine = vec![];
+        for (c, s) in children.into_iter().zip(stage_of) {
+            match s.cmp(&place.stage) {
+                std::cmp::Ordering::Less => before.push(c),
+                std::cmp::Ordering::Equal => mine.push(c),
+                std::cmp::Ordering::Greater => {}
+            }
+        }
+        let mesh = replicas::stage_group(&place)?;
+        let plan = StagePlan {
+            before,
+            mine,
+            loss_fn: place.is_last().then(|| network.loss_fn().clone()),
+            inputs,
+            micro_size,
+            mesh: &mesh,
+        };
+        let stage = shard_stage(plan, strategies)?;
+        Ok(PipelineCell::with_body(
+            Body::Sharded(stage),
+            micro_size,
+            place,
+            None,
+        ))
+    }
+
+    fn with_body(
+        body: Body,
+        micro_size: usize,
+        place: Place,
+        replicas: Option<String>,
+    ) -> Arc<PipelineCell> {
+        Arc::new(PipelineCell {
+            base: CellBase::new(),
+            body,
+            micro_size,
+            place,
+            replicas,
+            incoming: Mutex::new(HashMap::new()),
+            announced: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// This rank's stage, sharded over the stage's ranks, for a pipeline made by
+    /// [`PipelineCell::sharded`] (its `gather_parameter` gives a parameter whole).
+    pub fn sharded_stage(&self) -> Option<&Arc<ShardedCell>> {
+        match &self.body {
+            Body::Sharded(s) => Some(s),
+            Body::Cells { .. } => None,
+        }
     }
 
     /// This rank's stage.
@@ -189,42 +241,78 @@ impl PipelineCell {
     /// micro-batch itself, or its block for this data-parallel replica of the stage.
     fn micro(&self, x: &Tensor, m: usize, what: &str) -> Result<Tensor> {
         let batch = x.shape().first().copied().unwrap_or(0);
-        let parts = self.micro_size * self.place.per_stage;
+        // Replicas of a stage take blocks of each micro-batch; sharded stages take it
+        // whole (their strategies split it).
+        let (blocks, block) = match self.body {
+            Body::Cells { .. } => (self.place.per_stage, self.place.replica()),
+            Body::Sharded(_) => (1, 0),
+        };
+        let parts = self.micro_size * blocks;
         if batch == 0 || !batch.is_multiple_of(parts) {
             return Err(Error::invalid(format!(
                 "PipelineCell: the {what}'s batch of {batch} (type {}) does not split into micro_size {} equal \
                  micro-batches{}",
                 x.tensor_type(),
                 self.micro_size,
-                match self.place.per_stage {
+                match blocks {
                     1 => String::new(),
                     n => format!(" of {n} equal blocks (one per data-parallel rank of a stage)"),
                 }
             )));
         }
         let len = batch / parts;
-        x.narrow(
-            0,
-            (m * self.place.per_stage + self.place.replica()) * len,
-            len,
-        )
+        x.narrow(0, (m * blocks + block) * len, len)
     }
 
-    /// This stage's cells on one activation.
-    fn run_stage(&self, x: Tensor) -> Result<Tensor> {
-        let mut xs = vec![x];
-        for (_, c) in &self.cells {
-            xs = c.call(&xs)?;
-        }
-        match <[Tensor; 1]>::try_from(xs) {
-            Ok([y]) => Ok(y),
-            Err(xs) => Err(Error::invalid(format!(
-                "PipelineCell: stage {} must end in one activation, but its last cell returned {}",
-                self.place.stage,
-                xs.len()
-            ))),
+    /// This stage on one micro-batch: its activation, or on the last stage its loss
+    /// against `label`.
+    fn run_stage(&self, x: Tensor, label: Option<Tensor>) -> Result<Tensor> {
+        match (&self.body, label) {
+            (Body::Cells { cells, loss_fn }, label) => {
+                let h = one(run_cells(cells, vec![x])?)?;
+                match (loss_fn, label) {
+                    (Some(loss_fn), Some(label)) => loss_fn.call_first(&[h, label]),
+                    _ => Ok(h),
+                }
+            }
+            (Body::Sharded(stage), Some(label)) => stage.call_first(&[x, label]),
+            (Body::Sharded(stage), None) => one(stage.call(&[x])?),
         }
     }
+}
+
+/// Checks the context, `micro_size` and the backbone; places this rank and its stage's cells.
+fn cut(network: &WithLossCell, micro_size: usize) -> Result<Cut> {
+    let ctx = get_auto_parallel_context();
+    if !matches!(
+        ctx.parallel_mode,
+        ParallelMode::SemiAutoParallel | ParallelMode::AutoParallel
+    ) {
+        return Err(Error::invalid(format!(
+            "PipelineCell: pipeline parallelism needs parallel_mode semi_auto_parallel or auto_parallel, \
+             but it is {}",
+            ctx.parallel_mode.name()
+        )));
+    }
+    if !(1..=MAX_MICRO).contains(&micro_size) {
+        return Err(Error::invalid(format!(
+            "PipelineCell: micro_size must be in [1, {MAX_MICRO}], got {micro_size}"
+        )));
+    }
+    let e = engine()?;
+    let place = Place::new(e.rank, e.size, ctx.pipeline_stages)?;
+    let backbone = network.backbone();
+    // The stages run the backbone's children one after another, which is what a
+    // SequentialCell computes; another cell's construct could do anything else.
+    if backbone.class_name() != "SequentialCell" || !backbone.params().is_empty() {
+        return Err(Error::invalid(format!(
+            "PipelineCell: the backbone must be a SequentialCell of the cells to cut into stages, got {}",
+            backbone.class_name()
+        )));
+    }
+    let children = backbone.cells();
+    let stage_of = assign_stages(&children, place.stages)?;
+    Ok((place, children, stage_of))
 }
 
 fn poisoned() -> Error {
@@ -268,7 +356,11 @@ impl Cell for PipelineCell {
                     apply_primitive(recv, &[&previous])?
                 }
             };
-            let h = self.run_stage(x.clone())?;
+            let label = match place.is_last() {
+                true => Some(self.micro(label, m, "label")?),
+                false => None,
+            };
+            let h = self.run_stage(x.clone(), label)?;
             // A received activation also feeds the token (with a zero gradient), so that
             // its gradient, and the send back, exist even where the stage's cells pass
             // none to it.
@@ -276,12 +368,9 @@ impl Cell for PipelineCell {
                 None => apply_primitive(Token, &[&h])?,
                 Some(_) => apply_primitive(Token, &[&h, &x])?,
             };
-            match &self.loss_fn {
-                Some(loss_fn) => {
-                    let label = self.micro(label, m, "label")?;
-                    losses.push(loss_fn.call_first(&[h, label])?);
-                }
-                None => {
+            match place.is_last() {
+                true => losses.push(h),
+                false => {
                     self.announce_once(&key, &h)?;
                     let send = StageSend {
                         link: self.link(place.next(), self.activation_tag(m))?,
@@ -322,11 +411,23 @@ impl Cell for PipelineCell {
         Ok(vec![apply_primitive(loss, &[&local])?])
     }
     fn cells(&self) -> Vec<(String, Arc<dyn Cell>)> {
-        let mut out = self.cells.clone();
-        if let Some(l) = &self.loss_fn {
-            out.push(("_loss_fn".to_string(), l.clone()));
+        match &self.body {
+            Body::Cells { cells, loss_fn } => {
+                let mut out = cells.clone();
+                if let Some(l) = loss_fn {
+                    out.push(("_loss_fn".to_string(), l.clone()));
+                }
+                out
+            }
+            Body::Sharded(_) => vec![],
         }
-        out
+    }
+    /// A sharded stage's blocks of its parameters, by their names in the network.
+    fn params(&self) -> Vec<(String, Parameter)> {
+        match &self.body {
+            Body::Sharded(stage) => stage.params(),
+            Body::Cells { .. } => vec![],
+        }
     }
     fn base(&self) -> &CellBase {
         &self.base

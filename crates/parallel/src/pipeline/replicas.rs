@@ -17,9 +17,15 @@ static OWNERS: Mutex<Option<HashMap<u64, String>>> = Mutex::new(None);
 /// The group of this rank's stage replicas (made once, by its members), or `None` when
 /// the stage runs on one rank.
 pub(crate) fn replica_group(place: &Place) -> Result<Option<String>> {
-    if place.per_stage == 1 {
-        return Ok(None);
+    match place.per_stage {
+        1 => Ok(None),
+        _ => stage_group(place).map(Some),
     }
+}
+
+/// The group of the ranks of this rank's stage, made once by its members (the stage's
+/// data-parallel replicas, or the ranks its cells are sharded over).
+pub(crate) fn stage_group(place: &Place) -> Result<String> {
     let name = format!(
         "pipeline_stage{}_of{}_ranks{}",
         place.stage, place.stages, place.per_stage
@@ -27,7 +33,7 @@ pub(crate) fn replica_group(place: &Place) -> Result<Option<String>> {
     if group(Some(&name)).is_err() {
         create_group(&name, &place.stage_ranks())?;
     }
-    Ok(Some(name))
+    Ok(name)
 }
 
 /// Records that `params` are trained by the replicas of `group`.

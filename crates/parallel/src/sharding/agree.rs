@@ -11,12 +11,18 @@
 
 use spore_core::{Error, Parameter, Result};
 
-use crate::collective::{collective_max_f64, collective_max_f64s, collective_sum_f64};
+use crate::backend::ReduceOp;
+use crate::collective::group_f64s;
+use crate::management::{GroupInfo, group};
 
-/// `result` on this rank, made an error on every rank if it is one on any: a
-/// collective, so every rank must call it at the same point.
-pub(crate) fn agree<T>(result: Result<T>, what: &str) -> Result<T> {
-    let failed = collective_max_f64(if result.is_ok() { 0.0 } else { 1.0 })?;
+/// `result` on this rank, made an error on every rank of `mesh` if it is one on any: a
+/// collective, so every rank of the mesh must call it at the same point.
+pub(crate) fn agree<T>(mesh: &GroupInfo, result: Result<T>, what: &str) -> Result<T> {
+    let failed = group_f64s(
+        mesh,
+        &[if result.is_ok() { 0.0 } else { 1.0 }],
+        ReduceOp::Max,
+    )?[0];
     match result {
         Ok(_) if failed > 0.0 => Err(Error::invalid(format!(
             "{what} failed on another rank (its error says why)"
@@ -51,10 +57,18 @@ fn weights_checksum(t: &spore_core::Tensor) -> Result<u32> {
 
 /// Fails on every rank unless all ranks passed the same `text` (a collective).
 pub fn same_on_every_rank(what: &str, text: &str) -> Result<()> {
+    same_on_mesh(&group(None)?, what, text)
+}
+
+/// Fails on every rank of `mesh` unless all of them passed the same `text`.
+pub(crate) fn same_on_mesh(mesh: &GroupInfo, what: &str, text: &str) -> Result<()> {
     let h = f64::from(checksum(text.bytes()));
-    let high = collective_max_f64(h)?;
-    let low = -collective_max_f64(-h)?;
-    if high != low {
+    let [high, low] = group_f64s(mesh, &[h, -h], ReduceOp::Max)?[..] else {
+        return Err(Error::invalid(
+            "internal: two maxima came back as another count",
+        ));
+    };
+    if high != -low {
         return Err(Error::invalid(format!(
             "the ranks disagree on the {what}: every rank must build the same network with the same strategies and options"
         )));
@@ -64,14 +78,14 @@ pub fn same_on_every_rank(what: &str, text: &str) -> Result<()> {
 
 /// Fails on every rank, naming the first parameter, unless every rank holds the same
 /// whole values (each cuts its block from them): the ranks' seeds must agree.
-pub(crate) fn check_same_weights(params: &[Parameter]) -> Result<()> {
+pub(crate) fn check_same_weights(mesh: &GroupInfo, params: &[Parameter]) -> Result<()> {
     let sums: Vec<f64> = params
         .iter()
         .map(|p| weights_checksum(&p.stored()).map(f64::from))
         .collect::<Result<_>>()?;
-    let n = crate::management::engine()?.size as f64;
-    let total = collective_sum_f64(&sums)?;
-    let highest = collective_max_f64s(&sums)?;
+    let n = mesh.size() as f64;
+    let total = group_f64s(mesh, &sums, ReduceOp::Sum)?;
+    let highest = group_f64s(mesh, &sums, ReduceOp::Max)?;
     for (i, p) in params.iter().enumerate() {
         // Equal on every rank exactly when the sum is n times the largest.
         if total[i] != highest[i] * n {

@@ -17,8 +17,8 @@ use spore_core::{DType, Result, Tensor};
 
 use super::cost::{Cluster, rounds};
 use crate::backend::ReduceOp;
-use crate::collective::{barrier, collective_max_f64};
-use crate::management::engine;
+use crate::collective::{barrier, group_f64s};
+use crate::management::{GroupInfo, group};
 
 /// Mean seconds of `reps` runs of `f` after one warm-up. The mean, not the best: ranks
 /// sharing cores run slower while all compute, and a plan is made for all computing.
@@ -58,9 +58,15 @@ fn memory_per_rank() -> f64 {
 impl Cluster {
     /// Measures this job's rates (see the module docs); a collective.
     pub fn measure() -> Result<Cluster> {
-        let e = engine()?;
-        let devices = e.size;
-        barrier(None)?;
+        Cluster::measure_on(&group(None)?)
+    }
+
+    /// The rates of the ranks of `mesh` (every member calls it).
+    pub(crate) fn measure_on(mesh: &GroupInfo) -> Result<Cluster> {
+        let devices = mesh.size();
+        let slowest =
+            |t: f64| Ok::<f64, spore_core::Error>(group_f64s(mesh, &[t], ReduceOp::Max)?[0]);
+        barrier(Some(&mesh.name))?;
         // Products: a 256^3 MatMul, the size of a mid-sized layer's block.
         let n = 256;
         let a = Tensor::randn(&[n, n], DType::F32, Some(1))?;
@@ -69,13 +75,13 @@ impl Cluster {
         // Memory: an add over 16 MB in, 8 MB out.
         let x = Tensor::ones(&[1 << 21], DType::F32)?;
         let t_add = mean_of(40, || x.add(&x).map(|_| ()))?;
-        let t_mm = collective_max_f64(t_mm)?;
-        let t_add = collective_max_f64(t_add)?;
+        let t_mm = slowest(t_mm)?;
+        let t_add = slowest(t_add)?;
         let flops = 2.0 * (n * n * n) as f64 / t_mm;
         let memory_bandwidth = (3 * 4 * (1 << 21)) as f64 / t_add;
-        let memory = -collective_max_f64(-memory_per_rank())?;
+        let memory = -slowest(-memory_per_rank())?;
         let (latency, bandwidth) = if devices > 1 {
-            link_rates(devices)?
+            link_rates(mesh)?
         } else {
             // One rank sends nothing; any values keep the arithmetic finite.
             (1e-6, 1e10)
@@ -91,19 +97,19 @@ impl Cluster {
     }
 }
 
-/// Alpha and 1/beta of the world's AllReduce: a tiny one gives the latency, a 4 MB one
+/// Alpha and 1/beta of the mesh's AllReduce: a tiny one gives the latency, a 4 MB one
 /// the bandwidth.
-fn link_rates(devices: usize) -> Result<(f64, f64)> {
-    let g = crate::management::group(None)?;
+fn link_rates(mesh: &GroupInfo) -> Result<(f64, f64)> {
     let time = |elements: usize, reps: usize| -> Result<f64> {
         let data = std::sync::Arc::new(spore_kernels::Buffer::F32(vec![1.0; elements]));
-        barrier(None)?;
+        barrier(Some(&mesh.name))?;
         let t = mean_of(reps, || {
-            crate::collective::all_reduce(&g, data.clone(), &[elements], ReduceOp::Sum).map(|_| ())
+            crate::collective::all_reduce(mesh, data.clone(), &[elements], ReduceOp::Sum)
+                .map(|_| ())
         })?;
-        collective_max_f64(t)
+        Ok(group_f64s(mesh, &[t], ReduceOp::Max)?[0])
     };
-    let p = devices as f64;
+    let p = mesh.size() as f64;
     // The same algorithm shape the cost model assumes: 2 * rounds(p) latencies.
     let steps = 2.0 * rounds(p);
     let small = time(1, 50)?;

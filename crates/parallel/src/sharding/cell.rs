@@ -31,6 +31,7 @@
 //! with `full_batch`, the whole batch; they return whole outputs. The input types given
 //! to `new` are the global batch's.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use spore_core::ir::Graph;
@@ -38,17 +39,17 @@ use spore_core::trace::trace;
 use spore_core::{Error, Parameter, Result, Tensor, TensorType};
 use spore_nn::cell::{Cell, CellBase, CellCall};
 
-use super::agree::{agree, check_same_weights, same_on_every_rank};
+use super::agree::{agree, check_same_weights, same_on_mesh};
 use super::cost::Cluster;
-use super::execute::run_planned;
+use super::execute::run_planned_on;
 use super::layout::Layout;
 use super::plan::{ShardingPlan, plan_graph, plan_graph_local_inputs};
-use super::redistribute::redistribute;
+use super::redistribute::redistribute_on;
 use super::search::{search, search_given_blocks};
 use super::strategy::Strategies;
 use super::strategy_file::{load_strategies, save_strategies};
 use crate::context::ParallelMode;
-use crate::management::engine;
+use crate::management::{GroupInfo, WORLD_COMM_GROUP, group};
 
 /// A network run on its blocks of every tensor, on every rank of the job.
 pub struct ShardedCell {
@@ -61,6 +62,8 @@ pub struct ShardedCell {
     inputs: Vec<TensorType>,
     /// The plan as text, with the whole parameter types.
     text: String,
+    /// The ranks the plan spans: the job's, or a group of them (a pipeline stage's).
+    mesh: GroupInfo,
 }
 
 impl ShardedCell {
@@ -70,38 +73,61 @@ impl ShardedCell {
         inputs: &[TensorType],
         strategies: &Strategies,
     ) -> Result<Arc<ShardedCell>> {
-        let e = engine()?;
+        let full_batch = crate::context::get_auto_parallel_context().full_batch;
+        ShardedCell::on_mesh(network, inputs, strategies, group(None)?, full_batch)
+    }
+
+    /// Plans `network` over the ranks of `mesh` (a group every member calls this on):
+    /// given the whole batch on each (`whole_inputs`) or each rank's block of it.
+    pub(crate) fn on_mesh<C: Cell + ?Sized>(
+        network: Arc<C>,
+        inputs: &[TensorType],
+        strategies: &Strategies,
+        mesh: GroupInfo,
+        whole_inputs: bool,
+    ) -> Result<Arc<ShardedCell>> {
         let ctx = crate::context::get_auto_parallel_context();
+        let size = mesh.size();
         // Each local phase ends in `agree`, so that a failure on one rank is an error on
         // every rank rather than a collective the others wait in.
-        let mut graph = agree(trace_global(&network, inputs, &ctx), "tracing the network")?;
+        let mut graph = agree(
+            &mesh,
+            trace_global(&network, inputs, &ctx),
+            "tracing the network",
+        )?;
         let chosen = agree(
-            with_file(strategies, &ctx, e.size),
+            &mesh,
+            with_file(strategies, &ctx, &mesh),
             "loading the strategy file",
         )?;
         let plan = if ctx.parallel_mode == ParallelMode::AutoParallel {
-            let cluster = Cluster::measure()?;
+            let cluster = Cluster::measure_on(&mesh)?;
             // Momentum's state: one value per parameter.
-            let found = match ctx.full_batch {
+            let found = match whole_inputs {
                 true => search(&graph, &cluster, ctx.search_mode, &chosen, 1.0),
                 false => search_given_blocks(&graph, &cluster, ctx.search_mode, &chosen, 1.0),
             };
-            agree(found.map(|f| f.plan), "searching strategies")?
-        } else if ctx.full_batch {
-            agree(plan_graph(&graph, &chosen, e.size), "planning")?
+            agree(&mesh, found.map(|f| f.plan), "searching strategies")?
+        } else if whole_inputs {
+            agree(&mesh, plan_graph(&graph, &chosen, size), "planning")?
         } else {
-            agree(plan_graph_local_inputs(&graph, &chosen, e.size), "planning")?
+            agree(
+                &mesh,
+                plan_graph_local_inputs(&graph, &chosen, size),
+                "planning",
+            )?
         };
-        same_on_every_rank("sharding plan", &fingerprint(&graph, &plan))?;
+        same_on_mesh(&mesh, "sharding plan", &fingerprint(&graph, &plan))?;
         let applied = applied(&graph, &plan);
-        let saved = match (&ctx.strategy_ckpt_save_file, e.rank) {
-            (Some(file), 0) => save_strategies(file, &applied, e.size),
+        let saved = match (&ctx.strategy_ckpt_save_file, mesh.rank) {
+            (Some(file), 0) => save_strategies(&mesh_file(file, &mesh), &applied, size),
             _ => Ok(()),
         };
-        agree(saved, "saving the strategy file")?;
-        check_same_weights(&graph.params)?;
+        agree(&mesh, saved, "saving the strategy file")?;
+        check_same_weights(&mesh, &graph.params)?;
         let (params, whole_types) = agree(
-            cut_parameters(&graph, &plan, e.rank),
+            &mesh,
+            cut_parameters(&graph, &plan, mesh.rank),
             "cutting the parameters",
         )?;
         let text = plan.describe(&graph);
@@ -118,6 +144,7 @@ impl ShardedCell {
         };
         // The graph now reads the blocks; the whole weights go with the network.
         graph.params = params.iter().map(|(_, p)| p.clone()).collect();
+        let world_rank = mesh.world_ranks[mesh.rank];
         let cell = ShardedCell {
             base: CellBase::new(),
             graph,
@@ -126,8 +153,13 @@ impl ShardedCell {
             whole_types,
             inputs: expected,
             text,
+            mesh,
         };
-        agree(cell.save_plan(e.rank), "writing the sharding plan")?;
+        agree(
+            &cell.mesh,
+            cell.save_plan(world_rank),
+            "writing the sharding plan",
+        )?;
         Ok(Arc::new(cell))
     }
 
@@ -159,7 +191,7 @@ impl ShardedCell {
             .parameter_layout(name)
             .ok_or_else(|| Error::invalid(format!("ShardedCell: no parameter named '{name}'")))?;
         let whole = Layout::replicated(self.plan.devices, ty.shape.len());
-        redistribute(&local.detach(), &ty.shape, layout, &whole)
+        redistribute_on(&self.mesh, &local.detach(), &ty.shape, layout, &whole)
     }
 
     fn save_plan(&self, rank: usize) -> Result<()> {
@@ -235,15 +267,20 @@ fn cut_parameters(graph: &Graph, plan: &ShardingPlan, rank: usize) -> Result<Cut
 fn with_file(
     strategies: &Strategies,
     ctx: &crate::context::AutoParallelContext,
-    ranks: usize,
+    mesh: &GroupInfo,
 ) -> Result<Strategies> {
     let mut chosen = strategies.clone();
     if let Some(file) = &ctx.strategy_ckpt_load_file {
-        let (loaded, devices) = load_strategies(file)?;
-        if devices != ranks {
+        let file = mesh_file(file, mesh);
+        let (loaded, devices) = load_strategies(&file)?;
+        if devices != mesh.size() {
             return Err(Error::io(
-                file,
-                format!("the strategies were planned for {devices} ranks; this job has {ranks}"),
+                &file,
+                format!(
+                    "the strategies were planned for {devices} ranks; group '{}' has {}",
+                    mesh.name,
+                    mesh.size()
+                ),
             ));
         }
         for (path, s) in loaded.entries() {
@@ -251,6 +288,21 @@ fn with_file(
         }
     }
     Ok(chosen)
+}
+
+/// The strategy file of the network sharded over `mesh`: `file` itself for the job's
+/// ranks, else `file` with the group's name before its extension (each pipeline stage
+/// plans its own cells: `strategy_pipeline_stage1_of2_ranks2.json`).
+fn mesh_file(file: &Path, mesh: &GroupInfo) -> PathBuf {
+    if mesh.name == WORLD_COMM_GROUP {
+        return file.to_path_buf();
+    }
+    let stem = file.file_stem().unwrap_or_default().to_string_lossy();
+    let name = match file.extension() {
+        Some(ext) => format!("{stem}_{}.{}", mesh.name, ext.to_string_lossy()),
+        None => format!("{stem}_{}", mesh.name),
+    };
+    file.with_file_name(name)
 }
 
 /// The strategy each node got, by exact node name (what a strategy file records).
@@ -314,7 +366,7 @@ impl Cell for ShardedCell {
             }
         }
         let params: Vec<Parameter> = self.params.iter().map(|(_, p)| p.clone()).collect();
-        run_planned(&self.graph, &self.plan, &params, inputs)
+        run_planned_on(&self.mesh, &self.graph, &self.plan, &params, inputs)
     }
     fn params(&self) -> Vec<(String, Parameter)> {
         self.params.clone()

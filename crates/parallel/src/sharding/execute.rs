@@ -21,13 +21,26 @@ use spore_core::{Error, Parameter, Result, Tensor, TensorType};
 
 use super::layout::Layout;
 use super::plan::ShardingPlan;
-use super::redistribute::{mark_gradient_sum, redistribute};
+use super::redistribute::{mark_gradient_sum, redistribute_on};
+use crate::management::{GroupInfo, group};
 
 /// Runs `graph` as planned: `inputs` are whole (global) tensors, or this rank's blocks
 /// when the plan says so (`local_inputs`, full_batch off), `params` the local
 /// parameters (one per `graph.params`, in the plan's layouts). Returns whole outputs
-/// and stores the graph's parameter updates into `params`.
+/// and stores the graph's parameter updates into `params`. The plan spans the job's
+/// ranks.
 pub fn run_planned(
+    graph: &Graph,
+    plan: &ShardingPlan,
+    params: &[Parameter],
+    inputs: &[Tensor],
+) -> Result<Vec<Tensor>> {
+    run_planned_on(&group(None)?, graph, plan, params, inputs)
+}
+
+/// [`run_planned`] for a plan that spans the ranks of `mesh`.
+pub(crate) fn run_planned_on(
+    mesh: &GroupInfo,
     graph: &Graph,
     plan: &ShardingPlan,
     params: &[Parameter],
@@ -47,7 +60,7 @@ pub fn run_planned(
                     true => whole.clone(),
                     false => {
                         let all = Layout::replicated(plan.devices, shape.len());
-                        redistribute(whole, shape, &all, &plan.inputs[*i])?
+                        redistribute_on(mesh, whole, shape, &all, &plan.inputs[*i])?
                     }
                 }
             }
@@ -67,12 +80,16 @@ pub fn run_planned(
                     let x = take(&mut values, &mut uses, a)?;
                     let shape = &graph.nodes[a].ty().shape;
                     let x = in_scope(&scope, || {
-                        let moved = redistribute(&x, shape, &plan.nodes[a].out, &op_plan.args[k])?;
+                        let moved =
+                            redistribute_on(mesh, &x, shape, &plan.nodes[a].out, &op_plan.args[k])?;
                         match op_plan.marks[k].is_empty() {
                             true => Ok(moved),
-                            false => {
-                                mark_gradient_sum(&moved, &op_plan.args[k].dev, &op_plan.marks[k])
-                            }
+                            false => mark_gradient_sum(
+                                mesh,
+                                &moved,
+                                &op_plan.args[k].dev,
+                                &op_plan.marks[k],
+                            ),
                         }
                     })?;
                     locals.push(x);
@@ -85,7 +102,7 @@ pub fn run_planned(
                 let y = match op {
                     Op::Gather { axis: 0 } if op_plan.args[0].factor(0) > 1 => {
                         let table = &graph.nodes[args[0]].ty().shape;
-                        let rows = op_plan.args[0].block(table, rank()?, 0);
+                        let rows = op_plan.args[0].block(table, mesh.rank, 0);
                         in_scope(&scope, || lookup_rows(&locals[0], &locals[1], rows))?
                     }
                     _ => {
@@ -97,7 +114,7 @@ pub fn run_planned(
                 match &op_plan.result {
                     // `out_strategy`: the output moved to its layout under the op's scope.
                     Some(result) => in_scope(&scope, || {
-                        redistribute(&y, &node.ty().shape, &op_plan.out, result)
+                        redistribute_on(mesh, &y, &node.ty().shape, &op_plan.out, result)
                     })?,
                     None => y,
                 }
@@ -114,7 +131,7 @@ pub fn run_planned(
     for &(p, v) in &graph.updates {
         let x = take(&mut values, &mut uses, v)?;
         let shape = &graph.nodes[v].ty().shape;
-        let stored = redistribute(&x, shape, &plan.nodes[v].out, &plan.params[p])?;
+        let stored = redistribute_on(mesh, &x, shape, &plan.nodes[v].out, &plan.params[p])?;
         params[p].assign(&stored)?;
     }
     let mut outputs = vec![];
@@ -122,7 +139,13 @@ pub fn run_planned(
         let x = take(&mut values, &mut uses, o)?;
         let shape = &graph.nodes[o].ty().shape;
         let whole = Layout::replicated(plan.devices, shape.len());
-        outputs.push(redistribute(&x, shape, &plan.nodes[o].out, &whole)?);
+        outputs.push(redistribute_on(
+            mesh,
+            &x,
+            shape,
+            &plan.nodes[o].out,
+            &whole,
+        )?);
     }
     Ok(outputs)
 }
@@ -183,10 +206,6 @@ fn check_call(
         )));
     }
     Ok(())
-}
-
-fn rank() -> Result<usize> {
-    Ok(crate::management::engine()?.rank)
 }
 
 /// The rows `(start, len)` of a table split by rows, looked up for `ids`: each id in

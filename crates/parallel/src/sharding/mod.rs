@@ -45,6 +45,7 @@ mod search;
 mod strategy;
 mod strategy_file;
 
+pub(crate) use agree::agree;
 pub use agree::same_on_every_rank;
 pub use cell::ShardedCell;
 pub use cost::{Cluster, Cost, needs_grad, op_time, plan_cost, redistribution_time};
@@ -52,7 +53,7 @@ pub use execute::run_planned;
 pub use layout::{Layout, coords, group_ranks};
 pub use output::output_layout;
 pub use plan::{NodeSharding, ShardingPlan, Stored, plan_graph, plan_graph_local_inputs};
-pub use redistribute::{Step, mark_gradient_sum, redistribute, redistribution_steps};
+pub use redistribute::{Step, redistribute, redistribution_steps};
 pub use rules::{OpPlan, plan_op};
 pub use search::{SearchMode, Searched, brute_force, candidates, search, search_given_blocks};
 pub use strategy::{Strategies, Strategy, op_path};

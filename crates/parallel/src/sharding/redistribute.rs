@@ -23,7 +23,7 @@ use spore_core::{Error, Result, Tensor};
 
 use super::comm::{Move, Redistribution};
 use super::layout::{Layout, group_ranks};
-use crate::management::{GroupInfo, create_group, engine, group};
+use crate::management::{GroupInfo, create_group, group};
 use crate::ops::{AllToAll, apply_primitive};
 
 /// One collective (or local cut) of a redistribution, over device matrix `dev`.
@@ -196,19 +196,36 @@ fn same_groups(dev: &[usize], a: usize, other: &[usize], b: usize) -> bool {
 }
 
 /// Runs the steps that move this rank's part of a tensor of global `shape` from `from`
-/// to `to`.
+/// to `to`, over the job's ranks.
 pub fn redistribute(x: &Tensor, shape: &[usize], from: &Layout, to: &Layout) -> Result<Tensor> {
+    redistribute_on(&group(None)?, x, shape, from, to)
+}
+
+/// [`redistribute`] over the ranks of `mesh` (the job's, or a group of them such as a
+/// pipeline stage's): device `i` of a layout is the mesh's rank `i`.
+pub(crate) fn redistribute_on(
+    mesh: &GroupInfo,
+    x: &Tensor,
+    shape: &[usize],
+    from: &Layout,
+    to: &Layout,
+) -> Result<Tensor> {
     let mut y = x.clone();
     for step in redistribution_steps(from, to, shape)? {
-        y = run_step(&y, &step)?;
+        y = run_step(mesh, &y, &step)?;
     }
     Ok(y)
 }
 
 /// Identity whose gradient is summed over the ranks along `axes` of `dev`: marks a
 /// value that ranks computing different parts of an op all read whole.
-pub fn mark_gradient_sum(x: &Tensor, dev: &[usize], axes: &[usize]) -> Result<Tensor> {
-    match step_group(dev, axes)? {
+pub(crate) fn mark_gradient_sum(
+    mesh: &GroupInfo,
+    x: &Tensor,
+    dev: &[usize],
+    axes: &[usize],
+) -> Result<Tensor> {
+    match step_group(mesh, dev, axes)? {
         Some(group) => apply_primitive(
             Redistribution {
                 kind: Move::GradSum,
@@ -220,9 +237,9 @@ pub fn mark_gradient_sum(x: &Tensor, dev: &[usize], axes: &[usize]) -> Result<Te
     }
 }
 
-fn run_step(x: &Tensor, step: &Step) -> Result<Tensor> {
+fn run_step(mesh: &GroupInfo, x: &Tensor, step: &Step) -> Result<Tensor> {
     match step {
-        Step::AllReduce { dev, axes } => match step_group(dev, axes)? {
+        Step::AllReduce { dev, axes } => match step_group(mesh, dev, axes)? {
             Some(group) => apply_primitive(
                 Redistribution {
                     kind: Move::PartialSum,
@@ -232,15 +249,17 @@ fn run_step(x: &Tensor, step: &Step) -> Result<Tensor> {
             ),
             None => Ok(x.clone()),
         },
-        Step::ReduceScatter { dim, dev, axis } => along(x, *dim, dev, *axis, Move::ReduceScatter),
-        Step::AllGather { dim, dev, axis } => along(x, *dim, dev, *axis, Move::Gather),
-        Step::Slice { dim, dev, axis } => along(x, *dim, dev, *axis, Move::Slice),
+        Step::ReduceScatter { dim, dev, axis } => {
+            along(mesh, x, *dim, dev, *axis, Move::ReduceScatter)
+        }
+        Step::AllGather { dim, dev, axis } => along(mesh, x, *dim, dev, *axis, Move::Gather),
+        Step::Slice { dim, dev, axis } => along(mesh, x, *dim, dev, *axis, Move::Slice),
         Step::AllToAll {
             split_dim,
             concat_dim,
             dev,
             axis,
-        } => match step_group(dev, &[*axis])? {
+        } => match step_group(mesh, dev, &[*axis])? {
             // A permutation of the data: its gradient is the AllToAll back, whatever the
             // ranks' losses are.
             Some(group) => apply_primitive(AllToAll::new(*split_dim, *concat_dim, group), &[x]),
@@ -251,8 +270,15 @@ fn run_step(x: &Tensor, step: &Step) -> Result<Tensor> {
 
 /// Runs `kind` along `dim` over `axis`'s group, with `dim` moved to the front (views
 /// both ways).
-fn along(x: &Tensor, dim: usize, dev: &[usize], axis: usize, kind: Move) -> Result<Tensor> {
-    let Some(group) = step_group(dev, &[axis])? else {
+fn along(
+    mesh: &GroupInfo,
+    x: &Tensor,
+    dim: usize,
+    dev: &[usize],
+    axis: usize,
+    kind: Move,
+) -> Result<Tensor> {
+    let Some(group) = step_group(mesh, dev, &[axis])? else {
         return Ok(x.clone());
     };
     let f = |group, x: &Tensor| apply_primitive(Redistribution { kind, group }, &[x]);
@@ -270,41 +296,42 @@ fn along(x: &Tensor, dim: usize, dev: &[usize], axis: usize, kind: Move) -> Resu
     spore_core::ops::transpose(&f(group, &moved)?, &back)
 }
 
-/// Communicators of the sharding steps: one per (device matrix, axes) and rank, made on
-/// first use. Every rank reaches the steps of one plan in the same order, so the
-/// groups are created in the same order on all of them.
-/// (device matrix, axes) -> the group's name.
-type GroupNames = HashMap<(Vec<usize>, Vec<usize>), String>;
+/// Communicators of the sharding steps, by their world ranks, made on first use. All
+/// the ranks of a step's group reach it together (a rank's group along some axes is
+/// every member's), so each group is made by all its members at the same point.
+type GroupNames = HashMap<Vec<usize>, String>;
 static GROUPS: Mutex<Option<GroupNames>> = Mutex::new(None);
 
-/// The group of the ranks that differ from this one only along `axes` of `dev`, or
-/// `None` where that group is this rank alone.
-fn step_group(dev: &[usize], axes: &[usize]) -> Result<Option<GroupInfo>> {
-    let e = engine()?;
+/// The group of the mesh's ranks that differ from this one only along `axes` of `dev`,
+/// or `None` where that group is this rank alone.
+fn step_group(mesh: &GroupInfo, dev: &[usize], axes: &[usize]) -> Result<Option<GroupInfo>> {
     let devices: usize = dev.iter().product();
-    if devices != e.size {
+    if devices != mesh.size() {
         return Err(Error::invalid(format!(
-            "a sharded layout spans {devices} ranks (device matrix {dev:?}) but the job has {}; plan for the job's size",
-            e.size
+            "a sharded layout spans {devices} ranks (device matrix {dev:?}) but its group '{}' has {}; plan for \
+             the group's size",
+            mesh.name,
+            mesh.size()
         )));
     }
-    let ranks = group_ranks(dev, axes, e.rank);
-    if ranks.len() == 1 {
+    let members = group_ranks(dev, axes, mesh.rank);
+    if members.len() == 1 {
         return Ok(None);
     }
-    if ranks.len() == e.size {
-        return group(None).map(Some);
+    if members.len() == mesh.size() {
+        return Ok(Some(mesh.clone()));
     }
-    let key = (dev.to_vec(), axes.to_vec());
+    let ranks: Vec<usize> = members.iter().map(|&i| mesh.world_ranks[i]).collect();
     // The lock is held while the group is made, so two threads never make it twice;
     // the collective runs on the communication thread, which never takes this lock.
     let name = with_groups(|g| -> Result<String> {
-        if let Some(name) = g.get(&key) {
+        if let Some(name) = g.get(&ranks) {
             return Ok(name.clone());
         }
-        let name = format!("sharding_dev{dev:?}_axes{axes:?}_from{}", ranks[0]);
+        let listed: Vec<String> = ranks.iter().map(|r| r.to_string()).collect();
+        let name = format!("sharding_ranks_{}", listed.join("_"));
         create_group(&name, &ranks)?;
-        g.insert(key.clone(), name.clone());
+        g.insert(ranks.clone(), name.clone());
         Ok(name)
     })?;
     group(Some(&name)).map(Some)

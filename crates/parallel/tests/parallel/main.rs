@@ -14,6 +14,7 @@ mod loss_scaled;
 mod model;
 mod parallel_optimizer;
 mod pipeline;
+mod pipeline_sharded;
 mod sharding;
 mod sharding_memory;
 mod sharding_nets;

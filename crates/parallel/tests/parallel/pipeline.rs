@@ -27,15 +27,15 @@ fn four_stage_pipeline_equals_one_process() {
     expect_success(4, "pipeline::rank_pipeline");
 }
 
-const MICRO: usize = 4;
-const BATCH: usize = 16;
-const STEPS: usize = 20;
-const LOSS_TOLERANCE: f32 = 1e-6;
-const TOLERANCE: f32 = 1e-5;
+pub(crate) const MICRO: usize = 4;
+pub(crate) const BATCH: usize = 16;
+pub(crate) const STEPS: usize = 20;
+pub(crate) const LOSS_TOLERANCE: f32 = 1e-6;
+pub(crate) const TOLERANCE: f32 = 1e-5;
 
 /// Dense 12-32-32-32-6 with ReLUs; Dense layer k (with the ReLU after it) in stage
 /// `k * stages / 4`.
-fn build(stages: usize) -> Arc<WithLossCell> {
+pub(crate) fn build(stages: usize) -> Arc<WithLossCell> {
     let widths = [12, 32, 32, 32, 6];
     let mut cells: Vec<Arc<dyn Cell>> = Vec::new();
     for k in 0..4 {
@@ -49,7 +49,7 @@ fn build(stages: usize) -> Arc<WithLossCell> {
     WithLossCell::new(SequentialCell::new(cells), MSELoss::new(Reduction::Mean))
 }
 
-fn batch(step: usize) -> [Tensor; 2] {
+pub(crate) fn batch(step: usize) -> [Tensor; 2] {
     let x: Vec<f32> = (0..BATCH * 12)
         .map(|i| ((i * 7 + step * 13) as f32 * 0.37).sin())
         .collect();
@@ -62,7 +62,7 @@ fn batch(step: usize) -> [Tensor; 2] {
     ]
 }
 
-fn max_difference(a: &Tensor, b: &Tensor) -> f32 {
+pub(crate) fn max_difference(a: &Tensor, b: &Tensor) -> f32 {
     let (a, b) = (a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
     assert_eq!(a.len(), b.len());
     a.iter()
@@ -71,7 +71,7 @@ fn max_difference(a: &Tensor, b: &Tensor) -> f32 {
         .fold(0.0, f32::max)
 }
 
-fn loss_and_grads(
+pub(crate) fn loss_and_grads(
     net: Arc<dyn Cell>,
     params: &[Parameter],
     inputs: &[Tensor],
@@ -82,7 +82,7 @@ fn loss_and_grads(
     (out.value, out.weight_grads)
 }
 
-fn named(cell: &dyn Cell) -> Vec<(String, Parameter)> {
+pub(crate) fn named(cell: &dyn Cell) -> Vec<(String, Parameter)> {
     cell.parameters_and_names()
         .into_iter()
         .filter(|(_, p)| p.requires_grad())
