@@ -50,6 +50,14 @@ pub trait Distributed: Send + Sync {
         let _ = optimizer;
         Ok(None)
     }
+    /// Whether `params` hold different values on different ranks by design (blocks of
+    /// sharded parameters, a pipeline stage's own layers, the parallel optimizer's
+    /// blocks of state): saved from one rank, a checkpoint of them would lose the
+    /// others', so every rank must write its own.
+    fn rank_local_state(&self, params: &[Parameter]) -> bool {
+        let _ = params;
+        false
+    }
 }
 
 /// One step's gradient reduction. The backward pass reports each weight's gradient as
@@ -82,6 +90,12 @@ pub fn training_optimizer(optimizer: Arc<dyn Optimizer>) -> Result<Arc<dyn Optim
         Some(d) => Ok(d.parallel_optimizer(&optimizer)?.unwrap_or(optimizer)),
         None => Ok(optimizer),
     }
+}
+
+/// Whether `params` differ between the job's ranks by design (see
+/// [`Distributed::rank_local_state`]); `false` without a distributed job.
+pub fn rank_local_state(params: &[Parameter]) -> bool {
+    current().is_some_and(|d| d.rank_local_state(params))
 }
 
 /// This process's rank (0 without a distributed job).

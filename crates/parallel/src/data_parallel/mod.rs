@@ -148,6 +148,15 @@ impl Distributed for DataParallel {
         }
         collective::collective_sum_f64(values)
     }
+    /// Sharded and pipelined networks hold each rank's blocks or stage; the parallel
+    /// optimizer, each rank's block of the state.
+    fn rank_local_state(&self, params: &[Parameter]) -> bool {
+        let sharded_modes = matches!(
+            get_auto_parallel_context().parallel_mode,
+            ParallelMode::SemiAutoParallel | ParallelMode::AutoParallel
+        );
+        self.group_size() > 1 && (sharded_modes || params.iter().any(optimizer::is_rank_local))
+    }
 }
 
 /// One line per parameter: `name: shape dtype` and whether it trains (a parameter frozen

@@ -209,7 +209,65 @@ fn rank_model() {
         params(&net_a),
         "rank {r}: the resumed run differs"
     );
+    parallel_optimizer_checkpoints(&dir, r, shard);
     reset_auto_parallel_context();
     set_context(ContextUpdate::new().mode(Mode::PyNative)).unwrap();
     crate::launch::passed(r);
+}
+
+/// With the parallel optimizer each rank holds its own block of the optimizer state: a
+/// checkpoint asked of rank 0 alone is written by every rank into `rank_<id>/`, and a
+/// fresh run resumed on every rank from its own file ends where four epochs straight do.
+fn parallel_optimizer_checkpoints(dir: &Path, r: usize, shard: Option<(usize, usize)>) {
+    reset_auto_parallel_context();
+    set_auto_parallel_context(
+        AutoParallelUpdate::new()
+            .parallel_mode(ParallelMode::DataParallel)
+            .gradients_mean(true)
+            .enable_parallel_optimizer(true),
+    )
+    .unwrap();
+    let (net_a, mut a) = fresh();
+    a.train(4, &data(true, shard), &mut [], TrainConfig::no_sink())
+        .unwrap();
+    let config = CheckpointConfig {
+        save_checkpoint_steps: 1,
+        keep_checkpoint_max: 1,
+    };
+    let (_, mut b) = fresh();
+    let mut ckpt = ModelCheckpoint::new("zero", dir.join("zero"), config).unwrap();
+    b.train(
+        2,
+        &data(true, shard),
+        &mut [&mut ckpt],
+        TrainConfig::no_sink(),
+    )
+    .unwrap();
+    assert!(
+        ckpt.directory().ends_with(format!("rank_{r}")),
+        "rank {r} saved into {}",
+        ckpt.directory().display()
+    );
+    let saved = ckpt
+        .latest()
+        .unwrap_or_else(|| panic!("rank {r} wrote no checkpoint of its block of the state"))
+        .clone();
+    let (net_c, mut c) = fresh();
+    let train_net = c.train_network().unwrap();
+    spore_nn::checkpoint::load_checkpoint_into(&*train_net, &saved)
+        .unwrap()
+        .ensure_complete()
+        .unwrap();
+    c.train(
+        4,
+        &data(true, shard),
+        &mut [],
+        TrainConfig::no_sink().initial_epoch(2),
+    )
+    .unwrap();
+    assert_eq!(
+        params(&net_c),
+        params(&net_a),
+        "rank {r}: the run resumed from its own checkpoint differs"
+    );
 }

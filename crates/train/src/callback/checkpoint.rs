@@ -6,6 +6,9 @@
 //! equal, so one copy is the whole state) and the others skip; with
 //! [`ModelCheckpoint::per_rank`] every rank writes into `directory/rank_<id>/`, as
 //! MindSpore's per-rank checkpoint folders do. To resume, every rank loads the file.
+//! Where the state differs between ranks by design (a sharded or pipelined network, the
+//! parallel optimizer's blocks of state), every rank writes its own whatever was asked,
+//! and each resumes from its `rank_<id>` file.
 //!
 //! ```
 //! use spore_train::callback::{CheckpointConfig, ModelCheckpoint};
@@ -19,7 +22,8 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 
 use super::{Callback, RunContext};
-use spore_core::{Error, Result};
+use spore_core::{Error, Parameter, Result};
+use spore_nn::cell::{Cell, CellExt};
 
 /// When and how many checkpoints to keep (MindSpore's `CheckpointConfig`).
 #[derive(Clone, Copy, Debug)]
@@ -81,8 +85,14 @@ impl ModelCheckpoint {
         })
     }
 
-    /// Every rank writes its own checkpoints, into `directory/rank_<id>/`.
+    /// Every rank writes its own checkpoints, into `directory/rank_<id>/`. (A network
+    /// whose state differs between ranks is always saved so.)
     pub fn per_rank(mut self, on: bool) -> Self {
+        self.set_per_rank(on);
+        self
+    }
+
+    fn set_per_rank(&mut self, on: bool) {
         let rank_dir = format!("rank_{}", spore_nn::distributed::rank());
         let is_rank_dir = self.directory.ends_with(&rank_dir);
         if on && !is_rank_dir {
@@ -91,7 +101,6 @@ impl ModelCheckpoint {
             self.directory.pop();
         }
         self.per_rank = on;
-        self
     }
 
     /// Where this rank's checkpoints go.
@@ -106,6 +115,12 @@ impl ModelCheckpoint {
 
     fn save(&mut self, ctx: &RunContext) -> Result<()> {
         self.last_saved_step = ctx.cur_step_num;
+        let Some(net) = &ctx.train_network else {
+            return Err(Error::invalid(
+                "ModelCheckpoint: the run has no network to save",
+            ));
+        };
+        self.per_rank_where_state_differs(net.as_ref());
         if !self.per_rank && spore_nn::distributed::rank() != 0 {
             return Ok(());
         }
@@ -115,11 +130,6 @@ impl ModelCheckpoint {
                 format!("cannot create the checkpoint folder: {e}"),
             )
         })?;
-        let Some(net) = &ctx.train_network else {
-            return Err(Error::invalid(
-                "ModelCheckpoint: the run has no network to save",
-            ));
-        };
         let path = self.directory.join(format!(
             "{}-{}_{}.ckpt",
             self.prefix, ctx.cur_epoch_num, ctx.step_in_epoch
@@ -138,7 +148,39 @@ impl ModelCheckpoint {
     }
 }
 
+impl ModelCheckpoint {
+    /// Switches to one checkpoint per rank when the network's state differs between
+    /// ranks (sharded or pipelined networks, the parallel optimizer's blocks): rank 0's
+    /// file alone would lose the others' parts.
+    fn per_rank_where_state_differs(&mut self, net: &dyn Cell) {
+        if self.per_rank {
+            return;
+        }
+        let params: Vec<Parameter> = net
+            .parameters_and_names()
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect();
+        if spore_nn::distributed::rank_local_state(&params) {
+            self.set_per_rank(true);
+            if spore_nn::distributed::rank() == 0 {
+                log::warn!(
+                    "ModelCheckpoint: the network's parameters or optimizer state differ between ranks (sharded, \
+                     pipelined or a parallel optimizer); every rank writes its own checkpoints, into {}",
+                    self.directory.display()
+                );
+            }
+        }
+    }
+}
+
 impl Callback for ModelCheckpoint {
+    fn on_train_begin(&mut self, ctx: &mut RunContext) -> Result<()> {
+        if let Some(net) = ctx.train_network.clone() {
+            self.per_rank_where_state_differs(net.as_ref());
+        }
+        Ok(())
+    }
     fn on_step_end(&mut self, ctx: &mut RunContext) -> Result<()> {
         if ctx.cur_step_num >= self.last_saved_step + self.config.save_checkpoint_steps {
             self.save(ctx)?;
