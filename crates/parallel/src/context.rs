@@ -20,8 +20,8 @@
 //! wrapped in [`crate::sharding::ShardedCell`], with the user's per-operator strategies
 //! or with strategies found by `search_mode`; `strategy_ckpt_config` saves and loads
 //! them. `pipeline_stages` splits the ranks into the stages of a
-//! [`crate::pipeline::PipelineCell`]; `enable_parallel_optimizer` shards a data-parallel
-//! job's optimizer. The other fields of pipeline and optimizer parallelism
+//! [`crate::pipeline::PipelineCell`]; `enable_parallel_optimizer` shards the optimizer
+//! among the ranks that hold the same parameters. The other fields of pipeline and optimizer parallelism
 //! (`pipeline_config`, `parallel_optimizer_config`, ...) are recognised and refused with
 //! an error until those exist. `full_batch` (or `dataset_strategy`) says whether a
 //! sharded network's ranks are each given the whole batch or their block of it.
@@ -346,8 +346,10 @@ impl AutoParallelUpdate {
             Ok(())
         })
     }
-    /// MindSpore's `enable_parallel_optimizer` (data-parallel jobs): each rank keeps the
-    /// optimizer state of, and updates, a `1/N` slice of every parameter.
+    /// MindSpore's `enable_parallel_optimizer`: each of the `N` ranks that hold the same
+    /// parameter (all ranks of a data-parallel job; those holding the same block in a
+    /// sharded network; a pipeline stage's replicas) keeps the optimizer state of, and
+    /// updates, a `1/N` slice of it.
     pub fn enable_parallel_optimizer(self, on: bool) -> Self {
         self.change(move |c| {
             c.enable_parallel_optimizer = on;

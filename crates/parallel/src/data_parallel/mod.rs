@@ -91,6 +91,13 @@ impl Distributed for DataParallel {
         Ok(Some(Box::new(reducer)))
     }
     fn prepare_parameters(&self, params: &[(String, Parameter)]) -> Result<()> {
+        // The parallel optimizer's blocks and their state differ between ranks by design.
+        let shared: Vec<(String, Parameter)> = params
+            .iter()
+            .filter(|(_, p)| !optimizer::is_rank_local(p))
+            .cloned()
+            .collect();
+        let params = &shared[..];
         let trainable: Vec<Parameter> = params
             .iter()
             .filter(|(_, p)| p.requires_grad())
@@ -108,12 +115,6 @@ impl Distributed for DataParallel {
         let Some((ctx, size)) = data_parallel()? else {
             return Ok(());
         };
-        let shared: Vec<(String, Parameter)> = params
-            .iter()
-            .filter(|(_, p)| !optimizer::is_rank_local(p))
-            .cloned()
-            .collect();
-        let params = &shared[..];
         let world = group(None)?;
         if size > 1 {
             check_same_parameters(params, &world)?;
@@ -131,15 +132,33 @@ impl Distributed for DataParallel {
         if !ctx.enable_parallel_optimizer || ctx.parallel_mode == ParallelMode::StandAlone {
             return Ok(None);
         }
-        let Some((ctx, size)) = data_parallel()? else {
-            return Err(Error::invalid(format!(
-                "enable_parallel_optimizer shards the optimizer across data-parallel ranks and is available in \
-                 parallel_mode data_parallel; it is not available with {} yet",
-                ctx.parallel_mode.name()
-            )));
+        let shares = match ctx.parallel_mode {
+            ParallelMode::SemiAutoParallel | ParallelMode::AutoParallel => optimizer
+                .params()
+                .iter()
+                .map(shared_in_sharded_job)
+                .collect::<Result<_>>()?,
+            _ => {
+                let Some((ctx, size)) = data_parallel()? else {
+                    return Err(Error::invalid(format!(
+                        "enable_parallel_optimizer shards the optimizer across data-parallel ranks and is available \
+                         in parallel_mode data_parallel, semi_auto_parallel and auto_parallel; not with {} yet",
+                        ctx.parallel_mode.name()
+                    )));
+                };
+                let share = optimizer::Share {
+                    group: None,
+                    rank: group(None)?.rank,
+                    ranks: size,
+                    reduce: Some(match ctx.gradients_mean {
+                        true => ReduceOp::Mean,
+                        false => ReduceOp::Sum,
+                    }),
+                };
+                vec![share; optimizer.params().len()]
+            }
         };
-        let rank = group(None)?.rank;
-        let sharded = optimizer::ParallelOptimizer::new(optimizer, rank, size, ctx.gradients_mean)?;
+        let sharded = optimizer::ParallelOptimizer::new(optimizer, shares)?;
         Ok(Some(Arc::new(sharded)))
     }
     fn sum_across_ranks(&self, values: &[f64]) -> Result<Vec<f64>> {
@@ -156,6 +175,43 @@ impl Distributed for DataParallel {
             ParallelMode::SemiAutoParallel | ParallelMode::AutoParallel
         );
         self.group_size() > 1 && (sharded_modes || params.iter().any(optimizer::is_rank_local))
+    }
+}
+
+/// Who shares a parameter's update in a sharded or pipelined job: a sharded network's
+/// ranks holding the same block (each with the whole gradient of it), or a pipeline
+/// stage's data-parallel replicas (each with its share's gradient, averaged); else this
+/// rank alone.
+fn shared_in_sharded_job(p: &Parameter) -> Result<optimizer::Share> {
+    let alone = optimizer::Share {
+        group: None,
+        rank: 0,
+        ranks: 1,
+        reduce: None,
+    };
+    if let Some(ranks) = crate::sharding::holders_of(p) {
+        if ranks.len() == 1 {
+            return Ok(alone);
+        }
+        let g = crate::sharding::group_of_ranks(&ranks)?;
+        return Ok(optimizer::Share {
+            rank: g.rank,
+            ranks: g.size(),
+            group: Some(g.name),
+            reduce: None,
+        });
+    }
+    match crate::pipeline::replica_group_of(std::slice::from_ref(p))? {
+        Some(name) => {
+            let g = group(Some(&name))?;
+            Ok(optimizer::Share {
+                rank: g.rank,
+                ranks: g.size(),
+                group: Some(name),
+                reduce: Some(ReduceOp::Mean),
+            })
+        }
+        None => Ok(alone),
     }
 }
 

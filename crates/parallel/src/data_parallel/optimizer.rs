@@ -30,6 +30,12 @@
 //! block from the whole parameter first, so a parameter changed between steps (a
 //! checkpoint loaded, `parameter_broadcast`) is what the next update starts from.
 //!
+//! In `semi_auto_parallel` and `auto_parallel` jobs each parameter is shared by the
+//! ranks that hold it: the ranks of a sharded network holding the same block (each has
+//! the whole gradient of it already, so each takes its slice without a reduction), or
+//! the data-parallel replicas of a pipeline stage (their gradients' mean is
+//! reduce-scattered); a block held by one rank is updated as it is.
+//!
 //! The state is each rank's own: its names carry the block
 //! (`moments.fc1.weight.block0of4`), so a checkpoint of it is saved per rank and loads
 //! back only into the same rank of a job of the same size.
@@ -56,6 +62,19 @@ pub(crate) fn is_rank_local(p: &Parameter) -> bool {
         .contains(&p.id())
 }
 
+/// The ranks that share one parameter's update, and how its gradient reaches them.
+#[derive(Clone, Debug)]
+pub(crate) struct Share {
+    /// Their group (`None`: the world).
+    pub(crate) group: Option<String>,
+    /// This rank's index among them, and how many they are (1: this rank alone).
+    pub(crate) rank: usize,
+    pub(crate) ranks: usize,
+    /// How their gradients combine where each is a summand (data parallelism), or
+    /// `None` where each already holds the whole gradient (a sharded network's).
+    pub(crate) reduce: Option<ReduceOp>,
+}
+
 /// One parameter's place in the sharded update.
 struct Slot {
     whole: Parameter,
@@ -63,6 +82,7 @@ struct Slot {
     block: Parameter,
     numel: usize,
     chunk: usize,
+    share: Share,
 }
 
 /// The user's optimizer run on this rank's blocks of the parameters.
@@ -70,24 +90,29 @@ pub(crate) struct ParallelOptimizer {
     params: Vec<Parameter>,
     slots: Vec<Slot>,
     inner: Arc<dyn Optimizer>,
-    ranks: usize,
-    rank: usize,
-    op: ReduceOp,
 }
 
 impl ParallelOptimizer {
+    /// `optimizer` on this rank's blocks, each parameter shared as `shares` says (one
+    /// per parameter, in the optimizer's order).
     pub(crate) fn new(
         optimizer: &Arc<dyn Optimizer>,
-        rank: usize,
-        ranks: usize,
-        gradients_mean: bool,
+        shares: Vec<Share>,
     ) -> Result<ParallelOptimizer> {
         let params = optimizer.params().to_vec();
+        if shares.len() != params.len() {
+            return Err(Error::invalid(format!(
+                "internal: {} shares for the parallel optimizer's {} parameters",
+                shares.len(),
+                params.len()
+            )));
+        }
         let mut slots = Vec::with_capacity(params.len());
-        for p in &params {
+        for (p, share) in params.iter().zip(shares) {
             let ty = p.tensor_type();
             let numel = ty.numel();
-            let chunk = numel.div_ceil(ranks).max(1);
+            let chunk = numel.div_ceil(share.ranks).max(1);
+            let (rank, ranks) = (share.rank, share.ranks);
             // Named for the rank's block, so that its state in a checkpoint cannot be
             // taken for another rank's, or for the whole parameter's.
             let block = Parameter::with_requires_grad(
@@ -100,6 +125,7 @@ impl ParallelOptimizer {
                 block,
                 numel,
                 chunk,
+                share,
             });
         }
         let inner = optimizer.on_shards(slots.iter().map(|s| s.block.clone()).collect())?;
@@ -111,13 +137,6 @@ impl ParallelOptimizer {
             params,
             slots,
             inner,
-            ranks,
-            rank,
-            op: if gradients_mean {
-                ReduceOp::Mean
-            } else {
-                ReduceOp::Sum
-            },
         })
     }
 
@@ -125,8 +144,9 @@ impl ParallelOptimizer {
     /// lies inside the parameter: only the last blocks hold padding).
     fn block_of(&self, x: &Tensor, slot: &Slot) -> Result<Tensor> {
         let flat = x.reshape(&[slot.numel])?;
-        let start = (self.rank * slot.chunk).min(slot.numel);
-        let end = ((self.rank + 1) * slot.chunk).min(slot.numel);
+        let rank = slot.share.rank;
+        let start = (rank * slot.chunk).min(slot.numel);
+        let end = ((rank + 1) * slot.chunk).min(slot.numel);
         let inside = flat.narrow(0, start, end - start)?;
         if end - start == slot.chunk {
             return Ok(inside);
@@ -138,7 +158,7 @@ impl ParallelOptimizer {
     /// `x` flattened and padded with zeros to `ranks * chunk` elements.
     fn padded(&self, x: &Tensor, slot: &Slot) -> Result<Tensor> {
         let flat = x.reshape(&[slot.numel])?;
-        let total = slot.chunk * self.ranks;
+        let total = slot.chunk * slot.share.ranks;
         if total == slot.numel {
             return Ok(flat);
         }
@@ -164,11 +184,21 @@ impl Optimizer for ParallelOptimizer {
         for (slot, g) in self.slots.iter().zip(grads) {
             slot.block
                 .assign(&self.block_of(&slot.whole.value(), slot)?)?;
-            block_grads.push(ops::reduce_scatter(&self.padded(g, slot)?, self.op, None)?);
+            let share = &slot.share;
+            block_grads.push(match share.reduce {
+                Some(op) if share.ranks > 1 => {
+                    ops::reduce_scatter(&self.padded(g, slot)?, op, share.group.as_deref())?
+                }
+                _ => self.block_of(g, slot)?,
+            });
         }
         self.inner.apply(&block_grads)?;
         for slot in &self.slots {
-            let gathered = ops::all_gather(&slot.block.value(), None)?;
+            let share = &slot.share;
+            let gathered = match share.ranks {
+                1 => slot.block.value(),
+                _ => ops::all_gather(&slot.block.value(), share.group.as_deref())?,
+            };
             let shape = slot.whole.tensor_type().shape.to_vec();
             slot.whole
                 .assign(&gathered.narrow(0, 0, slot.numel)?.reshape(&shape)?)?;

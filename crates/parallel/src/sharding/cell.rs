@@ -144,6 +144,7 @@ impl ShardedCell {
         };
         // The graph now reads the blocks; the whole weights go with the network.
         graph.params = params.iter().map(|(_, p)| p.clone()).collect();
+        super::holders::register(&graph.params, &plan.params, &mesh);
         let world_rank = mesh.world_ranks[mesh.rank];
         let cell = ShardedCell {
             base: CellBase::new(),

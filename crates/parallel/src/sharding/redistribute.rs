@@ -322,19 +322,25 @@ fn step_group(mesh: &GroupInfo, dev: &[usize], axes: &[usize]) -> Result<Option<
         return Ok(Some(mesh.clone()));
     }
     let ranks: Vec<usize> = members.iter().map(|&i| mesh.world_ranks[i]).collect();
+    group_of_ranks(&ranks).map(Some)
+}
+
+/// The group of these world ranks (this rank among them), made on first use by all its
+/// members at the same point of their programs.
+pub(crate) fn group_of_ranks(ranks: &[usize]) -> Result<GroupInfo> {
     // The lock is held while the group is made, so two threads never make it twice;
     // the collective runs on the communication thread, which never takes this lock.
     let name = with_groups(|g| -> Result<String> {
-        if let Some(name) = g.get(&ranks) {
+        if let Some(name) = g.get(ranks) {
             return Ok(name.clone());
         }
         let listed: Vec<String> = ranks.iter().map(|r| r.to_string()).collect();
         let name = format!("sharding_ranks_{}", listed.join("_"));
-        create_group(&name, &ranks)?;
-        g.insert(ranks.clone(), name.clone());
+        create_group(&name, ranks)?;
+        g.insert(ranks.to_vec(), name.clone());
         Ok(name)
     })?;
-    group(Some(&name)).map(Some)
+    group(Some(&name))
 }
 
 fn with_groups<R>(f: impl FnOnce(&mut GroupNames) -> R) -> R {

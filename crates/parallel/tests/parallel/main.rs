@@ -13,6 +13,7 @@ mod launch;
 mod loss_scaled;
 mod model;
 mod parallel_optimizer;
+mod parallel_optimizer_sharded;
 mod pipeline;
 mod pipeline_sharded;
 mod sharding;
