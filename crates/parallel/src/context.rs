@@ -302,7 +302,8 @@ impl AutoParallelUpdate {
         })
     }
     /// `strategy_ckpt_config`: where strategies are saved to and loaded from (`None`
-    /// leaves a file unset).
+    /// leaves a file unset). Each stage of a sharded pipeline uses its own file, with
+    /// its group's name before the extension (`strategy_pipeline_stage1_of2_ranks2.json`).
     pub fn strategy_ckpt_config(
         self,
         save_file: Option<PathBuf>,

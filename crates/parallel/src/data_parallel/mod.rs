@@ -133,11 +133,22 @@ impl Distributed for DataParallel {
             return Ok(None);
         }
         let shares = match ctx.parallel_mode {
-            ParallelMode::SemiAutoParallel | ParallelMode::AutoParallel => optimizer
-                .params()
-                .iter()
-                .map(shared_in_sharded_job)
-                .collect::<Result<_>>()?,
+            ParallelMode::SemiAutoParallel | ParallelMode::AutoParallel => {
+                // One optimizer trains one pipeline stage's replicas, or parameters of none.
+                crate::pipeline::replica_group_of(optimizer.params())?;
+                let shares: Vec<optimizer::Share> = optimizer
+                    .params()
+                    .iter()
+                    .map(shared_in_sharded_job)
+                    .collect::<Result<_>>()?;
+                if self.group_size() > 1 && shares.iter().all(|s| s.ranks == 1) {
+                    log::warn!(
+                        "enable_parallel_optimizer: no parameter of the optimizer is held by more than one rank (a \
+                         network sharded over every rank, or one not sharded nor pipelined); its state stays whole"
+                    );
+                }
+                shares
+            }
             _ => {
                 let Some((ctx, size)) = data_parallel()? else {
                     return Err(Error::invalid(format!(

@@ -36,9 +36,11 @@
 //! the data-parallel replicas of a pipeline stage (their gradients' mean is
 //! reduce-scattered); a block held by one rank is updated as it is.
 //!
-//! The state is each rank's own: its names carry the block
-//! (`moments.fc1.weight.block0of4`), so a checkpoint of it is saved per rank and loads
-//! back only into the same rank of a job of the same size.
+//! The state is each rank's own: its names carry the block among the parameter's
+//! holders (`moments.fc1.weight.block0of4`), `ModelCheckpoint` writes it per rank
+//! (`rank_<id>/`) and each rank resumes from its own file. In a data-parallel job another
+//! rank's file is refused (its blocks are named for that rank); in a sharded network,
+//! ranks holding different blocks can share names, as the sharded parameters do.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};

@@ -96,8 +96,12 @@ enum Body {
         cells: Vec<(String, Arc<dyn Cell>)>,
         loss_fn: Option<Arc<dyn Cell>>,
     },
-    /// The stage's cells (and loss) sharded over the stage's ranks.
-    Sharded(Arc<ShardedCell>),
+    /// The stage's cells (and loss) sharded over the stage's ranks, planned for
+    /// batches of the global types `batch` (data, label).
+    Sharded {
+        stage: Arc<ShardedCell>,
+        batch: Vec<TensorType>,
+    },
 }
 
 /// The parts of a checked pipeline: this rank's place, and each backbone child with
@@ -134,7 +138,10 @@ impl PipelineCell {
     /// planned as one [`ShardedCell`] over the stage's ranks (strategies name the ops
     /// by their paths in the whole network, `0/MatMul`), for batches of the global
     /// types `inputs` (data, label). Every rank is given the whole batch; each rank of
-    /// a stage takes the whole micro-batch, which the strategies may split.
+    /// a stage takes the whole micro-batch, which the strategies may split. With
+    /// `strategy_ckpt_config`, each stage saves and loads its own file (its group's name
+    /// before the extension). A failure while planning any stage is an error on every
+    /// rank.
     pub fn sharded(
         network: Arc<WithLossCell>,
         micro_size: usize,
@@ -161,12 +168,11 @@ impl PipelineCell {
             mesh: &mesh,
         };
         let stage = shard_stage(plan, strategies)?;
-        Ok(PipelineCell::with_body(
-            Body::Sharded(stage),
-            micro_size,
-            place,
-            None,
-        ))
+        let body = Body::Sharded {
+            stage,
+            batch: inputs.to_vec(),
+        };
+        Ok(PipelineCell::with_body(body, micro_size, place, None))
     }
 
     fn with_body(
@@ -190,7 +196,7 @@ impl PipelineCell {
     /// [`PipelineCell::sharded`] (its `gather_parameter` gives a parameter whole).
     pub fn sharded_stage(&self) -> Option<&Arc<ShardedCell>> {
         match &self.body {
-            Body::Sharded(s) => Some(s),
+            Body::Sharded { stage, .. } => Some(stage),
             Body::Cells { .. } => None,
         }
     }
@@ -245,7 +251,7 @@ impl PipelineCell {
         // whole (their strategies split it).
         let (blocks, block) = match self.body {
             Body::Cells { .. } => (self.place.per_stage, self.place.replica()),
-            Body::Sharded(_) => (1, 0),
+            Body::Sharded { .. } => (1, 0),
         };
         let parts = self.micro_size * blocks;
         if batch == 0 || !batch.is_multiple_of(parts) {
@@ -275,8 +281,8 @@ impl PipelineCell {
                     _ => Ok(h),
                 }
             }
-            (Body::Sharded(stage), Some(label)) => stage.call_first(&[x, label]),
-            (Body::Sharded(stage), None) => one(stage.call(&[x])?),
+            (Body::Sharded { stage, .. }, Some(label)) => stage.call_first(&[x, label]),
+            (Body::Sharded { stage, .. }, None) => one(stage.call(&[x])?),
         }
     }
 }
@@ -328,8 +334,19 @@ impl Cell for PipelineCell {
             )));
         };
         let key = [data.tensor_type().clone(), label.tensor_type().clone()];
-        // Every rank holds both inputs, so a batch that does not split fails on every
-        // rank here, before any stage waits for another.
+        // Every rank holds both inputs, so a batch that does not split (or differs from
+        // the one the sharded stages were planned for) fails on every rank here, before
+        // any stage waits for another.
+        if let Body::Sharded { batch, .. } = &self.body
+            && batch[..] != key[..]
+        {
+            return Err(Error::invalid(format!(
+                "PipelineCell: the stages were sharded for batches of (data {}, label {}) in {} micro-batches, \
+                 got (data {}, label {}); build the pipeline for this batch (a smaller last batch needs \
+                 drop_remainder)",
+                batch[0], batch[1], self.micro_size, key[0], key[1]
+            )));
+        }
         self.micro(data, 0, "data")?;
         self.micro(label, 0, "label")?;
         let place = self.place;
@@ -419,13 +436,13 @@ impl Cell for PipelineCell {
                 }
                 out
             }
-            Body::Sharded(_) => vec![],
+            Body::Sharded { .. } => vec![],
         }
     }
     /// A sharded stage's blocks of its parameters, by their names in the network.
     fn params(&self) -> Vec<(String, Parameter)> {
         match &self.body {
-            Body::Sharded(stage) => stage.params(),
+            Body::Sharded { stage, .. } => stage.params(),
             Body::Cells { .. } => vec![],
         }
     }

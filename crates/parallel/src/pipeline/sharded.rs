@@ -34,6 +34,7 @@ use spore_nn::cell::{Cell, CellBase, CellCall, CellExt};
 
 use crate::backend::ReduceOp;
 use crate::collective::group_f64s;
+use crate::management::GroupInfo;
 use crate::sharding::{ShardedCell, Strategies, agree};
 
 /// One stage's cells (and the loss on the last stage) as one network.
@@ -139,7 +140,30 @@ pub(crate) struct StagePlan<'a> {
     pub(crate) mesh: &'a str,
 }
 
+/// Plans this rank's stage. Every failure, in any stage, is an error on every rank of
+/// the job (the stages would otherwise wait for each other at the first step).
 pub(crate) fn shard_stage(plan: StagePlan, strategies: &Strategies) -> Result<Arc<ShardedCell>> {
+    let world = crate::management::group(None)?;
+    let mesh = crate::management::group(Some(plan.mesh))?;
+    let traced = agree(&world, trace_stage(plan), "tracing the pipeline stages")?;
+    let strategies = agree(
+        &world,
+        stage_strategies(&traced, strategies, &world),
+        "matching the strategies to the pipeline stages",
+    )?;
+    // Every rank of the stage is given the whole micro-batch.
+    let planned = ShardedCell::on_mesh(traced.net, &traced.types, &strategies, mesh, true);
+    agree(&world, planned, "planning the pipeline stages")
+}
+
+/// A stage's network, the global types of its inputs for one micro-batch, and its graph.
+struct TracedStage {
+    net: Arc<StageNet>,
+    types: Vec<TensorType>,
+    graph: spore_core::ir::Graph,
+}
+
+fn trace_stage(plan: StagePlan) -> Result<TracedStage> {
     let [data, label] = plan.inputs else {
         return Err(Error::invalid(format!(
             "PipelineCell: expected the types of 2 inputs (data, label), got {}",
@@ -161,29 +185,25 @@ pub(crate) fn shard_stage(plan: StagePlan, strategies: &Strategies) -> Result<Ar
     // Names the parameters as in the whole network (`0.weight`), the names the
     // strategies, checkpoints and optimizers know them by.
     net.parameters_and_names();
-    let strategies = stage_strategies(&net, &types, strategies)?;
-    let mesh = crate::management::group(Some(plan.mesh))?;
-    // Every rank of the stage is given the whole micro-batch.
-    ShardedCell::on_mesh(net, &types, &strategies, mesh, true)
+    let graph = spore_core::memory::with_global_shapes(|| {
+        trace("pipeline_stage", &types, |xs| net.call(xs))
+    })?;
+    Ok(TracedStage { net, types, graph })
 }
 
 /// The strategies of the whole network that set this stage's operators. Each must
 /// set an operator of some stage (a collective over the job: every rank calls it).
 fn stage_strategies(
-    net: &Arc<StageNet>,
-    types: &[TensorType],
+    stage: &TracedStage,
     all: &Strategies,
+    world: &GroupInfo,
 ) -> Result<Strategies> {
-    let traced = spore_core::memory::with_global_shapes(|| {
-        trace("pipeline_stage", types, |xs| net.call(xs))
-    });
-    let world = crate::management::group(None)?;
-    let graph = agree(&world, traced, "tracing the pipeline stages")?;
     let used: Vec<bool> = all
         .entries()
         .iter()
         .map(|(path, _)| {
-            graph
+            stage
+                .graph
                 .nodes
                 .iter()
                 .filter(|n| n.op().is_some())
@@ -191,7 +211,7 @@ fn stage_strategies(
         })
         .collect();
     let flags: Vec<f64> = used.iter().map(|&u| f64::from(u8::from(u))).collect();
-    let anywhere = group_f64s(&world, &flags, ReduceOp::Max)?;
+    let anywhere = group_f64s(world, &flags, ReduceOp::Max)?;
     if let Some(i) = anywhere.iter().position(|&f| f == 0.0) {
         return Err(Error::invalid(format!(
             "PipelineCell: the strategy set for '{}' matches no operator of any pipeline stage (save_graphs \

@@ -30,6 +30,11 @@
 //! reads its shard of the dataset; the global batch is the blocks in rank order) or,
 //! with `full_batch`, the whole batch; they return whole outputs. The input types given
 //! to `new` are the global batch's.
+//!
+//! `new` spreads the network over the job's ranks. A pipeline stage's cells are spread
+//! over the stage's ranks instead (`PipelineCell::sharded`): everything above then
+//! happens within that group (its measured rates, its strategy file, named
+//! `<stem>_<group>.json`), and each rank of it is given the whole micro-batch.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -51,7 +56,8 @@ use super::strategy_file::{load_strategies, save_strategies};
 use crate::context::ParallelMode;
 use crate::management::{GroupInfo, WORLD_COMM_GROUP, group};
 
-/// A network run on its blocks of every tensor, on every rank of the job.
+/// A network run on its blocks of every tensor, on every rank of its mesh (the job's
+/// ranks, or a pipeline stage's).
 pub struct ShardedCell {
     base: CellBase,
     graph: Graph,
@@ -186,7 +192,7 @@ impl ShardedCell {
     }
 
     /// The whole value of a parameter (or of a tensor laid out like it, such as its
-    /// gradient), gathered from every rank: a collective every rank must call.
+    /// gradient), gathered from the ranks of its mesh: a collective each of them must call.
     pub fn gather_parameter(&self, name: &str, local: &Tensor) -> Result<Tensor> {
         let (layout, ty) = self
             .parameter_layout(name)
@@ -278,8 +284,8 @@ fn with_file(
             return Err(Error::io(
                 &file,
                 format!(
-                    "the strategies were planned for {devices} ranks; group '{}' has {}",
-                    mesh.name,
+                    "the strategies were planned for {devices} ranks; {} has {}",
+                    mesh_name(mesh),
                     mesh.size()
                 ),
             ));
@@ -289,6 +295,14 @@ fn with_file(
         }
     }
     Ok(chosen)
+}
+
+/// `the job`, or `group '<name>'` for a group of its ranks (for messages).
+pub(crate) fn mesh_name(mesh: &GroupInfo) -> String {
+    match mesh.name == WORLD_COMM_GROUP {
+        true => "the job".to_string(),
+        false => format!("group '{}'", mesh.name),
+    }
 }
 
 /// The strategy file of the network sharded over `mesh`: `file` itself for the job's

@@ -308,9 +308,8 @@ fn step_group(mesh: &GroupInfo, dev: &[usize], axes: &[usize]) -> Result<Option<
     let devices: usize = dev.iter().product();
     if devices != mesh.size() {
         return Err(Error::invalid(format!(
-            "a sharded layout spans {devices} ranks (device matrix {dev:?}) but its group '{}' has {}; plan for \
-             the group's size",
-            mesh.name,
+            "a sharded layout spans {devices} ranks (device matrix {dev:?}) but {} has {}; plan for that many",
+            super::cell::mesh_name(mesh),
             mesh.size()
         )));
     }
@@ -328,6 +327,10 @@ fn step_group(mesh: &GroupInfo, dev: &[usize], axes: &[usize]) -> Result<Option<
 /// The group of these world ranks (this rank among them), made on first use by all its
 /// members at the same point of their programs.
 pub(crate) fn group_of_ranks(ranks: &[usize]) -> Result<GroupInfo> {
+    let world = group(None)?;
+    if ranks == world.world_ranks {
+        return Ok(world);
+    }
     // The lock is held while the group is made, so two threads never make it twice;
     // the collective runs on the communication thread, which never takes this lock.
     let name = with_groups(|g| -> Result<String> {

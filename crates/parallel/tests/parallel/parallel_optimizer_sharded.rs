@@ -3,7 +3,8 @@
 //! state and update, and a pipeline stage's data-parallel replicas share theirs. On 2
 //! and 4 ranks, in PyNative and Graph mode, 20 steps must give the losses and (gathered)
 //! parameters of the same job with the replicated optimizer within 1e-5, and each
-//! rank's state must be its share.
+//! rank's state must be its share. On 4 ranks the same holds for a 2-stage pipeline of
+//! replicated stages and of stages sharded over their 2 ranks.
 
 use std::sync::Arc;
 
@@ -98,6 +99,7 @@ fn state_elements(opt: &Arc<dyn Optimizer>) -> usize {
 
 fn max_difference(a: &Tensor, b: &Tensor) -> f32 {
     let (a, b) = (a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
+    assert_eq!(a.len(), b.len());
     a.iter()
         .zip(&b)
         .map(|(x, y)| (x - y).abs())
@@ -134,6 +136,20 @@ fn train_sharded(
     let sharded = ShardedCell::new(build(), &types, &strategies(n)).unwrap();
     let named = sharded.params();
     let params: Vec<Parameter> = named.iter().map(|(_, p)| p.clone()).collect();
+    // The weights' holders, as the strategies put them: on 2 ranks the data-parallel
+    // first layer's weight is held by both and the row-split second by one; on 4 each
+    // block of both is held by the 2 ranks of its batch axis.
+    for (name, want) in [
+        ("0.weight", if n == 4 { 2 } else { n }),
+        ("2.weight", if n == 4 { 2 } else { 1 }),
+    ] {
+        let (layout, _) = sharded.parameter_layout(name).unwrap();
+        assert_eq!(
+            block_holders(layout, rank).len(),
+            want,
+            "holders of {name} on rank {rank}"
+        );
+    }
     // Per parameter: its block, divided among the ranks that hold it.
     let shares: usize = named
         .iter()
@@ -157,16 +173,26 @@ fn train_sharded(
     (losses, whole, state, shares)
 }
 
-/// 20 steps of a 2-stage pipeline of 2 data-parallel replicas per stage (4 ranks).
+/// 20 steps of a 2-stage pipeline on 4 ranks: each stage's 2 ranks its data-parallel
+/// replicas, or (`sharded`) the ranks its layers are split over.
 fn train_pipeline(
     mode: Mode,
     parallel_optimizer: bool,
+    sharded: bool,
     make: MakeOptimizer,
 ) -> (Vec<f32>, Vec<Tensor>) {
     context(parallel_optimizer, 2);
     spore_core::rng::set_seed(3);
     let net = crate::pipeline::build(2);
-    let pipeline = PipelineCell::new(net, crate::pipeline::MICRO).unwrap();
+    let micro = crate::pipeline::MICRO;
+    let pipeline = match sharded {
+        false => PipelineCell::new(net, micro).unwrap(),
+        true => {
+            let types = crate::pipeline_sharded::types();
+            let strategies = crate::pipeline_sharded::strategies(2);
+            PipelineCell::sharded(net, micro, &types, &strategies).unwrap()
+        }
+    };
     let params = pipeline.trainable_params();
     set_context(ContextUpdate::new().mode(mode)).unwrap();
     let step = TrainOneStepCell::new_dyn(pipeline, make(params.clone()));
@@ -182,6 +208,7 @@ fn train_pipeline(
 }
 
 fn compare(what: &str, rank: usize, a: (&[f32], &[Tensor]), b: (&[f32], &[Tensor])) {
+    assert_eq!((a.0.len(), a.1.len()), (b.0.len(), b.1.len()), "{what}");
     for (s, (x, y)) in a.0.iter().zip(b.0).enumerate() {
         assert!(
             (x - y).abs() <= TOLERANCE,
@@ -215,10 +242,12 @@ fn rank_sharded_parallel_optimizer() {
                 "{what}: the state did not shrink on rank {rank}"
             );
             if n == 4 {
-                let what = format!("pipeline {name} {mode:?}");
-                let (l_rep, p_rep) = train_pipeline(mode, false, make);
-                let (l_par, p_par) = train_pipeline(mode, true, make);
-                compare(&what, rank, (&l_rep, &p_rep), (&l_par, &p_par));
+                for sharded in [false, true] {
+                    let what = format!("pipeline (sharded stages: {sharded}) {name} {mode:?}");
+                    let (l_rep, p_rep) = train_pipeline(mode, false, sharded, make);
+                    let (l_par, p_par) = train_pipeline(mode, true, sharded, make);
+                    compare(&what, rank, (&l_rep, &p_rep), (&l_par, &p_par));
+                }
             }
         }
     }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use spore_core::TensorType;
 use spore_core::context::{ContextUpdate, Mode, set_context};
-use spore_core::{DType, Parameter};
+use spore_core::{DType, Parameter, Tensor};
 use spore_nn::prelude::*;
 use spore_parallel::context::{
     AutoParallelUpdate, ParallelMode, reset_auto_parallel_context, set_auto_parallel_context,
@@ -34,7 +34,7 @@ fn sharded_pipeline_stages_equal_one_process_on_4_ranks() {
 
 /// The Dense layers (backbone cells 0, 2, 4, 6) split over the `k` ranks of a stage:
 /// columns then rows (Megatron's pair), then the batch, then rows again.
-fn strategies(k: usize) -> Strategies {
+pub(crate) fn strategies(k: usize) -> Strategies {
     let mut s = Strategies::new();
     s.shard("0/MatMul", &format!("((1, 1), (1, {k}))")).unwrap();
     s.shard("2/MatMul", &format!("((1, {k}), ({k}, 1))"))
@@ -45,7 +45,7 @@ fn strategies(k: usize) -> Strategies {
     s
 }
 
-fn types() -> [TensorType; 2] {
+pub(crate) fn types() -> [TensorType; 2] {
     [
         TensorType::new(&[BATCH, 12], DType::F32),
         TensorType::new(&[BATCH, 6], DType::F32),
@@ -140,7 +140,14 @@ fn check(mode: Mode, rank: usize, n: usize, stages: usize) {
         );
     }
     if mode == Mode::Graph {
-        let ir = read_all(&graphs);
+        // The compiled step's graphs (a folder per graph), not the sharding plans
+        // saved beside them.
+        let ir: String = std::fs::read_dir(&graphs)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().is_dir())
+            .map(|e| read_all(&e.path()))
+            .collect();
         if stages > 1 {
             let edge = if rank < per_stage {
                 "StageSend("
@@ -182,6 +189,7 @@ fn rank_sharded_pipeline() {
         }
     }
     searched_stages(rank, n);
+    failures_in_one_stage(rank, n);
     // A global batch that does not split into the micro-batches is refused on every rank
     // when the pipeline is built.
     reset_auto_parallel_context();
@@ -264,4 +272,41 @@ fn searched_stages(rank: usize, n: usize) {
     if rank.is_multiple_of(per_stage) {
         let _ = std::fs::remove_file(&stage_file);
     }
+}
+
+/// A stage that cannot be planned, or a batch other than the planned one, is an error
+/// on every rank (the other stages must not wait for it).
+fn failures_in_one_stage(rank: usize, n: usize) {
+    reset_auto_parallel_context();
+    set_auto_parallel_context(
+        AutoParallelUpdate::new()
+            .parallel_mode(ParallelMode::SemiAutoParallel)
+            .pipeline_stages(2),
+    )
+    .unwrap();
+    // Stage 1's last layer split 3 ways, on stages of 1 or 2 ranks.
+    let mut bad = strategies(n / 2);
+    bad.shard("6/MatMul", "((1, 3), (3, 1))").unwrap();
+    let err = PipelineCell::sharded(build(2), MICRO, &types(), &bad)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    let own = if rank < n / 2 {
+        "failed on another rank"
+    } else {
+        "6/MatMul"
+    };
+    assert!(err.contains(own), "rank {rank}: {err}");
+    // Half the planned batch still splits into the micro-batches, but is refused.
+    spore_core::rng::set_seed(5);
+    let pipeline = PipelineCell::sharded(build(2), MICRO, &types(), &strategies(n / 2)).unwrap();
+    let half: Vec<Tensor> = batch(0)
+        .iter()
+        .map(|t| t.narrow(0, 0, BATCH / 2).unwrap())
+        .collect();
+    let err = pipeline.call(&half).unwrap_err().to_string();
+    assert!(
+        err.contains("were sharded for batches"),
+        "rank {rank}: {err}"
+    );
 }

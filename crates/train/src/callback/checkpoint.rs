@@ -166,8 +166,8 @@ impl ModelCheckpoint {
             if spore_nn::distributed::rank() == 0 {
                 log::warn!(
                     "ModelCheckpoint: the network's parameters or optimizer state differ between ranks (sharded, \
-                     pipelined or a parallel optimizer); every rank writes its own checkpoints, into {}",
-                    self.directory.display()
+                     pipelined or a parallel optimizer); every rank writes its own checkpoints, into {}/rank_<id>",
+                    self.directory.parent().unwrap_or(&self.directory).display()
                 );
             }
         }
