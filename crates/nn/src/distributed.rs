@@ -58,6 +58,12 @@ pub trait Distributed: Send + Sync {
         let _ = params;
         false
     }
+    /// Whether a loss-scaled step overflowed on any rank, `local` being this rank's check
+    /// of the gradients it holds: where ranks hold different gradients (unreduced, or
+    /// other blocks or stages), every rank must still take the same decision.
+    fn overflow_anywhere(&self, local: bool) -> Result<bool> {
+        Ok(local)
+    }
 }
 
 /// One step's gradient reduction. The backward pass reports each weight's gradient as
@@ -96,6 +102,14 @@ pub fn training_optimizer(optimizer: Arc<dyn Optimizer>) -> Result<Arc<dyn Optim
 /// [`Distributed::rank_local_state`]); `false` without a distributed job.
 pub fn rank_local_state(params: &[Parameter]) -> bool {
     current().is_some_and(|d| d.rank_local_state(params))
+}
+
+/// See [`Distributed::overflow_anywhere`]; `local` without a distributed job.
+pub fn overflow_anywhere(local: bool) -> Result<bool> {
+    match current() {
+        Some(d) => d.overflow_anywhere(local),
+        None => Ok(local),
+    }
 }
 
 /// This process's rank (0 without a distributed job).

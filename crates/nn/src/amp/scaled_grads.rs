@@ -54,9 +54,11 @@ impl Cell for ScaledGradients {
             Ok((loss.mul(&factor)?, loss))
         };
         // Data parallelism: the gradients are reduced across ranks as the backward pass
-        // finishes them (as in `TrainOneStepCell`), before they are unscaled and checked,
-        // so every rank sees the same overflow sum and takes the same decision.
+        // finishes them (as in `TrainOneStepCell`), before they are unscaled and checked;
+        // an optimizer that reduces them itself (the parallel optimizer) gets them as
+        // they are. The step then agrees on the overflow across the job.
         let reduction = match crate::distributed::current() {
+            Some(_) if self.optimizer.reduces_gradients() => None,
             Some(d) => d.gradient_reduction(self.optimizer.params(), &weights)?,
             None => None,
         };

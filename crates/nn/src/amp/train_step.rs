@@ -19,6 +19,10 @@
 //! assert_eq!(out[2].item().unwrap(), 128.0);
 //! ```
 //!
+//! In a distributed job (data parallel, sharded, pipelined, with or without the parallel
+//! optimizer) the ranks agree on each step's overflow, so every rank applies or drops
+//! the same steps and keeps the same loss scale.
+//!
 //! The manager's state is three parameters of the cell, named as MindSpore names them
 //! (`scale_sense`, `current_iterator_step`, `last_overflow_iterator_step`): checkpoints
 //! save it, and a step after a checkpoint was loaded continues from it.
@@ -69,22 +73,13 @@ impl TrainOneStepWithLossScaleCell {
         optimizer: Arc<dyn Optimizer>,
         manager: Arc<dyn LossScaleManager>,
     ) -> Arc<TrainOneStepWithLossScaleCell> {
-        // The parallel optimizer would receive unreduced gradients after an overflow
-        // check each rank made alone: refused (at the first step) until it is built here.
-        let setup_error = match crate::distributed::training_optimizer(optimizer.clone()) {
-            // Each stage would check its own gradients for overflow and keep its own
-            // scale, while the earlier stages' gradients carry the last stage's.
-            _ if network.class_name() == "PipelineCell" => Some(
-                "a PipelineCell cannot be trained with loss scaling yet: each stage would decide overflows alone"
-                    .to_string(),
-            ),
-            Ok(o) if Arc::ptr_eq(&o, &optimizer) => None,
-            Ok(_) => Some(
-                "the parallel optimizer (enable_parallel_optimizer) is not available with loss scaling yet"
-                    .to_string(),
-            ),
-            Err(e) => Some(e.to_string()),
-        };
+        // The distributed job's optimizer (the parallel optimizer, where the job asks);
+        // a job that cannot build it reports why at the first step.
+        let (optimizer, setup_error) =
+            match crate::distributed::training_optimizer(optimizer.clone()) {
+                Ok(o) => (o, None),
+                Err(e) => (optimizer, Some(e.to_string())),
+            };
         let state = OptimizerState::new(optimizer.clone());
         let cell = Arc::new(TrainOneStepWithLossScaleCell {
             base: CellBase::new(),
@@ -140,7 +135,10 @@ impl Cell for TrainOneStepWithLossScaleCell {
             ));
         };
         let grads: Vec<Tensor> = out.collect();
-        let overflow = no_grad(|| overflow_sum.item())?.is_nan();
+        // Every rank of a distributed job takes the same decision (see
+        // `Distributed::overflow_anywhere`), so their scales and parameters stay in step.
+        let overflow =
+            crate::distributed::overflow_anywhere(no_grad(|| overflow_sum.item())?.is_nan())?;
         let apply = self.manager.update(overflow);
         // Saved before the update runs: the parameters follow the manager even when the
         // update then fails.

@@ -187,6 +187,14 @@ impl Distributed for DataParallel {
         );
         self.group_size() > 1 && (sharded_modes || params.iter().any(optimizer::is_rank_local))
     }
+    /// A one-value AllReduce over the job each loss-scaled step: cheap, and it keeps every
+    /// rank's loss scale and parameters in step whatever gradients each one checked.
+    fn overflow_anywhere(&self, local: bool) -> Result<bool> {
+        if self.group_size() <= 1 {
+            return Ok(local);
+        }
+        Ok(collective::collective_max_f64(f64::from(u8::from(local)))? > 0.0)
+    }
 }
 
 /// Who shares a parameter's update in a sharded or pipelined job: a sharded network's

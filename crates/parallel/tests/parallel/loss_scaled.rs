@@ -1,7 +1,9 @@
 //! Loss-scaled data parallelism (amp O2's step) against one process: the ranks reduce
 //! their gradients before the overflow check, so an infinity in one rank's slice of the
 //! batch makes every rank drop that step, as one process on the whole batch drops it;
-//! the loss scales and the parameters then follow the one process's.
+//! the loss scales and the parameters then follow the one process's. The same holds with
+//! the parallel optimizer, whose ranks check their own unreduced gradients and agree,
+//! and for a 2-stage pipeline, whose stages agree.
 
 use std::sync::Arc;
 
@@ -12,6 +14,7 @@ use spore_nn::prelude::*;
 use spore_parallel::context::{
     AutoParallelUpdate, ParallelMode, reset_auto_parallel_context, set_auto_parallel_context,
 };
+use spore_parallel::pipeline::PipelineCell;
 
 use crate::launch::{expect_success, world};
 
@@ -78,18 +81,28 @@ fn rank_loss_scaled_training() {
         "one process: the poisoned step overflows"
     );
     assert_eq!(one_seen.iter().filter(|s| s.0).count(), 1, "{one_seen:?}");
-    for mode in [Mode::PyNative, Mode::Graph] {
+    // With the parallel optimizer each rank checks its own unreduced gradients: only
+    // the last rank sees the infinity, and the job's agreement makes every rank drop the
+    // step.
+    for (mode, zero) in [
+        (Mode::PyNative, false),
+        (Mode::Graph, false),
+        (Mode::PyNative, true),
+        (Mode::Graph, true),
+    ] {
         set_auto_parallel_context(
             AutoParallelUpdate::new()
                 .parallel_mode(ParallelMode::DataParallel)
-                .gradients_mean(true),
+                .gradients_mean(true)
+                .enable_parallel_optimizer(zero),
         )
         .unwrap();
         let (seen, params) = train(mode, n, r * PER_RANK..(r + 1) * PER_RANK);
         reset_auto_parallel_context();
+        let mode = format!("{mode:?}{}", if zero { ", parallel optimizer" } else { "" });
         assert_eq!(
             seen, one_seen,
-            "rank {r} ({mode:?}): overflows and loss scales"
+            "rank {r} ({mode}): overflows and loss scales"
         );
         let d = params
             .iter()
@@ -97,11 +110,107 @@ fn rank_loss_scaled_training() {
             .zip(one_params.iter().flatten())
             .map(|(a, b)| (a - b).abs())
             .fold(0.0f32, f32::max);
-        println!("rank {r} of {n} ({mode:?}): largest difference from one process {d:.3e}");
+        println!("rank {r} of {n} ({mode}): largest difference from one process {d:.3e}");
         assert!(
             d <= 1e-5,
-            "rank {r} ({mode:?}): differs from one process by {d}"
+            "rank {r} ({mode}): differs from one process by {d}"
         );
+    }
+    crate::launch::passed(r);
+}
+
+#[test]
+fn loss_scaled_pipeline_equals_one_process_on_2_ranks() {
+    expect_success(2, "loss_scaled::rank_loss_scaled_pipeline");
+}
+
+/// The pipeline tests' batch of step `s`, with an infinity in its data at [`POISONED`].
+fn pipeline_batch(s: usize) -> [Tensor; 2] {
+    let [x, y] = crate::pipeline::batch(s);
+    if s != POISONED {
+        return [x, y];
+    }
+    let mut values = x.to_vec::<f32>().unwrap();
+    values[0] = f32::INFINITY;
+    [Tensor::from_vec(values, x.shape()).unwrap(), y]
+}
+
+/// Trains `net` (all of it, or a pipeline's stage) with a dynamic loss scale; returns
+/// each step's (overflow, scale) and the values of `params`.
+fn train_scaled(
+    mode: Mode,
+    net: Arc<dyn Cell>,
+    params: Vec<spore_core::Parameter>,
+) -> (Vec<(bool, f32)>, Vec<Vec<f32>>) {
+    let opt = Momentum::new(params.clone(), 0.05, 0.9).unwrap();
+    let manager = DynamicLossScaleManager::new(1024.0, 2.0, 3).unwrap();
+    let step = TrainOneStepWithLossScaleCell::new_dyn(net, opt, Arc::new(manager));
+    set_context(ContextUpdate::new().mode(mode)).unwrap();
+    let seen = (0..STEPS)
+        .map(|s| {
+            let out = step.call(&pipeline_batch(s)).unwrap();
+            (out[1].item().unwrap() == 1.0, out[2].item().unwrap() as f32)
+        })
+        .collect();
+    set_context(ContextUpdate::new().mode(Mode::PyNative)).unwrap();
+    let values = params
+        .iter()
+        .map(|p| p.stored().to_vec::<f32>().unwrap())
+        .collect();
+    (seen, values)
+}
+
+/// A 2-stage pipeline trained with loss scaling: the stages agree on every overflow, so
+/// their loss scales, and each stage's parameters, follow one process training the
+/// whole network on the whole batch.
+#[test]
+#[ignore = "run on every rank by the outer tests, under mpirun"]
+fn rank_loss_scaled_pipeline() {
+    let (r, n) = world();
+    for mode in [Mode::PyNative, Mode::Graph] {
+        reset_auto_parallel_context();
+        spore_core::rng::set_seed(5);
+        let whole = crate::pipeline::build(n);
+        let named: std::collections::HashMap<String, spore_core::Parameter> =
+            crate::pipeline::named(whole.as_ref()).into_iter().collect();
+        set_auto_parallel_context(
+            AutoParallelUpdate::new()
+                .parallel_mode(ParallelMode::SemiAutoParallel)
+                .pipeline_stages(n),
+        )
+        .unwrap();
+        spore_core::rng::set_seed(5);
+        let pipeline =
+            PipelineCell::new(crate::pipeline::build(n), crate::pipeline::MICRO).unwrap();
+        let local = crate::pipeline::named(pipeline.as_ref());
+        let (seen, mine) = train_scaled(
+            mode,
+            pipeline,
+            local.iter().map(|(_, p)| p.clone()).collect(),
+        );
+        reset_auto_parallel_context();
+        let all = whole.trainable_params();
+        let (one_seen, _) = train_scaled(mode, whole, all);
+        assert!(
+            one_seen[POISONED].0,
+            "one process: the poisoned step overflows"
+        );
+        assert_eq!(
+            seen, one_seen,
+            "rank {r} ({mode:?}): overflows and loss scales"
+        );
+        for ((name, _), values) in local.iter().zip(&mine) {
+            let reference = named[name].stored().to_vec::<f32>().unwrap();
+            let d = values
+                .iter()
+                .zip(&reference)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            assert!(
+                d <= 1e-5,
+                "rank {r} ({mode:?}): {name} differs from one process by {d}"
+            );
+        }
     }
     crate::launch::passed(r);
 }
