@@ -123,6 +123,8 @@ pub struct TrainOneStepCell {
     network: Arc<dyn Cell>,
     optimizer: Arc<dyn Optimizer>,
     state: Arc<OptimizerState>,
+    /// The optimizer's update, compiled (see [`ApplyGradients`]).
+    update: Arc<ApplyGradients>,
     /// Why the distributed job's optimizer could not be set up; the first call reports it.
     setup_error: Option<String>,
 }
@@ -142,10 +144,12 @@ impl TrainOneStepCell {
                 Ok(o) => (o, None),
                 Err(e) => (optimizer, Some(e.to_string())),
             };
+        let state = OptimizerState::new(optimizer.clone());
         let cell = Arc::new(TrainOneStepCell {
             base: CellBase::new(),
             network,
-            state: OptimizerState::new(optimizer.clone()),
+            update: ApplyGradients::new(optimizer.clone(), state.clone()),
+            state,
             optimizer,
             setup_error,
         });
@@ -212,8 +216,10 @@ impl Cell for TrainOneStepCell {
                  compile the whole step instead (Graph mode or set_jit on the TrainOneStepCell)",
             ));
         }
-        // The update needs no autodiff record (eagerly that would only cost time).
-        no_grad(|| self.optimizer.apply(&weight_grads))?;
+        // The step's handles on the old weights go first, so that the update can write
+        // over their buffers. It needs no autodiff record.
+        drop(weights);
+        no_grad(|| self.update.call(&weight_grads))?;
         Ok(vec![value])
     }
     fn cells(&self) -> Vec<(String, Arc<dyn Cell>)> {
@@ -236,5 +242,48 @@ impl Cell for TrainOneStepCell {
             Some(d) => d.prepare_parameters(&self.parameters_and_names()),
             None => Ok(()),
         }
+    }
+}
+
+/// `call(&gradients)`: the optimizer's update with these gradients; returns nothing.
+/// Compiled in PyNative mode too (`set_jit`): an update is tensor ops only, and as one
+/// graph it runs as a few fused loops per parameter instead of a pass over memory per
+/// op (a dozen for Adam), as MindSpore runs its optimizers as fused kernels. (Inside a
+/// compiled step it is traced inline like any cell.)
+pub(crate) struct ApplyGradients {
+    base: CellBase,
+    optimizer: Arc<dyn Optimizer>,
+    state: Arc<dyn Cell>,
+}
+
+impl ApplyGradients {
+    pub(crate) fn new(optimizer: Arc<dyn Optimizer>, state: Arc<dyn Cell>) -> Arc<Self> {
+        let cell = Arc::new(ApplyGradients {
+            base: CellBase::new(),
+            optimizer,
+            state,
+        });
+        cell.set_train(true);
+        cell.set_jit(true);
+        cell
+    }
+}
+
+impl Cell for ApplyGradients {
+    fn construct(&self, grads: &[Tensor]) -> Result<Vec<Tensor>> {
+        no_grad(|| self.optimizer.apply(grads))?;
+        Ok(vec![])
+    }
+    fn cells(&self) -> Vec<(String, Arc<dyn Cell>)> {
+        vec![("optimizer".into(), self.state.clone())]
+    }
+    fn base(&self) -> &CellBase {
+        &self.base
+    }
+    fn class_name(&self) -> &'static str {
+        "ApplyGradients"
+    }
+    fn auto_prefix(&self) -> bool {
+        false
     }
 }

@@ -1,13 +1,14 @@
 //! The two compiled halves of a loss-scaled training step ([`super::TrainOneStepWithLossScaleCell`]):
 //! [`ScaledGradients`] runs the network, differentiates the scaled loss, unscales the
 //! gradients and sums `g * 0` over all of them (NaN exactly when some gradient holds an
-//! infinity or a NaN); [`ApplyGradients`] runs the optimizer's update. Between them the
+//! infinity or a NaN); `ApplyGradients` (`crate::wrap`) runs the optimizer's update. Between them the
 //! step reads that one number on the host and asks the loss-scale manager whether to
 //! apply the update: the only value that leaves the graphs.
 //!
 //! Why two graphs and not one: the update is conditional on a value computed in the
 //! step, and Spore's graphs have no control flow yet. Each half compiles in Graph mode
-//! (and runs op by op in PyNative mode), with the loss scale as an input, so a new scale
+//! (in PyNative mode the gradients run op by op and the update compiled, as in
+//! `TrainOneStepCell`), with the loss scale as an input, so a new scale
 //! does not recompile.
 
 use std::sync::Arc;
@@ -109,44 +110,6 @@ impl Cell for ScaledGradients {
     }
     fn class_name(&self) -> &'static str {
         "ScaledGradients"
-    }
-    fn auto_prefix(&self) -> bool {
-        false
-    }
-}
-
-/// `call(&gradients)`: the optimizer's update with these gradients; returns nothing.
-pub(super) struct ApplyGradients {
-    base: CellBase,
-    optimizer: Arc<dyn Optimizer>,
-    state: Arc<dyn Cell>,
-}
-
-impl ApplyGradients {
-    pub(super) fn new(optimizer: Arc<dyn Optimizer>, state: Arc<dyn Cell>) -> Arc<Self> {
-        let cell = Arc::new(ApplyGradients {
-            base: CellBase::new(),
-            optimizer,
-            state,
-        });
-        cell.set_train(true);
-        cell
-    }
-}
-
-impl Cell for ApplyGradients {
-    fn construct(&self, grads: &[Tensor]) -> Result<Vec<Tensor>> {
-        no_grad(|| self.optimizer.apply(grads))?;
-        Ok(vec![])
-    }
-    fn cells(&self) -> Vec<(String, Arc<dyn Cell>)> {
-        vec![("optimizer".into(), self.state.clone())]
-    }
-    fn base(&self) -> &CellBase {
-        &self.base
-    }
-    fn class_name(&self) -> &'static str {
-        "ApplyGradients"
     }
     fn auto_prefix(&self) -> bool {
         false

@@ -39,10 +39,10 @@ use spore_core::{Error, Result, Tensor, no_grad};
 
 use super::loss_scale::LossScaleManager;
 use super::scale_params::ScaleParams;
-use super::scaled_grads::{ApplyGradients, ScaledGradients};
+use super::scaled_grads::ScaledGradients;
 use crate::cell::{Cell, CellBase, CellCall, CellExt};
 use crate::optim::Optimizer;
-use crate::wrap::OptimizerState;
+use crate::wrap::{ApplyGradients, OptimizerState};
 
 /// One loss-scaled training step per call: `call(&[data, label])`.
 pub struct TrainOneStepWithLossScaleCell {
