@@ -17,7 +17,8 @@ use std::sync::RwLock;
 use crate::error::{Error, Result};
 
 /// MindSpore's execution modes: `GRAPH_MODE` compiles whole networks, `PYNATIVE_MODE`
-/// (the default) runs op by op.
+/// (the default) runs op by op (a training step's optimizer update excepted: it runs
+/// compiled, as MindSpore's fused optimizer kernels do).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mode {
     Graph,

@@ -58,10 +58,13 @@ pub trait Distributed: Send + Sync {
         let _ = params;
         false
     }
-    /// Whether a loss-scaled step overflowed on any rank, `local` being this rank's check
-    /// of the gradients it holds: where ranks hold different gradients (unreduced, or
-    /// other blocks or stages), every rank must still take the same decision.
-    fn overflow_anywhere(&self, local: bool) -> Result<bool> {
+    /// Whether step `step` of a loss-scaled training overflowed on any rank, `local`
+    /// being this rank's check of the gradients it holds: where ranks hold different
+    /// gradients (unreduced, or other blocks or stages), every rank must still take the
+    /// same decision. Ranks at different steps (one failed or skipped a step) are an
+    /// error.
+    fn overflow_anywhere(&self, local: bool, step: u64) -> Result<bool> {
+        let _ = step;
         Ok(local)
     }
 }
@@ -105,9 +108,9 @@ pub fn rank_local_state(params: &[Parameter]) -> bool {
 }
 
 /// See [`Distributed::overflow_anywhere`]; `local` without a distributed job.
-pub fn overflow_anywhere(local: bool) -> Result<bool> {
+pub fn overflow_anywhere(local: bool, step: u64) -> Result<bool> {
     match current() {
-        Some(d) => d.overflow_anywhere(local),
+        Some(d) => d.overflow_anywhere(local, step),
         None => Ok(local),
     }
 }

@@ -216,9 +216,10 @@ impl Cell for TrainOneStepCell {
                  compile the whole step instead (Graph mode or set_jit on the TrainOneStepCell)",
             ));
         }
-        // The step's handles on the old weights go first, so that the update can write
-        // over their buffers. It needs no autodiff record.
+        // The step's handles on the old weights, and the loss's autodiff record (which
+        // holds the forward pass), go before the update. It needs no autodiff record.
         drop(weights);
+        let value = value.detach();
         no_grad(|| self.update.call(&weight_grads))?;
         Ok(vec![value])
     }

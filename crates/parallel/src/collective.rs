@@ -391,6 +391,11 @@ pub fn collective_sum_f64(values: &[f64]) -> Result<Vec<f64>> {
     world_f64s(values, ReduceOp::Sum)
 }
 
+/// The largest of every rank's `values`, element by element.
+pub(crate) fn collective_max_f64s(values: &[f64]) -> Result<Vec<f64>> {
+    world_f64s(values, ReduceOp::Max)
+}
+
 /// The largest of every rank's `value` (the slowest rank's time, for example).
 pub fn collective_max_f64(value: f64) -> Result<f64> {
     Ok(world_f64s(&[value], ReduceOp::Max)?[0])

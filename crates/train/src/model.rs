@@ -1,7 +1,8 @@
 //! `Model` (MindSpore's `mindspore.Model`): trains a network with a loss and an optimizer,
 //! evaluates metrics, predicts. In Graph mode each training step (forward, backward,
-//! update) is one compiled graph; in PyNative mode it runs op by op. (A loss-scaled
-//! mixed-precision step, `amp_level` O2, runs eagerly in both: see `spore_nn::amp`.)
+//! update) is one compiled graph; in PyNative mode the forward and backward passes run
+//! op by op and the update as one compiled graph. (A loss-scaled mixed-precision step,
+//! `amp_level` O2, is two graphs with the decision on the host: see `spore_nn::amp`.)
 //!
 //! Data sinking follows seed 001: with `dataset_sink_mode`, a feeder thread moves batches
 //! into a bounded queue and the training loop takes `sink_size` steps from it per host

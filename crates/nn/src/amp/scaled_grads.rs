@@ -82,7 +82,10 @@ impl Cell for ScaledGradients {
             .aux
             .into_iter()
             .next()
-            .ok_or_else(|| Error::invalid("ScaledGradients: the loss went missing"))?;
+            .ok_or_else(|| Error::invalid("ScaledGradients: the loss went missing"))?
+            // Without its autodiff record, which holds the weights (the update writes
+            // over them) and the forward pass's values.
+            .detach();
         no_grad(|| {
             let mut grads = Vec::with_capacity(out.weight_grads.len());
             let mut overflow = Tensor::zeros(&[], DType::F32)?;

@@ -21,7 +21,10 @@
 //!
 //! In a distributed job (data parallel, sharded, pipelined, with or without the parallel
 //! optimizer) the ranks agree on each step's overflow, so every rank applies or drops
-//! the same steps and keeps the same loss scale.
+//! the same steps and keeps the same loss scale; ranks found at different steps are an
+//! error. With the parallel optimizer each rank checks its own gradients before they are
+//! reduce-scattered, so a sum of finite 16-bit gradients that overflows in the reduction
+//! (`gradients_mean` off) is not caught.
 //!
 //! The manager's state is three parameters of the cell, named as MindSpore names them
 //! (`scale_sense`, `current_iterator_step`, `last_overflow_iterator_step`): checkpoints
@@ -34,6 +37,7 @@
 //! loss scaling on CPUs; Spore allows it (its CPU kernels report overflow like any other).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use spore_core::{Error, Result, Tensor, no_grad};
 
@@ -56,6 +60,8 @@ pub struct TrainOneStepWithLossScaleCell {
     saved: ScaleParams,
     /// Why the distributed job's optimizer cannot run here; the first call reports it.
     setup_error: Option<String>,
+    /// Steps this cell has taken (every rank of a job agrees on it with the overflow).
+    steps: AtomicU64,
 }
 
 impl TrainOneStepWithLossScaleCell {
@@ -90,6 +96,7 @@ impl TrainOneStepWithLossScaleCell {
             state,
             manager,
             setup_error,
+            steps: AtomicU64::new(0),
         });
         cell.set_train(true);
         cell
@@ -103,7 +110,8 @@ impl TrainOneStepWithLossScaleCell {
     /// The two cells a step runs (see [`super::scaled_grads`]): the gradients (inputs: the
     /// data, then the loss scale as a float32 scalar; outputs: the loss, the overflow sum,
     /// the unscaled gradients) and the update (inputs: the gradients). In Graph mode each
-    /// compiles; their graphs show what a step computes and holds.
+    /// compiles (the update in PyNative mode too); their graphs show what a step
+    /// computes and holds.
     pub fn stages(&self) -> (Arc<dyn Cell>, Arc<dyn Cell>) {
         (self.gradients.clone(), self.update.clone())
     }
@@ -137,8 +145,9 @@ impl Cell for TrainOneStepWithLossScaleCell {
         let grads: Vec<Tensor> = out.collect();
         // Every rank of a distributed job takes the same decision (see
         // `Distributed::overflow_anywhere`), so their scales and parameters stay in step.
+        let step = self.steps.fetch_add(1, Ordering::Relaxed);
         let overflow =
-            crate::distributed::overflow_anywhere(no_grad(|| overflow_sum.item())?.is_nan())?;
+            crate::distributed::overflow_anywhere(no_grad(|| overflow_sum.item())?.is_nan(), step)?;
         let apply = self.manager.update(overflow);
         // Saved before the update runs: the parameters follow the manager even when the
         // update then fails.
@@ -176,5 +185,13 @@ impl Cell for TrainOneStepWithLossScaleCell {
     /// The step itself runs on the host: its two halves compile (see the module docs).
     fn compiles(&self) -> bool {
         false
+    }
+    /// As `TrainOneStepCell`: a distributed job checks that every rank built the same
+    /// parameters, and broadcasts rank 0's where asked.
+    fn before_first_call(&self) -> Result<()> {
+        match crate::distributed::current() {
+            Some(d) => d.prepare_parameters(&self.parameters_and_names()),
+            None => Ok(()),
+        }
     }
 }

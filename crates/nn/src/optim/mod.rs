@@ -42,7 +42,9 @@ use spore_core::{DType, Error, Parameter, Result, Tensor};
 pub trait Optimizer: Send + Sync + 'static {
     /// The parameters it updates (the weights `TrainOneStepCell` differentiates).
     fn params(&self) -> &[Parameter];
-    /// One update. Tensor ops and `assign` only, so that it traces into graphs.
+    /// One update. Tensor ops and `assign` only, so that it traces into graphs: the
+    /// training cells run it compiled in PyNative mode too (no host reads of values,
+    /// no state kept outside parameters).
     fn apply(&self, grads: &[Tensor]) -> Result<()>;
     /// The state to checkpoint, with MindSpore's names.
     fn state(&self) -> Vec<(String, Parameter)>;

@@ -187,13 +187,26 @@ impl Distributed for DataParallel {
         );
         self.group_size() > 1 && (sharded_modes || params.iter().any(optimizer::is_rank_local))
     }
-    /// A one-value AllReduce over the job each loss-scaled step: cheap, and it keeps every
-    /// rank's loss scale and parameters in step whatever gradients each one checked.
-    fn overflow_anywhere(&self, local: bool) -> Result<bool> {
-        if self.group_size() <= 1 {
+    /// A small AllReduce over the job each loss-scaled step (not in stand_alone mode,
+    /// where each rank trains alone): it keeps every rank's loss scale and parameters in
+    /// step whatever gradients each one checked, and catches ranks at different steps.
+    fn overflow_anywhere(&self, local: bool, step: u64) -> Result<bool> {
+        let alone = get_auto_parallel_context().parallel_mode == ParallelMode::StandAlone;
+        if self.group_size() <= 1 || alone {
             return Ok(local);
         }
-        Ok(collective::collective_max_f64(f64::from(u8::from(local)))? > 0.0)
+        let step = step as f64;
+        let flags = collective::collective_max_f64s(&[f64::from(u8::from(local)), step, -step])?;
+        if flags[1] != -flags[2] {
+            return Err(Error::invalid(format!(
+                "loss-scaled training: rank {} is at step {step}, other ranks at steps {} to {}; a rank failed or \
+                 skipped a step, and the ranks can no longer agree on overflows",
+                self.rank(),
+                -flags[2],
+                flags[1]
+            )));
+        }
+        Ok(flags[0] > 0.0)
     }
 }
 

@@ -41,9 +41,13 @@ fn global_batch(s: usize, n: usize) -> (Tensor, Tensor) {
     (x, Tensor::from_vec(y, &[rows]).unwrap())
 }
 
-/// Trains on rows `rows` of each global batch; returns each step's (overflow, scale) and
-/// the parameters.
-fn train(mode: Mode, n: usize, rows: std::ops::Range<usize>) -> (Vec<(bool, f32)>, Vec<Vec<f32>>) {
+/// Trains on rows `rows` of each global batch; returns each step's (overflow, scale), the
+/// parameters, and whether the step's state holds the parallel optimizer's blocks.
+fn train(
+    mode: Mode,
+    n: usize,
+    rows: std::ops::Range<usize>,
+) -> (Vec<(bool, f32)>, Vec<Vec<f32>>, bool) {
     spore_core::rng::set_seed(3);
     let net: Arc<dyn Cell> = LeNet5::new(10).unwrap();
     let params = net.trainable_params();
@@ -67,7 +71,11 @@ fn train(mode: Mode, n: usize, rows: std::ops::Range<usize>) -> (Vec<(bool, f32)
         .iter()
         .map(|p| p.stored().to_vec::<f32>().unwrap())
         .collect();
-    (seen, values)
+    let blocks = step
+        .parameters_and_names()
+        .iter()
+        .any(|(name, _)| name.contains(".block"));
+    (seen, values, blocks)
 }
 
 #[test]
@@ -75,7 +83,7 @@ fn train(mode: Mode, n: usize, rows: std::ops::Range<usize>) -> (Vec<(bool, f32)
 fn rank_loss_scaled_training() {
     let (r, n) = world();
     reset_auto_parallel_context();
-    let (one_seen, one_params) = train(Mode::PyNative, n, 0..n * PER_RANK);
+    let (one_seen, one_params, _) = train(Mode::PyNative, n, 0..n * PER_RANK);
     assert!(
         one_seen[POISONED].0,
         "one process: the poisoned step overflows"
@@ -97,8 +105,12 @@ fn rank_loss_scaled_training() {
                 .enable_parallel_optimizer(zero),
         )
         .unwrap();
-        let (seen, params) = train(mode, n, r * PER_RANK..(r + 1) * PER_RANK);
+        let (seen, params, blocks) = train(mode, n, r * PER_RANK..(r + 1) * PER_RANK);
         reset_auto_parallel_context();
+        assert_eq!(
+            blocks, zero,
+            "rank {r}: the parallel optimizer is on exactly when asked"
+        );
         let mode = format!("{mode:?}{}", if zero { ", parallel optimizer" } else { "" });
         assert_eq!(
             seen, one_seen,
@@ -116,7 +128,41 @@ fn rank_loss_scaled_training() {
             "rank {r} ({mode}): differs from one process by {d}"
         );
     }
+    ranks_at_different_steps_are_an_error(r, n);
     crate::launch::passed(r);
+}
+
+/// Two ranks at different steps of loss-scaled training (one failed or skipped a step)
+/// are an error on both, not a silent pairing of their decisions.
+fn ranks_at_different_steps_are_an_error(r: usize, n: usize) {
+    set_auto_parallel_context(
+        AutoParallelUpdate::new()
+            .parallel_mode(ParallelMode::DataParallel)
+            .gradients_mean(true),
+    )
+    .unwrap();
+    let make = || {
+        spore_core::rng::set_seed(3);
+        let net: Arc<dyn Cell> = LeNet5::new(10).unwrap();
+        let opt = Momentum::new(net.trainable_params(), 0.01, 0.9).unwrap();
+        let loss = SoftmaxCrossEntropyWithLogits::new(true, Reduction::Mean);
+        let manager = DynamicLossScaleManager::new(1024.0, 2.0, 3).unwrap();
+        TrainOneStepWithLossScaleCell::new(WithLossCell::new_dyn(net, loss), opt, manager)
+    };
+    let (x, y) = global_batch(0, n);
+    let mine = [
+        x.narrow(0, r * PER_RANK, PER_RANK).unwrap(),
+        y.narrow(0, r * PER_RANK, PER_RANK).unwrap(),
+    ];
+    // Every rank: two steps of `ahead`, one of `behind`.
+    let (ahead, behind) = (make(), make());
+    for step in [&ahead, &ahead, &behind] {
+        step.call(&mine).unwrap();
+    }
+    let lagging = if r == 0 { &ahead } else { &behind };
+    let err = lagging.call(&mine).unwrap_err().to_string();
+    assert!(err.contains("other ranks at steps"), "rank {r}: {err}");
+    reset_auto_parallel_context();
 }
 
 #[test]

@@ -79,7 +79,7 @@ pub fn command() -> Command {
             Command::new("train")
                 .about("Train a zoo model (the bundled MNIST digits unless --data is given) and save checkpoints")
                 .arg(model_arg())
-                .arg(Arg::new("mode").long("mode").default_value("graph").help("graph (one compiled graph per step) or pynative (op by op)"))
+                .arg(Arg::new("mode").long("mode").default_value("graph").help("graph (one compiled graph per step) or pynative (op by op, the optimizer update compiled)"))
                 .arg(Arg::new("epochs").long("epochs").default_value("10"))
                 .arg(Arg::new("batch-size").long("batch-size").default_value("32"))
                 .arg(Arg::new("sink-size").long("sink-size").help("data sink mode: steps per epoch, or -1 for the whole dataset; without it, no sinking"))

@@ -159,7 +159,11 @@ impl Dumper {
             *e += 1;
             *e - 1
         };
-        if let Ok(mut o) = self.overflow_seen.lock() {
+        // A graph run inside a PyNative step (its compiled optimizer update) continues
+        // that step: the first overflow stays the step's first, not the update's.
+        if self.eager_task.load(Ordering::Relaxed) == 0
+            && let Ok(mut o) = self.overflow_seen.lock()
+        {
             *o = None;
         }
         // Parameters are outputs of a `Parameter` pseudo-op, selected like any op.
@@ -198,6 +202,9 @@ impl Dumper {
     pub fn eager_step_end(&self) {
         self.eager_iteration.fetch_add(1, Ordering::Relaxed);
         self.eager_task.store(0, Ordering::Relaxed);
+        if let Ok(mut o) = self.overflow_seen.lock() {
+            *o = None;
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
