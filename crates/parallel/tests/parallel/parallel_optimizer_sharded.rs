@@ -19,6 +19,7 @@ use spore_parallel::pipeline::PipelineCell;
 use spore_parallel::sharding::{ShardedCell, Strategies, block_holders};
 
 use crate::launch::{expect_success, passed, world};
+use crate::pipeline::max_difference;
 
 #[test]
 fn sharded_parallel_optimizer_equals_replicated_update_on_2_ranks() {
@@ -95,15 +96,6 @@ fn state_elements(opt: &Arc<dyn Optimizer>) -> usize {
         .filter(|(n, _)| n != "global_step" && n != "learning_rate" && !n.ends_with("_power"))
         .map(|(_, p)| p.tensor_type().numel())
         .sum()
-}
-
-fn max_difference(a: &Tensor, b: &Tensor) -> f32 {
-    let (a, b) = (a.to_vec::<f32>().unwrap(), b.to_vec::<f32>().unwrap());
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(&b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
 }
 
 fn context(parallel_optimizer: bool, stages: usize) {
