@@ -217,11 +217,13 @@ impl Cell for TrainOneStepCell {
             ));
         }
         // The step's handles on the old weights, and the loss's autodiff record (which
-        // holds the forward pass), go before the update. It needs no autodiff record.
+        // holds the forward pass, weights included), go before the update, so that it can
+        // write over the weights' buffers. It needs no autodiff record.
         drop(weights);
-        let value = value.detach();
+        let loss = value.detach();
+        drop(value);
         no_grad(|| self.update.call(&weight_grads))?;
-        Ok(vec![value])
+        Ok(vec![loss])
     }
     fn cells(&self) -> Vec<(String, Arc<dyn Cell>)> {
         vec![
@@ -286,5 +288,41 @@ impl Cell for ApplyGradients {
     }
     fn auto_prefix(&self) -> bool {
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::prelude::{Dense, MSELoss, Momentum, Reduction};
+    use spore_core::{DType, TensorType};
+
+    /// In PyNative mode the compiled update writes every new value (weights and
+    /// momenta) over the old one's buffer: nothing of the step still holds them.
+    #[test]
+    fn the_pynative_update_writes_over_the_parameters() {
+        let net = WithLossCell::new(Dense::new(16, 8).unwrap(), MSELoss::new(Reduction::Mean));
+        let opt = Momentum::new(net.trainable_params(), 0.1, 0.9).unwrap();
+        let step = TrainOneStepCell::new(net, opt);
+        let (x, y) = (
+            Tensor::ones(&[4, 16], DType::F32).unwrap(),
+            Tensor::zeros(&[4, 8], DType::F32).unwrap(),
+        );
+        for _ in 0..3 {
+            step.call(&[x.clone(), y.clone()]).unwrap();
+        }
+        let types: Vec<TensorType> = step
+            .optimizer()
+            .params()
+            .iter()
+            .map(|p| p.tensor_type())
+            .collect();
+        let jit = step
+            .update
+            .base()
+            .compiled(true)
+            .expect("the update compiled");
+        // Weight and bias, and their two momenta, in each of the 3 steps.
+        assert_eq!(jit.in_place_updates_for(&types), Some(12));
     }
 }
