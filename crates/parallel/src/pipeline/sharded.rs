@@ -35,7 +35,7 @@ use spore_nn::cell::{Cell, CellBase, CellCall, CellExt};
 use crate::backend::ReduceOp;
 use crate::collective::group_f64s;
 use crate::management::GroupInfo;
-use crate::sharding::{ShardedCell, Strategies, agree};
+use crate::sharding::{ShardedCell, Strategies, agree, used_strategy_paths};
 
 /// One stage's cells (and the loss on the last stage) as one network.
 pub(crate) struct StageNet {
@@ -198,17 +198,11 @@ fn stage_strategies(
     all: &Strategies,
     world: &GroupInfo,
 ) -> Result<Strategies> {
+    let here = used_strategy_paths(&stage.graph, all);
     let used: Vec<bool> = all
         .entries()
         .iter()
-        .map(|(path, _)| {
-            stage
-                .graph
-                .nodes
-                .iter()
-                .filter(|n| n.op().is_some())
-                .any(|n| all.find(&n.name).is_some_and(|(p, _)| p == path))
-        })
+        .map(|(path, _)| here.contains(path.as_str()))
         .collect();
     let flags: Vec<f64> = used.iter().map(|&u| f64::from(u8::from(u))).collect();
     let anywhere = group_f64s(world, &flags, ReduceOp::Max)?;

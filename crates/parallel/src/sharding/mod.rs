@@ -55,6 +55,7 @@ pub use holders::block_holders;
 pub(crate) use holders::holders_of;
 pub use layout::{Layout, coords, group_ranks};
 pub use output::output_layout;
+pub(crate) use plan::used_strategy_paths;
 pub use plan::{NodeSharding, ShardingPlan, Stored, plan_graph, plan_graph_local_inputs};
 pub(crate) use redistribute::group_of_ranks;
 pub use redistribute::{Step, redistribute, redistribution_steps};

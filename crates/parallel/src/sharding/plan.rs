@@ -399,13 +399,17 @@ fn steps_text(from: &Layout, to: &Layout, shape: &[usize]) -> String {
         .unwrap_or_else(|e| e.to_string())
 }
 
-fn check_strategies_used(g: &Graph, strategies: &Strategies) -> Result<()> {
-    let used: HashSet<&str> = g
-        .nodes
+/// The paths of `strategies` that set some operator of `g`.
+pub(crate) fn used_strategy_paths<'s>(g: &Graph, strategies: &'s Strategies) -> HashSet<&'s str> {
+    g.nodes
         .iter()
         .filter(|n| n.op().is_some())
         .filter_map(|n| strategies.find(&n.name).map(|(p, _)| p))
-        .collect();
+        .collect()
+}
+
+fn check_strategies_used(g: &Graph, strategies: &Strategies) -> Result<()> {
+    let used = used_strategy_paths(g, strategies);
     if let Some(path) = strategies.paths().find(|p| !used.contains(p)) {
         let example = g
             .nodes

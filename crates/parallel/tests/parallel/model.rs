@@ -115,6 +115,26 @@ fn data_parallel() {
     .unwrap();
 }
 
+/// A fresh model loaded from `saved` (written after epoch 2) and trained to epoch 4:
+/// its parameters.
+fn resumed(saved: &Path, shard: Option<(usize, usize)>) -> Vec<Vec<f32>> {
+    let (net, mut model) = fresh();
+    let train_net = model.train_network().unwrap();
+    spore_nn::checkpoint::load_checkpoint_into(&*train_net, saved)
+        .unwrap()
+        .ensure_complete()
+        .unwrap();
+    model
+        .train(
+            4,
+            &data(true, shard),
+            &mut [],
+            TrainConfig::no_sink().initial_epoch(2),
+        )
+        .unwrap();
+    params(&net)
+}
+
 fn newest(dir: &Path) -> PathBuf {
     let mut files: Vec<PathBuf> = dir.read_dir().unwrap().map(|e| e.unwrap().path()).collect();
     files.sort_by_key(|p| std::fs::metadata(p).unwrap().modified().unwrap());
@@ -191,21 +211,8 @@ fn rank_model() {
     assert!(own.latest().is_some(), "rank {r}: per-rank checkpoints");
     spore_parallel::barrier(None).unwrap();
     let saved = newest(&shared);
-    let (net_c, mut c) = fresh();
-    let train_net = c.train_network().unwrap();
-    spore_nn::checkpoint::load_checkpoint_into(&*train_net, &saved)
-        .unwrap()
-        .ensure_complete()
-        .unwrap();
-    c.train(
-        4,
-        &data(true, shard),
-        &mut [],
-        TrainConfig::no_sink().initial_epoch(2),
-    )
-    .unwrap();
     assert_eq!(
-        params(&net_c),
+        resumed(&saved, shard),
         params(&net_a),
         "rank {r}: the resumed run differs"
     );
@@ -252,21 +259,8 @@ fn parallel_optimizer_checkpoints(dir: &Path, r: usize, shard: Option<(usize, us
         .latest()
         .unwrap_or_else(|| panic!("rank {r} wrote no checkpoint of its block of the state"))
         .clone();
-    let (net_c, mut c) = fresh();
-    let train_net = c.train_network().unwrap();
-    spore_nn::checkpoint::load_checkpoint_into(&*train_net, &saved)
-        .unwrap()
-        .ensure_complete()
-        .unwrap();
-    c.train(
-        4,
-        &data(true, shard),
-        &mut [],
-        TrainConfig::no_sink().initial_epoch(2),
-    )
-    .unwrap();
     assert_eq!(
-        params(&net_c),
+        resumed(&saved, shard),
         params(&net_a),
         "rank {r}: the run resumed from its own checkpoint differs"
     );
