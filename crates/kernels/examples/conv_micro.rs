@@ -1,4 +1,6 @@
-//! Times the three convolution kernels on LeNet5's and ResNet-18's shapes (batch 32).
+//! Times the three convolution kernels on LeNet5's and ResNet-18's shapes (batch 32) and
+//! on ResNet-50's (ImageNet form, batch 8), and sums each network's convolutions per step
+//! (each shape times its count).
 //! Run: `cargo run --release -p spore-kernels --example conv_micro [-- NAME_FILTER [fwd|dw|dx|relu]]`
 //! (the second argument times one kernel only, e.g. to profile it with `perf record`;
 //! `relu` compares the forward pass followed by a ReLU op with the fused `conv2d_relu`).
@@ -41,38 +43,11 @@ fn main() {
         .use_current_thread()
         .build_global()
         .ok();
-    let cases = [
-        // (name, input, filter, padding, stride)
-        ("lenet conv1", [32, 1, 32, 32], [6, 1, 5, 5], 0, 1),
-        ("lenet conv2", [32, 6, 14, 14], [16, 6, 5, 5], 0, 1),
-        // ResNet-18 (CIFAR form): every distinct convolution, with its count per step.
-        ("resnet conv1 x1", [32, 3, 32, 32], [64, 3, 3, 3], 1, 1),
-        ("resnet l1 3x3 x4", [32, 64, 32, 32], [64, 64, 3, 3], 1, 1),
-        ("resnet l2 s2 x1", [32, 64, 32, 32], [128, 64, 3, 3], 1, 2),
-        ("resnet l2 1x1 x1", [32, 64, 32, 32], [128, 64, 1, 1], 0, 2),
-        (
-            "resnet l2 3x3 x3",
-            [32, 128, 16, 16],
-            [128, 128, 3, 3],
-            1,
-            1,
-        ),
-        ("resnet l3 s2 x1", [32, 128, 16, 16], [256, 128, 3, 3], 1, 2),
-        (
-            "resnet l3 1x1 x1",
-            [32, 128, 16, 16],
-            [256, 128, 1, 1],
-            0,
-            2,
-        ),
-        ("resnet l3 3x3 x3", [32, 256, 8, 8], [256, 256, 3, 3], 1, 1),
-        ("resnet l4 s2 x1", [32, 256, 8, 8], [512, 256, 3, 3], 1, 2),
-        ("resnet l4 1x1 x1", [32, 256, 8, 8], [512, 256, 1, 1], 0, 2),
-        ("resnet l4 3x3 x3", [32, 512, 4, 4], [512, 512, 3, 3], 1, 1),
-    ];
     let only = std::env::args().nth(1).unwrap_or_default();
     let kernel = std::env::args().nth(2).unwrap_or_default();
-    for (name, xs, ws, p, st) in cases.into_iter().filter(|c| c.0.contains(&only)) {
+    // Per network: milliseconds of forward, filter-gradient and input-gradient passes.
+    let mut totals: Vec<(&str, [f64; 3])> = Vec::new();
+    for (name, count, xs, ws, p, st) in CASES.into_iter().filter(|c| c.0.contains(&only)) {
         let g = ConvGeometry::new(xs, ws, [st, st], [1, 1], [p, p, p, p], 1);
         let x: Vec<f32> = (0..xs.iter().product::<usize>())
             .map(|i| (i % 7) as f32 * 0.1)
@@ -106,9 +81,183 @@ fn main() {
             let bf = time_if("dw", &mut || conv2d_backward_filter(&dy, &x, &g));
             let bi = time_if("dx", &mut || conv2d_backward_input(&dy, &w, &g));
             println!(
-                "{name:17} fwd {f:8.3} ms ({:5.1} GF/s)  dW {bf:8.3} ms ({:5.1})  dX {bi:8.3} ms ({:5.1})",
+                "{name:17} x{count:<2} fwd {f:8.3} ms ({:5.1} GF/s)  dW {bf:8.3} ms ({:5.1})  dX {bi:8.3} ms ({:5.1})",
                 flop / f / 1e6, flop / bf / 1e6, flop / bi / 1e6
             );
+            let network = name.split(' ').next().unwrap_or(name);
+            let at = match totals.iter().position(|t| t.0 == network) {
+                Some(at) => at,
+                None => {
+                    totals.push((network, [0.0; 3]));
+                    totals.len() - 1
+                }
+            };
+            for (sum, ms) in totals[at].1.iter_mut().zip([f, bf, bi]) {
+                *sum += count as f64 * ms;
+            }
         });
     }
+    for (network, [f, bf, bi]) in totals {
+        println!(
+            "{network:8} per step: fwd {f:8.2} ms  dW {bf:8.2} ms  dX {bi:8.2} ms  total {:8.2} ms",
+            f + bf + bi
+        );
+    }
 }
+
+/// (name: network first, count per step, input, filter, padding, stride).
+type Case = (&'static str, usize, [usize; 4], [usize; 4], usize, usize);
+
+const CASES: [Case; 36] = [
+    ("lenet conv1", 1, [32, 1, 32, 32], [6, 1, 5, 5], 0, 1),
+    ("lenet conv2", 1, [32, 6, 14, 14], [16, 6, 5, 5], 0, 1),
+    // ResNet-18 (CIFAR form): every distinct convolution.
+    ("resnet conv1", 1, [32, 3, 32, 32], [64, 3, 3, 3], 1, 1),
+    ("resnet l1 3x3", 4, [32, 64, 32, 32], [64, 64, 3, 3], 1, 1),
+    ("resnet l2 s2", 1, [32, 64, 32, 32], [128, 64, 3, 3], 1, 2),
+    ("resnet l2 1x1", 1, [32, 64, 32, 32], [128, 64, 1, 1], 0, 2),
+    (
+        "resnet l2 3x3",
+        3,
+        [32, 128, 16, 16],
+        [128, 128, 3, 3],
+        1,
+        1,
+    ),
+    ("resnet l3 s2", 1, [32, 128, 16, 16], [256, 128, 3, 3], 1, 2),
+    (
+        "resnet l3 1x1",
+        1,
+        [32, 128, 16, 16],
+        [256, 128, 1, 1],
+        0,
+        2,
+    ),
+    ("resnet l3 3x3", 3, [32, 256, 8, 8], [256, 256, 3, 3], 1, 1),
+    ("resnet l4 s2", 1, [32, 256, 8, 8], [512, 256, 3, 3], 1, 2),
+    ("resnet l4 1x1", 1, [32, 256, 8, 8], [512, 256, 1, 1], 0, 2),
+    ("resnet l4 3x3", 3, [32, 512, 4, 4], [512, 512, 3, 3], 1, 1),
+    // ResNet-50 (ImageNet form, batch 8): every distinct convolution; the stride of a
+    // stage sits on its first block's 3x3 and on the projection.
+    ("r50 stem 7x7", 1, [8, 3, 224, 224], [64, 3, 7, 7], 3, 2),
+    ("r50 l1 1x1 64-64", 1, [8, 64, 56, 56], [64, 64, 1, 1], 0, 1),
+    ("r50 l1 3x3", 3, [8, 64, 56, 56], [64, 64, 3, 3], 1, 1),
+    (
+        "r50 l1 1x1 64-256",
+        4,
+        [8, 64, 56, 56],
+        [256, 64, 1, 1],
+        0,
+        1,
+    ),
+    (
+        "r50 l1 1x1 256-64",
+        2,
+        [8, 256, 56, 56],
+        [64, 256, 1, 1],
+        0,
+        1,
+    ),
+    (
+        "r50 l2 1x1 256-128",
+        1,
+        [8, 256, 56, 56],
+        [128, 256, 1, 1],
+        0,
+        1,
+    ),
+    ("r50 l2 3x3 s2", 1, [8, 128, 56, 56], [128, 128, 3, 3], 1, 2),
+    (
+        "r50 l2 proj s2",
+        1,
+        [8, 256, 56, 56],
+        [512, 256, 1, 1],
+        0,
+        2,
+    ),
+    (
+        "r50 l2 1x1 128-512",
+        4,
+        [8, 128, 28, 28],
+        [512, 128, 1, 1],
+        0,
+        1,
+    ),
+    (
+        "r50 l2 1x1 512-128",
+        3,
+        [8, 512, 28, 28],
+        [128, 512, 1, 1],
+        0,
+        1,
+    ),
+    ("r50 l2 3x3", 3, [8, 128, 28, 28], [128, 128, 3, 3], 1, 1),
+    (
+        "r50 l3 1x1 512-256",
+        1,
+        [8, 512, 28, 28],
+        [256, 512, 1, 1],
+        0,
+        1,
+    ),
+    ("r50 l3 3x3 s2", 1, [8, 256, 28, 28], [256, 256, 3, 3], 1, 2),
+    (
+        "r50 l3 proj s2",
+        1,
+        [8, 512, 28, 28],
+        [1024, 512, 1, 1],
+        0,
+        2,
+    ),
+    (
+        "r50 l3 1x1 256-1024",
+        6,
+        [8, 256, 14, 14],
+        [1024, 256, 1, 1],
+        0,
+        1,
+    ),
+    (
+        "r50 l3 1x1 1024-256",
+        5,
+        [8, 1024, 14, 14],
+        [256, 1024, 1, 1],
+        0,
+        1,
+    ),
+    ("r50 l3 3x3", 5, [8, 256, 14, 14], [256, 256, 3, 3], 1, 1),
+    (
+        "r50 l4 1x1 1024-512",
+        1,
+        [8, 1024, 14, 14],
+        [512, 1024, 1, 1],
+        0,
+        1,
+    ),
+    ("r50 l4 3x3 s2", 1, [8, 512, 14, 14], [512, 512, 3, 3], 1, 2),
+    (
+        "r50 l4 proj s2",
+        1,
+        [8, 1024, 14, 14],
+        [2048, 1024, 1, 1],
+        0,
+        2,
+    ),
+    (
+        "r50 l4 1x1 512-2048",
+        3,
+        [8, 512, 7, 7],
+        [2048, 512, 1, 1],
+        0,
+        1,
+    ),
+    (
+        "r50 l4 1x1 2048-512",
+        2,
+        [8, 2048, 7, 7],
+        [512, 2048, 1, 1],
+        0,
+        1,
+    ),
+    ("r50 l4 3x3", 2, [8, 512, 7, 7], [512, 512, 3, 3], 1, 1),
+];

@@ -4,8 +4,11 @@
 //! onnxruntime runs `bench/onnxruntime_time.py` on the file.
 //!
 //! ```sh
-//! cargo run --release -p spore --example bench_onnx -- --threads 2 --rounds 3
+//! cargo run --release -p spore --example bench_onnx -- --threads 2 --rounds 3 [--batch N]
 //! ```
+//!
+//! `--batch N` times that batch size alone (default: 1 and 32); `--rounds 0` skips
+//! onnxruntime and runs Spore only (for `perf record`).
 
 use std::process::Command;
 use std::time::Instant;
@@ -52,9 +55,20 @@ fn main() {
     println!(
         "ResNet-18 (CIFAR form) inference, {threads} threads, median of {rounds} alternating rounds (ms per run)"
     );
-    for (batch, runs) in [(1usize, 50usize), (32, 5)] {
+    let only = arg("--batch", 0);
+    let sizes = [(1usize, 50usize), (32, 5)]
+        .into_iter()
+        .filter(|&(batch, _)| only == 0 || batch == only);
+    for (batch, runs) in sizes {
         let x = Tensor::randn(&[batch, 3, 32, 32], DType::F32, Some(2)).unwrap();
         net.call1(&x).unwrap();
+        if rounds == 0 {
+            // Spore alone, long enough to profile.
+            for _ in 0..40 * runs {
+                std::hint::black_box(net.call1(&x).unwrap());
+            }
+            continue;
+        }
         let (mut s, mut o) = (vec![], vec![]);
         for _ in 0..rounds {
             let start = Instant::now();

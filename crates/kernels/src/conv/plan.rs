@@ -21,7 +21,7 @@
 //!
 //! | path | passes | where it applies |
 //! |---|---|---|
-//! | `Winograd` | forward, filter gradient | 3x3, stride 1, padding 1 on every side, sides a multiple of 4, at least [`WINOGRAD_MIN_CHANNELS`] in and out, no groups or dilation, `SPORE_WINOGRAD` not `off`; chosen from [`WINOGRAD_MIN_TILES`] tiles |
+//! | `Winograd` | forward, filter gradient | 3x3, stride 1, padding 1 on every side, at least [`WINOGRAD_MIN_CHANNELS`] in and out, no groups or dilation, `SPORE_WINOGRAD` not `off`; chosen from [`WINOGRAD_MIN_TILES`] tiles |
 //! | `Implicit` | forward, filter gradient | unpadded, one image's group within [`MAX_IMAGE_BYTES`], at least [`NR`] outputs per group |
 //! | `PaddedGathered` | filter gradient | padded, at least [`NR`] outputs, [`PADDED_GATHER_MIN_TAPS`] taps, [`PADDED_GATHER_MIN_POSITIONS`] positions, `dWᵀ` within [`MAX_GATHERED_GRADIENT`] |
 //! | `Wide` | forward, filter gradient | unpadded, stride 1, small images, fewer than [`NR`] outputs per group, wide positions within 5/4 |
@@ -62,7 +62,7 @@ pub const WINOGRAD_MIN_CHANNELS: usize = 16;
 /// (ResNet-18 at batch 1: layer3 and layer4 have 4 and 1 tiles per image).
 pub const WINOGRAD_MIN_TILES: usize = 16;
 
-/// Outputs per Winograd tile side (F(4x4, 3x3)): image sides must be multiples of it.
+/// Outputs per Winograd tile side (F(4x4, 3x3)); other sides end in partial tiles.
 pub const WINOGRAD_TILE: usize = 4;
 
 /// Values of one group's zero-bordered image gradient a thread may hold for
@@ -267,8 +267,6 @@ pub(crate) fn winograd_applies(g: &ConvGeometry) -> bool {
         && g.dilation == [1, 1]
         && g.groups == 1
         && g.pads == [1; 4]
-        && g.h.is_multiple_of(WINOGRAD_TILE)
-        && g.w.is_multiple_of(WINOGRAD_TILE)
         && g.h > 0
         && g.w > 0
         && g.c >= WINOGRAD_MIN_CHANNELS
@@ -279,7 +277,7 @@ pub(crate) fn winograd_applies(g: &ConvGeometry) -> bool {
 /// Whether Winograd, where it applies, is worth its filter transform (see
 /// [`WINOGRAD_MIN_TILES`]).
 fn winograd_pays(g: &ConvGeometry) -> bool {
-    g.n * (g.h / WINOGRAD_TILE) * (g.w / WINOGRAD_TILE) >= WINOGRAD_MIN_TILES
+    g.n * g.h.div_ceil(WINOGRAD_TILE) * g.w.div_ceil(WINOGRAD_TILE) >= WINOGRAD_MIN_TILES
 }
 
 /// What the gathered and wide paths need: the AVX2 GEMM, no padding (every tap of every

@@ -46,9 +46,10 @@ struct Draft {
     groups: usize,
 }
 
-/// Winograd and the ResNet-like padded paths: 3x3, stride 1, "same".
+/// Winograd and the ResNet-like padded paths: 3x3, stride 1, "same"; sides of 7 and
+/// 14 (ResNet-50's) end in partial Winograd tiles.
 fn resnet_like(rng: &mut Rng) -> Draft {
-    let side = rng.pick(&[4, 8, 12, 16]);
+    let side = rng.pick(&[4, 7, 8, 12, 14, 16]);
     Draft {
         n: rng.range(1, 4),
         c: rng.pick(&[16, 24, 32, 64]),
@@ -419,7 +420,7 @@ fn im2col_applies_everywhere_and_choose_takes_the_first_path() {
             if std::env::var_os("SPORE_CONV_PATH").is_none() {
                 let chosen = super::plan::choose(&g, pass, true);
                 let packs = super::plan::packs_filters(&g);
-                let tiles = g.n * (g.h / 4) * (g.w / 4);
+                let tiles = g.n * g.h.div_ceil(4) * g.w.div_ceil(4);
                 let first = paths
                     .iter()
                     .find(|p| match p {

@@ -1,5 +1,6 @@
 //! Winograd F(4x4, 3x3) convolution: 3x3, stride-1, "same"-padded f32 layers (ResNet's)
 //! as 36 products over transformed tiles, 4x fewer multiply-adds than the direct form.
+//! Sides that are not a multiple of 4 (ResNet-50's 14x14 and 7x7) end in partial tiles.
 //!
 //! ```
 //! use spore_kernels::conv::{choose, conv2d, ConvGeometry, ConvPath, Pass};
@@ -65,9 +66,18 @@ const LANES: usize = 8;
 /// used), so the last tile reads a little past its image.
 const SLACK: usize = 8;
 
-/// Tile counts of `g`: (tile rows, tiles per row).
+/// Tile counts of `g`: (tile rows, tiles per row). Where a side is not a multiple of
+/// [`M`] the last tiles reach past the image: their inputs there are zero and their
+/// outputs there are dropped.
 fn tiles(g: &ConvGeometry) -> (usize, usize) {
-    (g.h / M, g.w / M)
+    (g.h.div_ceil(M), g.w.div_ceil(M))
+}
+
+/// Sides of one channel's plane as the input transform reads it: the image with a zero
+/// border of one, widened with zeros to whole tiles.
+fn padded_sides(g: &ConvGeometry) -> (usize, usize) {
+    let (th, tw) = tiles(g);
+    (M * th + 2, M * tw + 2)
 }
 
 /// `y = conv2d(x, w)` for a geometry where the planner chose `Winograd`: x [N, C, H, W], w [O, C, 3,

@@ -185,7 +185,8 @@ impl Plan {
     pub(super) fn new(g: &ConvGeometry, block_bytes: usize) -> Plan {
         let (th, tw) = tiles(g);
         let per_block = images_per_block(g, block_bytes);
-        let padded_len = per_block * (g.h + 2) * (g.w + 2) + SLACK;
+        let (ph, pw) = padded_sides(g);
+        let padded_len = per_block * ph * pw + SLACK;
         Plan {
             per_image: th * tw,
             per_block,

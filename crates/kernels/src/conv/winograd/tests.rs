@@ -115,7 +115,8 @@ fn naive(x: &[f32], w: &[f32], dy: &[f32], g: &ConvGeometry) -> (Vec<f64>, Vec<f
 
 /// Both kernels equal the naive loops within f32 rounding, over shapes that split the
 /// batch into blocks (the last one short), put tiles of several images in one vector,
-/// leave a partial last vector, and have rows of tiles longer than a vector.
+/// leave a partial last vector, have rows of tiles longer than a vector, and sides that
+/// end in partial tiles; no output is left unwritten and nothing past it is written.
 #[test]
 fn forward_and_filter_gradient_match_naive_f64_across_blocks() {
     if !runs_here("forward_and_filter_gradient_match_naive_f64_across_blocks") {
@@ -129,6 +130,12 @@ fn forward_and_filter_gradient_match_naive_f64_across_blocks() {
         (7, 24, 16, 12, 8, 120_000, 3), // blocks of 3, 3 and 1 images
         // two depth blocks of packed filters (256 and 74 channels)
         (2, 330, 17, 4, 4, 1 << 20, 2),
+        // partial tiles: ResNet-50's 7x7 and 14x14, sides of 1, 5, 9 and 38
+        (3, 16, 18, 7, 7, 1 << 20, 3),
+        (2, 16, 16, 14, 14, 1 << 20, 2),
+        (4, 17, 16, 5, 9, 30_000, 1),
+        (2, 16, 16, 1, 1, 1 << 20, 2),
+        (2, 16, 20, 6, 38, 1 << 20, 2),
     ];
     for (n, c, o, h, w, block_bytes, per_block) in cases {
         let g = ConvGeometry::new([n, c, h, w], [o, c, 3, 3], [1, 1], [1, 1], [1; 4], 1);
@@ -138,10 +145,17 @@ fn forward_and_filter_gradient_match_naive_f64_across_blocks() {
         let wt = values(o * c * 9, 2);
         let dy = values(n * o * h * w, 3);
         let (want_y, want_dw) = naive(&x, &wt, &dy, &g);
-        let mut y = vec![f32::NAN; n * o * h * w];
+        // A guard after the output: a partial tile must not write past its image.
+        const GUARD: f32 = 12345.0;
+        let mut y = vec![f32::NAN; n * o * h * w + 64];
+        y[n * o * h * w..].fill(GUARD);
         let mut dw = vec![f32::NAN; o * c * 9];
         plan::forward(&x, &wt, &g, &mut y, block_bytes);
         plan::filter_gradient(&dy, &x, &g, &mut dw, block_bytes);
+        assert!(
+            y[n * o * h * w..].iter().all(|&v| v == GUARD),
+            "{g:?}: written past the output"
+        );
         // Rounding grows with the sum's length and the transforms' coefficients
         // (up to 8 and 1/24): bound it by the terms' count, not the result's size.
         for (name, got, want, terms) in [

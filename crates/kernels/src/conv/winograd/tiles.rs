@@ -17,8 +17,10 @@ pub(super) struct Block<'a> {
 }
 
 /// Walks a block's tiles in column order, eight at a time: where each tile's 6x6
-/// input starts in the padded planes of one channel, and where its 4x4 output starts
-/// in the block's outputs of one channel (from image `s0`'s plane of that channel).
+/// input starts in the padded planes of one channel, where its 4x4 output starts
+/// in the block's outputs of one channel (from image `s0`'s plane of that channel), and
+/// how many of its output rows and columns lie inside the image (4 and 4 but in the
+/// last row or column of tiles of a side that is not a multiple of 4).
 /// Why a walk: dividing the column by the tile counts cost a visible share of a layer's
 /// time (measured: BENCHMARKS.md, "Figures moved from code comments").
 pub(super) struct TileWalk {
@@ -26,41 +28,65 @@ pub(super) struct TileWalk {
     tw: usize,
     pw: usize,
     phw: usize,
+    h: usize,
     w: usize,
     ohw: usize,
     images: usize,
     at: (usize, usize, usize),
-    last: (usize, usize),
+    last: (usize, usize, Extent),
 }
+
+/// Output rows and columns of a tile inside the image.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Extent {
+    rows: usize,
+    cols: usize,
+}
+
+impl Extent {
+    fn whole(self) -> bool {
+        self.rows == M && self.cols == M
+    }
+}
+
+/// Eight tiles' input offsets, output offsets and extents.
+type Lanes = ([usize; LANES], [usize; LANES], [Extent; LANES]);
 
 impl TileWalk {
     fn new(b: &Block) -> TileWalk {
         let (th, tw) = tiles(b.g);
-        let (pw, w) = (b.g.w + 2, b.g.w);
+        let (ph, pw) = padded_sides(b.g);
+        let (h, w) = (b.g.h, b.g.w);
         TileWalk {
             th,
             tw,
             pw,
-            phw: (b.g.h + 2) * pw,
+            phw: ph * pw,
+            h,
             w,
-            ohw: b.g.o * b.g.h * w,
+            ohw: b.g.o * h * w,
             images: b.images,
             at: (0, 0, 0),
-            last: (0, 0),
+            last: (0, 0, Extent::default()),
         }
     }
 
-    /// The next eight tiles' (source, target) offsets; past the last tile, the last
+    /// The next eight tiles' (source, target, extent); past the last tile, the last
     /// tile's again.
     #[inline(always)]
-    fn next_lanes(&mut self) -> ([usize; LANES], [usize; LANES]) {
+    fn next_lanes(&mut self) -> Lanes {
         let (mut source, mut target) = ([0; LANES], [0; LANES]);
+        let mut extent = [Extent::default(); LANES];
         for l in 0..LANES {
             let (k, ty, tx) = self.at;
             if k < self.images {
                 self.last = (
                     k * self.phw + M * (ty * self.pw + tx),
                     k * self.ohw + M * (ty * self.w + tx),
+                    Extent {
+                        rows: (self.h - M * ty).min(M),
+                        cols: (self.w - M * tx).min(M),
+                    },
                 );
                 self.at = if tx + 1 < self.tw {
                     (k, ty, tx + 1)
@@ -70,20 +96,21 @@ impl TileWalk {
                     (k + 1, 0, 0)
                 };
             }
-            (source[l], target[l]) = self.last;
+            (source[l], target[l], extent[l]) = self.last;
         }
-        (source, target)
+        (source, target, extent)
     }
 }
 
 /// Transforms input channel `ch` of every tile of the block into `vc` ([XI, cols]):
-/// copies the channel's planes into `padded` with a zero border, then takes eight
-/// tiles at a time, each lane one tile.
+/// copies the channel's planes into `padded` with a zero border (widened to whole
+/// tiles), then takes eight tiles at a time, each lane one tile.
 #[target_feature(enable = "avx2,fma")]
 pub(super) fn transform_input(x: &[f32], b: &Block, ch: usize, vc: &mut [f32], padded: &mut [f32]) {
     let g = b.g;
-    let (h, w, pw) = (g.h, g.w, g.w + 2);
-    let phw = (h + 2) * pw;
+    let (h, w) = (g.h, g.w);
+    let (ph, pw) = padded_sides(g);
+    let phw = ph * pw;
     for k in 0..b.images {
         let plane = &x[((b.s0 + k) * g.c + ch) * h * w..][..h * w];
         let dst = &mut padded[k * phw..][..phw];
@@ -92,12 +119,20 @@ pub(super) fn transform_input(x: &[f32], b: &Block, ch: usize, vc: &mut [f32], p
         for (r, src) in plane.chunks_exact(w).enumerate() {
             let row = &mut dst[(r + 1) * pw..][..pw];
             row[0] = 0.0;
-            row[pw - 1] = 0.0;
-            // Four at a time (the planner made `w` a multiple of 4): for 32 values a
-            // `copy_from_slice` became a `memmove` call, a visible share of the layer's
-            // time (measured: BENCHMARKS.md, "Figures moved from code comments").
-            for (d, s) in row[1..=w].chunks_exact_mut(4).zip(src.chunks_exact(4)) {
+            if pw == w + 2 {
+                row[pw - 1] = 0.0;
+            } else {
+                row[w + 1..].fill(0.0);
+            }
+            // Four at a time: for 32 values a `copy_from_slice` became a `memmove`
+            // call, a visible share of the layer's time (measured: BENCHMARKS.md,
+            // "Figures moved from code comments").
+            let whole = w / 4 * 4;
+            for (d, s) in row[1..=whole].chunks_exact_mut(4).zip(src.chunks_exact(4)) {
                 store4(d, load4(s));
+            }
+            for (d, s) in row[1 + whole..=w].iter_mut().zip(&src[whole..]) {
+                *d = *s;
             }
         }
     }
@@ -107,7 +142,7 @@ pub(super) fn transform_input(x: &[f32], b: &Block, ch: usize, vc: &mut [f32], p
     let reach = 5 * pw + 8;
     let mut walk = TileWalk::new(b);
     for t in (0..b.cols).step_by(LANES) {
-        let (base, _) = walk.next_lanes();
+        let (base, _, _) = walk.next_lanes();
         for &at in &base {
             assert!(
                 at + reach <= padded.len(),
@@ -153,7 +188,7 @@ pub(super) unsafe fn transform_output(m: &[f32], b: &Block, oc: usize, y: *mut f
     let plane = ((b.s0 * o) + oc) * hw;
     let mut walk = TileWalk::new(b);
     for t in (0..b.cols).step_by(LANES) {
-        let (_, target) = walk.next_lanes();
+        let (_, target, extent) = walk.next_lanes();
         // by_row[a][j] = Σ_i Aᵀ[a][i] · M[i·α + j]
         let mut by_row = [[_mm256_setzero_ps(); ALPHA]; M];
         for j in 0..ALPHA {
@@ -169,16 +204,28 @@ pub(super) unsafe fn transform_output(m: &[f32], b: &Block, oc: usize, y: *mut f
         for (a, row) in by_row.into_iter().enumerate() {
             let row = at(row);
             let quads = transpose4(row);
-            for (l, &dst) in target[..lanes].iter().enumerate() {
+            for (l, (&dst, e)) in target[..lanes].iter().zip(extent).enumerate() {
+                if a >= e.rows {
+                    continue;
+                }
                 let quad = quads[l % 4];
                 let half = if l < 4 {
                     _mm256_castps256_ps128(quad)
                 } else {
                     _mm256_extractf128_ps::<1>(quad)
                 };
-                // SAFETY: the caller's contract; the four values are inside row
-                // `M·ty + a` of the tile's plane.
-                unsafe { _mm_storeu_ps(y.add(plane + dst + a * w), half) };
+                // SAFETY: the caller's contract; the `e.cols` values stored are inside
+                // row `M·ty + a` of the tile's plane (`a < e.rows`).
+                unsafe {
+                    let row = y.add(plane + dst + a * w);
+                    if e.cols == M {
+                        _mm_storeu_ps(row, half);
+                    } else {
+                        let mut four = [0.0f32; 4];
+                        _mm_storeu_ps(four.as_mut_ptr(), half);
+                        std::ptr::copy_nonoverlapping(four.as_ptr(), row, e.cols);
+                    }
+                }
             }
         }
     }
@@ -194,15 +241,24 @@ pub(super) fn transform_output_gradient(dy: &[f32], b: &Block, oc: usize, dmo: &
     let planes = &dy[(b.s0 * o + oc) * hw..(b.s0 + b.images) * o * hw];
     let mut walk = TileWalk::new(b);
     for t in (0..b.cols).step_by(LANES) {
-        let (_, target) = walk.next_lanes();
+        let (_, target, extent) = walk.next_lanes();
         // by_row[a][j] = Σ_b Aᵀ[b][j] · dY[a][b]
         let mut by_row = [[_mm256_setzero_ps(); ALPHA]; M];
         for (a, row) in by_row.iter_mut().enumerate() {
-            let at = |l: usize| &planes[target[l] + a * w..][..4];
-            let quads: [__m256; 4] = [0, 1, 2, 3].map(|l| {
-                // SAFETY: `at` checked four values in each half.
-                unsafe { _mm256_loadu2_m128(at(l + 4).as_ptr(), at(l).as_ptr()) }
-            });
+            // Row `a` of lane `l`'s tile, zero outside the image (the adjoint of
+            // dropping those outputs).
+            let at = |l: usize| {
+                let e = extent[l];
+                if e.whole() {
+                    return load4(&planes[target[l] + a * w..][..4]);
+                }
+                let mut four = [0.0f32; 4];
+                if a < e.rows {
+                    four[..e.cols].copy_from_slice(&planes[target[l] + a * w..][..e.cols]);
+                }
+                load4(&four)
+            };
+            let quads: [__m256; 4] = [0, 1, 2, 3].map(|l| _mm256_set_m128(at(l + 4), at(l)));
             *row = a_t(transpose4(quads));
         }
         for j in 0..ALPHA {
