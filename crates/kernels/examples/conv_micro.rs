@@ -10,7 +10,7 @@ use spore_kernels::Buffer;
 use spore_kernels::UnaryFn;
 use spore_kernels::arena::{self, BufferPool};
 use spore_kernels::conv::{
-    ConvGeometry, conv2d, conv2d_backward_filter, conv2d_backward_input, conv2d_relu,
+    ConvGeometry, Pass, choose, conv2d, conv2d_backward_filter, conv2d_backward_input, conv2d_relu,
 };
 use spore_kernels::elementwise::unary;
 use spore_kernels::layout::Layout;
@@ -80,9 +80,15 @@ fn main() {
             let f = time_if("fwd", &mut || conv2d(&x, &w, &g));
             let bf = time_if("dw", &mut || conv2d_backward_filter(&dy, &x, &g));
             let bi = time_if("dx", &mut || conv2d_backward_input(&dy, &w, &g));
+            let path = |pass| format!("{:?}", choose(&g, pass, true));
             println!(
-                "{name:17} x{count:<2} fwd {f:8.3} ms ({:5.1} GF/s)  dW {bf:8.3} ms ({:5.1})  dX {bi:8.3} ms ({:5.1})",
-                flop / f / 1e6, flop / bf / 1e6, flop / bi / 1e6
+                "{name:17} x{count:<2} fwd {f:8.3} ms ({:5.1} GF/s)  dW {bf:8.3} ms ({:5.1})  dX {bi:8.3} ms ({:5.1})  [{} / {} / {}]",
+                flop / f / 1e6,
+                flop / bf / 1e6,
+                flop / bi / 1e6,
+                path(Pass::Forward),
+                path(Pass::FilterGradient),
+                path(Pass::InputGradient),
             );
             let network = name.split(' ').next().unwrap_or(name);
             let at = match totals.iter().position(|t| t.0 == network) {

@@ -152,6 +152,11 @@ pub(crate) fn input_gradient_on<T: Num>(
         match path {
             ConvPath::AsForward => {
                 if let Some(gt) = plan::transposed_geometry(g) {
+                    if let Some(dx) = one_by_one_as_forward(dyf, wf, g, &gt)
+                        && let Some(dx) = T::vec_of(Buffer::F32(dx))
+                    {
+                        return dx;
+                    }
                     let wt = transposed::transposed_filter(wf, g);
                     let (dx, _) = convolve(dyf, &wt, &gt, false);
                     arena::recycle(Buffer::F32(wt));
@@ -214,6 +219,31 @@ pub(crate) fn filter_gradient_on<T: Num>(
         }
     }
     general::filter_gradient(dy, x, g)
+}
+
+/// The input gradient of a 1x1 convolution as its transposed forward pass `gt` on the
+/// packed-panels path, with `Wᵀ` packed straight from `W` (a 1x1 filter turned by 180°
+/// is itself); `None` where `gt` takes another path. Why: the transposed copy of a
+/// 2048 x 512 filter took a third as long as the product it feeds (BENCHMARKS.md,
+/// "Where the time goes: ResNet-50 training").
+fn one_by_one_as_forward(
+    dy: &[f32],
+    w: &[f32],
+    g: &ConvGeometry,
+    gt: &ConvGeometry,
+) -> Option<Vec<f32>> {
+    let packs = g.kh == 1
+        && g.kw == 1
+        && gt.ckk() > 0
+        && choose(gt, Pass::Forward, true) == ConvPath::Panels;
+    if !packs {
+        return None;
+    }
+    let mut dx = arena::for_overwrite::<f32>(g.n * g.c * g.h * g.w);
+    let (filters, filter_len) = panels::packed_filters(w, g, true);
+    panels::forward_packed(dy, &filters, filter_len, gt, &mut dx);
+    arena::recycle(Buffer::F32(filters));
+    Some(dx)
 }
 
 /// Whether [`conv2d_backward_input`] computes `g`'s input gradient (f32) as a forward

@@ -434,3 +434,35 @@ fn im2col_applies_everywhere_and_choose_takes_the_first_path() {
         }
     }
 }
+
+/// The input gradient of 1x1 layers (ResNet-50's), where `AsForward` packs `Wᵀ` straight
+/// from `W`, with and without groups, equals the naive f64 loop.
+#[test]
+fn one_by_one_input_gradients_as_forward_match_naive_f64() {
+    let geometries = [
+        ConvGeometry::new([2, 32, 9, 9], [128, 32, 1, 1], [1, 1], [1, 1], [0; 4], 1),
+        ConvGeometry::new([2, 48, 9, 9], [256, 24, 1, 1], [1, 1], [1, 1], [0; 4], 2),
+        ConvGeometry::new([1, 24, 12, 12], [96, 24, 1, 1], [1, 1], [1, 1], [0; 4], 1),
+    ];
+    let mut rng = Rng(0x1B1);
+    for g in geometries {
+        let paths = applicable(&g, Pass::InputGradient, true);
+        if !paths.contains(&ConvPath::AsForward) {
+            eprintln!("NOTE: AsForward does not apply to {g:?} on this machine; not checked");
+            continue;
+        }
+        // Images too large for the gathered path: the transposed pass packs panels.
+        let gt = super::plan::transposed_geometry(&g).expect("stride 1");
+        assert_eq!(
+            super::plan::choose(&gt, Pass::Forward, true),
+            ConvPath::Panels,
+            "{gt:?}"
+        );
+        let x = rng.values(g.n * g.c * g.h * g.w);
+        let w = rng.values(g.o * g.ckk());
+        let dy = rng.values(g.n * g.o * g.ohw());
+        let want = reference(&g, &x, &w, &dy);
+        let dx = input_gradient_on(ConvPath::AsForward, &dy, &w, &g);
+        check(&dx, &want.dx, &format!("AsForward input gradient of {g:?}"));
+    }
+}
