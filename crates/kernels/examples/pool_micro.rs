@@ -1,5 +1,6 @@
-//! Times 2x2 max pooling and its gradient on LeNet5's shapes (batch 32), with outputs
-//! recycled through a buffer pool as in a compiled graph.
+//! Times max pooling and its gradient on LeNet5's 2x2 shapes (batch 32) and ResNet-50's
+//! 3x3 stride-2 padded pool (batch 8 and 1), with outputs recycled through a buffer pool
+//! as in a compiled graph.
 //! Run: `cargo run --release -p spore-kernels --example pool_micro`
 use std::time::Instant;
 
@@ -32,11 +33,13 @@ fn main() {
         .use_current_thread()
         .build_global()
         .ok();
-    for (name, input) in [
-        ("lenet pool1", [32, 6, 28, 28]),
-        ("lenet pool2", [32, 16, 10, 10]),
+    for (name, input, k, p) in [
+        ("lenet pool1", [32, 6, 28, 28], 2, 0),
+        ("lenet pool2", [32, 16, 10, 10], 2, 0),
+        ("r50 pool b8", [8, 64, 112, 112], 3, 1),
+        ("r50 pool b1", [1, 64, 112, 112], 3, 1),
     ] {
-        let g = PoolGeometry::new(input, [2, 2], [2, 2], [0; 4]);
+        let g = PoolGeometry::new(input, [k, k], [2, 2], [p; 4]);
         let len: usize = input.iter().product();
         let x: Vec<f32> = (0..len)
             .map(|i| ((i * 7919) % 1000) as f32 * 0.01)

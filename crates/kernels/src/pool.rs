@@ -183,6 +183,104 @@ fn argmax_unpadded<T: Num>(plane: &[T], g: &PoolGeometry, oy: usize, ox: usize) 
     best
 }
 
+/// Output rows (`.0`) and columns (`.1`) whose windows lie wholly inside the image:
+/// there the window's cells are read without clipping.
+fn interior(g: &PoolGeometry) -> Inside {
+    let inside = |d: usize, size: usize, outputs: usize| {
+        let (k, s, pad) = (g.kernel[d], g.stride[d], g.pads[2 * d]);
+        let first = pad.div_ceil(s);
+        // The last start `o·s - pad` with `o·s - pad + k <= size`.
+        let end = match (size + pad).checked_sub(k) {
+            Some(reach) => (reach / s + 1).min(outputs),
+            None => 0,
+        };
+        first.min(end)..end
+    };
+    (inside(0, g.h, g.oh), inside(1, g.w, g.ow))
+}
+
+/// Position of the first maximum (row-major) of the `KH` x `KW` window whose top-left
+/// cell is `first`, all inside the plane (rows `w` apart). Sizes known at compile time
+/// unroll the window (2x2 and 3x3, the common pools).
+#[inline(always)]
+fn argmax_window<T: Num, const KH: usize, const KW: usize>(
+    plane: &[T],
+    w: usize,
+    first: usize,
+) -> usize {
+    let window = &plane[first..first + (KH - 1) * w + KW];
+    let (mut best, mut v) = (0, window[0]);
+    for ky in 0..KH {
+        for kx in 0..KW {
+            let e = window[ky * w + kx];
+            if e > v {
+                (best, v) = (ky * w + kx, e);
+            }
+        }
+    }
+    first + best
+}
+
+/// Calls `f(output_index, first_max)` for every output of one plane, in row-major
+/// order, for a padded geometry (unpadded ones take [`argmax_unpadded`]): the position
+/// (within the plane) of its window's first maximum, `None` for a window wholly in
+/// padding. Windows inside the image are read directly; only those that touch the
+/// padding are clipped ([`argmax_in`]). Why: clipping every window made
+/// ResNet-50's 3x3 stride-2 pool several times slower than reading its input
+/// (BENCHMARKS.md, "Where the time goes: ResNet-50 training").
+/// `inside` is [`interior`]'s, computed once per call (its divisions cost a visible
+/// share of LeNet's small planes).
+#[inline(always)]
+fn for_each_first_max<T: Num>(
+    plane: &[T],
+    g: &PoolGeometry,
+    inside: &Inside,
+    f: impl FnMut(usize, Option<usize>),
+) {
+    match g.kernel {
+        [2, 2] => walk_windows::<T, 2, 2>(plane, g, inside, f),
+        [3, 3] => walk_windows::<T, 3, 3>(plane, g, inside, f),
+        // Other sizes: every window clipped.
+        _ => walk_windows::<T, 0, 0>(plane, g, &(0..0, 0..0), f),
+    }
+}
+
+/// Output rows and columns whose windows lie inside the image ([`interior`]).
+type Inside = (std::ops::Range<usize>, std::ops::Range<usize>);
+
+/// [`for_each_first_max`] for a `KH` x `KW` kernel (0 x 0: any kernel, clipped).
+#[inline(always)]
+fn walk_windows<T: Num, const KH: usize, const KW: usize>(
+    plane: &[T],
+    g: &PoolGeometry,
+    (rows, cols): &Inside,
+    mut f: impl FnMut(usize, Option<usize>),
+) {
+    let [sy, sx] = g.stride;
+    for oy in 0..g.oh {
+        let at = oy * g.ow;
+        if !rows.contains(&oy) || cols.is_empty() {
+            for ox in 0..g.ow {
+                f(at + ox, argmax_in(plane, g, oy, ox));
+            }
+            continue;
+        }
+        for ox in 0..cols.start {
+            f(at + ox, argmax_in(plane, g, oy, ox));
+        }
+        let row0 = (oy * sy - g.pads[0]) * g.w - g.pads[2];
+        for ox in cols.clone() {
+            f(
+                at + ox,
+                Some(argmax_window::<T, KH, KW>(plane, g.w, row0 + ox * sx)),
+            );
+        }
+        for ox in cols.end..g.ow {
+            f(at + ox, argmax_in(plane, g, oy, ox));
+        }
+    }
+}
+
 /// Runs `f(plane_index, out_plane)` over the `plane_len`-sized planes of `out`, spread
 /// over the thread pool in a few large blocks when the work (`work_per_plane` elements
 /// each) is big enough to pay for the fork, else on the calling thread.
@@ -228,6 +326,7 @@ pub fn max_pool2d<T: Num>(x: &[T], g: &PoolGeometry) -> Vec<T> {
         });
         return y;
     }
+    let inside = interior(g);
     for_each_plane(&mut y, ohw, hw, |p, yp| {
         let plane = &x[p * hw..][..hw];
         if g.unpadded() {
@@ -238,15 +337,13 @@ pub fn max_pool2d<T: Num>(x: &[T], g: &PoolGeometry) -> Vec<T> {
             }
             return;
         }
-        for oy in 0..g.oh {
-            for ox in 0..g.ow {
-                // A window entirely in padding sees only -inf (MindSpore's padding value).
-                yp[oy * g.ow + ox] = match argmax_in(plane, g, oy, ox) {
-                    Some(i) => plane[i],
-                    None => T::from_f64(f64::NEG_INFINITY),
-                };
-            }
-        }
+        for_each_first_max(plane, g, &inside, |o, best| {
+            // A window entirely in padding sees only -inf (MindSpore's padding value).
+            yp[o] = match best {
+                Some(i) => plane[i],
+                None => T::from_f64(f64::NEG_INFINITY),
+            };
+        });
     });
     y
 }
@@ -295,6 +392,7 @@ fn max_pool2d_backward_masked<T: Num>(x: &[T], dy: &[T], g: &PoolGeometry, relu:
     if hw == 0 {
         return dx;
     }
+    let inside = interior(g);
     for_each_plane(&mut dx, hw, hw, |p, dxp| {
         let plane = &x[p * hw..][..hw];
         let dyp = &dy[p * ohw..][..ohw];
@@ -306,13 +404,11 @@ fn max_pool2d_backward_masked<T: Num>(x: &[T], dy: &[T], g: &PoolGeometry, relu:
                 }
             }
         } else {
-            for oy in 0..g.oh {
-                for ox in 0..g.ow {
-                    if let Some(i) = argmax_in(plane, g, oy, ox) {
-                        dxp[i] = dxp[i].binary(BinaryFn::Add, dy[p * ohw + oy * g.ow + ox]);
-                    }
+            for_each_first_max(plane, g, &inside, |o, best| {
+                if let Some(i) = best {
+                    dxp[i] = dxp[i].binary(BinaryFn::Add, dyp[o]);
                 }
-            }
+            });
         }
         if relu {
             mask_not_positive(plane, dxp);

@@ -5,6 +5,7 @@
 mod avx512_pairs;
 mod bf16_products;
 mod half;
+mod max_pool;
 mod parallel_loops;
 mod products;
 mod vmath;

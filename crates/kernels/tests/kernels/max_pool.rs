@@ -1,0 +1,97 @@
+//! Max pooling's windows against a naive loop: the first (row-major) strictly greatest
+//! cell of each window clipped to the image, `-inf` for a window wholly in padding, and
+//! each output gradient sent to that cell.
+
+use spore_kernels::pool::{
+    PoolGeometry, max_pool2d, max_pool2d_backward, max_pool2d_backward_of_relu,
+};
+
+use crate::values;
+
+/// (output, input gradient) of the naive loop.
+fn naive(x: &[f64], dy: &[f64], g: &PoolGeometry) -> (Vec<f64>, Vec<f64>) {
+    let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
+    let mut y = vec![f64::NEG_INFINITY; g.n * g.c * ohw];
+    let mut dx = vec![0.0; g.n * g.c * hw];
+    for p in 0..g.n * g.c {
+        for oy in 0..g.oh {
+            for ox in 0..g.ow {
+                let mut best: Option<(usize, f64)> = None;
+                for ky in 0..g.kernel[0] {
+                    for kx in 0..g.kernel[1] {
+                        let iy = (oy * g.stride[0] + ky) as isize - g.pads[0] as isize;
+                        let ix = (ox * g.stride[1] + kx) as isize - g.pads[2] as isize;
+                        if iy < 0 || ix < 0 || iy >= g.h as isize || ix >= g.w as isize {
+                            continue;
+                        }
+                        let i = iy as usize * g.w + ix as usize;
+                        let v = x[p * hw + i];
+                        if best.is_none_or(|(_, b)| v > b) {
+                            best = Some((i, v));
+                        }
+                    }
+                }
+                if let Some((i, v)) = best {
+                    y[p * ohw + oy * g.ow + ox] = v;
+                    dx[p * hw + i] += dy[p * ohw + oy * g.ow + ox];
+                }
+            }
+        }
+    }
+    (y, dx)
+}
+
+/// Padded and unpadded windows of 2, 3 and 4 columns (ResNet's 3x3 stride-2 pool among
+/// them), ceil mode, and windows wholly in padding, over values with many ties, NaN and
+/// signed zeros, in f64 and f32 (whose 2x2 pools take the vector kernel).
+#[test]
+fn max_pools_match_the_naive_first_maximum_loop() {
+    // (input, kernel, stride, pads, ceil mode)
+    let cases = [
+        ([2, 3, 13, 14], [3, 3], [2, 2], [1; 4], false),
+        ([1, 2, 7, 7], [3, 3], [1, 1], [1; 4], false),
+        ([2, 2, 9, 11], [2, 2], [2, 2], [0; 4], false),
+        ([1, 3, 10, 9], [3, 3], [3, 3], [2, 0, 1, 2], true),
+        ([1, 2, 9, 10], [4, 4], [2, 2], [1; 4], false),
+        ([1, 1, 3, 3], [2, 2], [1, 1], [2; 4], false),
+        ([2, 2, 8, 8], [3, 2], [2, 1], [0, 1, 1, 0], false),
+    ];
+    for (input, kernel, stride, pads, ceil) in cases {
+        let g = PoolGeometry::with_ceil_mode(input, kernel, stride, pads, ceil);
+        let len: usize = input.iter().product();
+        let x: Vec<f64> = values(len, 21)
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match i % 29 {
+                3 => f64::NAN,
+                7 => -0.0,
+                8 => 0.0,
+                _ => (v * 2.0).round(),
+            })
+            .collect();
+        let dy = values(g.n * g.c * g.oh * g.ow, 22);
+        let (want_y, want_dx) = naive(&x, &dy, &g);
+        let same = |a: f64, b: f64| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+        let y = max_pool2d(&x, &g);
+        assert!(
+            y.iter().zip(&want_y).all(|(&a, &b)| same(a, b)) && y.len() == want_y.len(),
+            "forward of {g:?}"
+        );
+        let dx = max_pool2d_backward(&x, &dy, &g);
+        assert!(
+            dx.iter().zip(&want_dx).all(|(&a, &b)| same(a, b)) && dx.len() == want_dx.len(),
+            "backward of {g:?}"
+        );
+        let relu_dx = max_pool2d_backward_of_relu(&x, &dy, &g);
+        for ((&got, &want), &xv) in relu_dx.iter().zip(&want_dx).zip(&x) {
+            let want = if xv > 0.0 { want } else { 0.0 };
+            assert!(same(got, want), "backward of ReLU of {g:?}");
+        }
+        let x32: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+        let y32 = max_pool2d(&x32, &g);
+        assert!(
+            y32.iter().zip(&want_y).all(|(&a, &b)| same(a as f64, b)),
+            "f32 forward of {g:?}"
+        );
+    }
+}
