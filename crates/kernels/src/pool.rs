@@ -268,12 +268,11 @@ fn walk_windows<T: Num, const KH: usize, const KW: usize>(
         for ox in 0..cols.start {
             f(at + ox, argmax_in(plane, g, oy, ox));
         }
-        let row0 = (oy * sy - g.pads[0]) * g.w - g.pads[2];
+        // Both non-negative inside: `oy·sy >= top pad` and `ox·sx >= left pad`.
+        let row0 = (oy * sy - g.pads[0]) * g.w;
         for ox in cols.clone() {
-            f(
-                at + ox,
-                Some(argmax_window::<T, KH, KW>(plane, g.w, row0 + ox * sx)),
-            );
+            let first = row0 + (ox * sx - g.pads[2]);
+            f(at + ox, Some(argmax_window::<T, KH, KW>(plane, g.w, first)));
         }
         for ox in cols.end..g.ow {
             f(at + ox, argmax_in(plane, g, oy, ox));
@@ -389,7 +388,7 @@ fn max_pool2d_backward_masked<T: Num>(x: &[T], dy: &[T], g: &PoolGeometry, relu:
         }
     }
     let mut dx = crate::arena::zeroed::<T>(g.planes() * hw);
-    if hw == 0 {
+    if hw == 0 || ohw == 0 {
         return dx;
     }
     let inside = interior(g);
@@ -461,7 +460,7 @@ pub fn avg_pool2d<T: Num>(x: &[T], g: &PoolGeometry, count_include_pad: bool) ->
 pub fn avg_pool2d_backward<T: Num>(dy: &[T], g: &PoolGeometry, count_include_pad: bool) -> Vec<T> {
     let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
     let mut dx = crate::arena::zeroed::<T>(g.planes() * hw);
-    if hw == 0 {
+    if hw == 0 || ohw == 0 {
         return dx;
     }
     for_each_plane(&mut dx, hw, hw, |p, dxp| {

@@ -275,9 +275,15 @@ pub(crate) fn winograd_applies(g: &ConvGeometry) -> bool {
 }
 
 /// Whether Winograd, where it applies, is worth its filter transform (see
-/// [`WINOGRAD_MIN_TILES`]).
+/// [`WINOGRAD_MIN_TILES`]) and the outputs its partial tiles compute and drop: at least
+/// half of the tiles' outputs must lie inside the image. Why half: ResNet-50's 14x14 and
+/// 7x7 layers (77 % inside) run about twice and 1.15 times as fast as the direct form
+/// (BENCHMARKS.md, "Where the time goes: ResNet-50 training"), while a side of 1 or 2
+/// computes 16 or 4 times the outputs it keeps and the form saves 4x at most.
 fn winograd_pays(g: &ConvGeometry) -> bool {
-    g.n * g.h.div_ceil(WINOGRAD_TILE) * g.w.div_ceil(WINOGRAD_TILE) >= WINOGRAD_MIN_TILES
+    let (th, tw) = (g.h.div_ceil(WINOGRAD_TILE), g.w.div_ceil(WINOGRAD_TILE));
+    let covered = th * tw * WINOGRAD_TILE * WINOGRAD_TILE;
+    g.n * th * tw >= WINOGRAD_MIN_TILES && 2 * g.h * g.w >= covered
 }
 
 /// What the gathered and wide paths need: the AVX2 GEMM, no padding (every tap of every

@@ -420,12 +420,15 @@ fn im2col_applies_everywhere_and_choose_takes_the_first_path() {
             if std::env::var_os("SPORE_CONV_PATH").is_none() {
                 let chosen = super::plan::choose(&g, pass, true);
                 let packs = super::plan::packs_filters(&g);
-                let tiles = g.n * g.h.div_ceil(4) * g.w.div_ceil(4);
+                let (th, tw) = (g.h.div_ceil(4), g.w.div_ceil(4));
+                // Enough tiles, and at least half of their outputs inside the image.
+                let winograd_pays = g.n * th * tw >= super::plan::WINOGRAD_MIN_TILES
+                    && 2 * g.h * g.w >= 16 * th * tw;
                 let first = paths
                     .iter()
                     .find(|p| match p {
                         ConvPath::Im2colPackedFilters => packs,
-                        ConvPath::Winograd => tiles >= super::plan::WINOGRAD_MIN_TILES,
+                        ConvPath::Winograd => winograd_pays,
                         _ => true,
                     })
                     .copied();

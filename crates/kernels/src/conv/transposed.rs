@@ -16,19 +16,20 @@ use super::geometry::ConvGeometry;
 use crate::arena;
 
 /// Filter rows (input channels) one task writes: its reads of the source, one output
-/// channel at a time, are then `ROWS · KH · KW` consecutive values, and its writes go to
-/// `ROWS` rows that stay in cache.
+/// channel at a time, are then runs of up to `ROWS · KH · KW` consecutive values (one
+/// run per group the rows fall in), and its writes go to `ROWS` rows that stay in cache.
 const ROWS: usize = 32;
 
 /// Each group's filter transposed and turned by 180°: `W'[c][o][i][j] = W[o][c][KH-1-i]
 /// [KW-1-j]` ([C, O/groups, KH, KW]), the filter of `plan::transposed_geometry`'s convolution.
 ///
-/// Why in blocks of rows, on every thread: written one output value at a time down its
-/// columns, the transpose of a 1x1 layer's 2048 x 512 filter took longer than the
-/// product it feeds (BENCHMARKS.md, "Where the time goes: ResNet-50 training").
+/// Why in blocks of rows, on every thread: copied one source filter at a time, each
+/// value lands `O · KH · KW` values after the last, so every write touches another
+/// cache line (1x1 layers, whose copy this was, now skip it: `one_by_one_as_forward`).
 pub(super) fn transposed_filter(w: &[f32], g: &ConvGeometry) -> Vec<f32> {
     let (og, cg, kk) = (g.og(), g.cg(), g.kh * g.kw);
-    let mut wt = arena::for_overwrite::<f32>(w.len());
+    // Exactly the filter's values: a longer `w` has rows no output channel reads.
+    let mut wt = arena::for_overwrite::<f32>(g.o * g.ckk());
     let row_len = og * kk;
     if row_len == 0 {
         return wt;
@@ -54,7 +55,7 @@ pub(super) fn transposed_filter(w: &[f32], g: &ConvGeometry) -> Vec<f32> {
             }
         }
     };
-    if w.len() < crate::layout::PARALLEL_THRESHOLD {
+    if wt.len() < crate::layout::PARALLEL_THRESHOLD {
         wt.chunks_mut(ROWS * row_len).enumerate().for_each(fill);
     } else {
         wt.par_chunks_mut(ROWS * row_len).enumerate().for_each(fill);

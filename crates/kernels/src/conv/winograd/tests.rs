@@ -136,6 +136,8 @@ fn forward_and_filter_gradient_match_naive_f64_across_blocks() {
         (4, 17, 16, 5, 9, 30_000, 1),
         (2, 16, 16, 1, 1, 1 << 20, 2),
         (2, 16, 20, 6, 38, 1 << 20, 2),
+        (2, 16, 16, 2, 3, 1 << 20, 2),
+        (3, 17, 16, 3, 2, 1 << 20, 3),
     ];
     for (n, c, o, h, w, block_bytes, per_block) in cases {
         let g = ConvGeometry::new([n, c, h, w], [o, c, 3, 3], [1, 1], [1, 1], [1; 4], 1);
