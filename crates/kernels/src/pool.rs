@@ -213,9 +213,12 @@ fn argmax_window<T: Num, const KH: usize, const KW: usize>(
     for ky in 0..KH {
         for kx in 0..KW {
             let e = window[ky * w + kx];
-            if e > v {
-                (best, v) = (ky * w + kx, e);
-            }
+            // Selects, not a branch: in a ReLU's output (half zeros, the rest random)
+            // the comparison is unpredictable, and mispredicted branches made this
+            // loop slower than the clipped one it replaced.
+            let greater = e > v;
+            best = std::hint::select_unpredictable(greater, ky * w + kx, best);
+            v = std::hint::select_unpredictable(greater, e, v);
         }
     }
     first + best
