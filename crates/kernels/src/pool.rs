@@ -129,8 +129,24 @@ impl PoolGeometry {
     }
 }
 
+/// The window scan's step: `(position, value)` of the first maximum so far, replaced by
+/// (`at`, `e`) only if `e` is strictly greater (a NaN never replaces, `>` is false for
+/// it). Selects, not a branch: in a ReLU's output (half zeros, the rest random) the
+/// comparison is unpredictable, and mispredicted branches made a direct scan of ResNet-50's
+/// pool slower than the clipped one it replaced (BENCHMARKS.md, "Where the time goes:
+/// ResNet-50 training"). The other scans keep their branches: on LeNet's unpadded 2x2
+/// pools of such data the selects measured no faster.
+#[inline(always)]
+fn keep_first_max<T: Num>((best, v): (usize, T), at: usize, e: T) -> (usize, T) {
+    let greater = e > v;
+    (
+        std::hint::select_unpredictable(greater, at, best),
+        std::hint::select_unpredictable(greater, e, v),
+    )
+}
+
 /// Position (within the plane) of the first maximum of the window, in row-major order.
-/// A NaN never replaces an earlier value (`>` is false for it), as before.
+/// A NaN never replaces an earlier value (`>` is false for it).
 #[inline]
 fn argmax_in<T: Num>(plane: &[T], g: &PoolGeometry, oy: usize, ox: usize) -> Option<usize> {
     let (ys, xs) = g.window(oy, ox);
@@ -209,19 +225,13 @@ fn argmax_window<T: Num, const KH: usize, const KW: usize>(
     first: usize,
 ) -> usize {
     let window = &plane[first..first + (KH - 1) * w + KW];
-    let (mut best, mut v) = (0, window[0]);
+    let mut state = (0, window[0]);
     for ky in 0..KH {
         for kx in 0..KW {
-            let e = window[ky * w + kx];
-            // Selects, not a branch: in a ReLU's output (half zeros, the rest random)
-            // the comparison is unpredictable, and mispredicted branches made this
-            // loop slower than the clipped one it replaced.
-            let greater = e > v;
-            best = std::hint::select_unpredictable(greater, ky * w + kx, best);
-            v = std::hint::select_unpredictable(greater, e, v);
+            state = keep_first_max(state, ky * w + kx, window[ky * w + kx]);
         }
     }
-    first + best
+    first + state.0
 }
 
 /// Calls `f(output_index, first_max)` for every output of one plane, in row-major
