@@ -248,20 +248,26 @@ fn for_each_first_max<T: Num>(
     plane: &[T],
     g: &PoolGeometry,
     inside: &Inside,
-    f: impl FnMut(usize, Option<usize>),
+    mut f: impl FnMut(usize, Option<usize>),
 ) {
     match g.kernel {
         [2, 2] => walk_windows::<T, 2, 2>(plane, g, inside, f),
         [3, 3] => walk_windows::<T, 3, 3>(plane, g, inside, f),
         // Other sizes: every window clipped.
-        _ => walk_windows::<T, 0, 0>(plane, g, &(0..0, 0..0), f),
+        _ => {
+            for oy in 0..g.oh {
+                for ox in 0..g.ow {
+                    f(oy * g.ow + ox, argmax_in(plane, g, oy, ox));
+                }
+            }
+        }
     }
 }
 
 /// Output rows and columns whose windows lie inside the image ([`interior`]).
 type Inside = (std::ops::Range<usize>, std::ops::Range<usize>);
 
-/// [`for_each_first_max`] for a `KH` x `KW` kernel (0 x 0: any kernel, clipped).
+/// [`for_each_first_max`] for a `KH` x `KW` kernel.
 #[inline(always)]
 fn walk_windows<T: Num, const KH: usize, const KW: usize>(
     plane: &[T],

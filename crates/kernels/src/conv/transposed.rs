@@ -44,10 +44,6 @@ pub(super) fn transposed_filter(w: &[f32], g: &ConvGeometry) -> Vec<f32> {
         for o in 0..og {
             let at = o * cg * kk;
             for (row, &base) in rows.chunks_exact_mut(row_len).zip(&bases) {
-                if kk == 1 {
-                    row[o] = w[base + at];
-                    continue;
-                }
                 let src = &w[base + at..][..kk];
                 for (d, &v) in row[o * kk..][..kk].iter_mut().zip(src.iter().rev()) {
                     *d = v;
