@@ -33,6 +33,11 @@ impl Tensor {
     /// `exp(x) / sum(exp(x))` along `axis`, computed stably (the max is subtracted first).
     #[track_caller]
     pub fn softmax(&self, axis: isize) -> Result<Tensor> {
+        let rank = self.rank() as isize;
+        let last = rank > 0 && (axis == -1 || axis == rank - 1);
+        if last && self.numel() > 0 && crate::eager::applies(&[self]) {
+            return crate::eager::softmax_last_axis(self);
+        }
         let shifted = self.sub(&self.max(&[axis], true)?.stop_gradient()?)?;
         let e = shifted.exp()?;
         e.div(&e.sum(&[axis], true)?)

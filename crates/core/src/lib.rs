@@ -28,6 +28,7 @@ pub mod control;
 pub mod debug;
 mod depth;
 mod display;
+pub mod eager;
 pub mod error;
 pub mod ir;
 pub mod logging;

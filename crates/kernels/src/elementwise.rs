@@ -1,5 +1,5 @@
 //! Elementwise kernels: unary maps, broadcasting binary maps, comparisons, `select` and
-//! casts. Inputs are strided views already broadcast to the output shape; outputs are
+//! casts (`select` lives in `select.rs`). Inputs are strided views already broadcast to the output shape; outputs are
 //! contiguous.
 //!
 //! ```
@@ -17,6 +17,8 @@ use crate::dtype::DType;
 use crate::layout::{Dims, Layout, Strides, fill_rows};
 use crate::vmath;
 use smallvec::smallvec;
+
+pub use crate::select::select;
 
 /// The one list of one-input functions: the enum, its `ALL` list and every per-function
 /// loop below are generated from it, so a new function is named here once (and given its
@@ -474,7 +476,7 @@ pub fn map_binary<T: Element, U: Element>(
     out
 }
 
-fn mismatch(what: &str, a: DType, b: DType) -> String {
+pub(crate) fn mismatch(what: &str, a: DType, b: DType) -> String {
     format!("{what}: unsupported dtypes {a} and {b}")
 }
 
@@ -572,101 +574,6 @@ pub fn compare(
         (Buffer::Bool(a), Buffer::Bool(b)) => go(f, a, la, b, lb, shape),
         _ => return Err(mismatch(&format!("{f:?}"), a.dtype(), b.dtype())),
     }))
-}
-
-/// `cond ? a : b` elementwise; all three views are broadcast to `shape`.
-pub fn select(
-    cond: &Buffer,
-    lc: &Layout,
-    a: &Buffer,
-    la: &Layout,
-    b: &Buffer,
-    lb: &Layout,
-    shape: &[usize],
-) -> Result<Buffer, String> {
-    let Buffer::Bool(c) = cond else {
-        return Err(format!(
-            "Select: condition must be Bool, got {}",
-            cond.dtype()
-        ));
-    };
-    fn go<T: Element>(
-        c: &[bool],
-        lc: &Layout,
-        a: &[T],
-        la: &Layout,
-        b: &[T],
-        lb: &Layout,
-        shape: &[usize],
-    ) -> Vec<T> {
-        let n: usize = shape.iter().product();
-        let mut out = crate::arena::for_overwrite::<T>(n);
-        // Fast path: every operand contiguous over the whole shape or a single broadcast
-        // value (relu's gradient selects between a tensor and a scalar zero).
-        let flat = |l: &Layout| -> Option<(usize, bool)> {
-            if l.is_contiguous() {
-                Some((l.offset, true))
-            } else if l.strides.iter().all(|&s| s == 0) {
-                Some((l.offset, false))
-            } else {
-                None
-            }
-        };
-        if let (Some((oc, vc)), Some((oa, va)), Some((ob, vb))) = (flat(lc), flat(la), flat(lb)) {
-            // Stride 1 or 0 per operand: index arithmetic instead of a branch per element.
-            let (sc, sa, sb) = (vc as usize, va as usize, vb as usize);
-            let fill = |start: usize, dst: &mut [T]| {
-                for (k, o) in dst.iter_mut().enumerate() {
-                    let i = start + k;
-                    *o = if c[oc + i * sc] {
-                        a[oa + i * sa]
-                    } else {
-                        b[ob + i * sb]
-                    };
-                }
-            };
-            if n >= crate::layout::PARALLEL_THRESHOLD {
-                use rayon::prelude::*;
-                let chunk = n.div_ceil(rayon::current_num_threads().max(1) * 4);
-                out.par_chunks_mut(chunk)
-                    .enumerate()
-                    .for_each(|(j, dst)| fill(j * chunk, dst));
-            } else {
-                fill(0, &mut out);
-            }
-            return out;
-        }
-        fill_rows(
-            &mut out,
-            shape,
-            [&lc.strides, &la.strides, &lb.strides],
-            [lc.offset, la.offset, lb.offset],
-            |r, o| {
-                for (i, o) in o.iter_mut().enumerate() {
-                    let i = i as isize;
-                    let [pc, pa, pb] = r.starts;
-                    let [dc, da, db] = r.steps;
-                    *o = if c[(pc + i * dc) as usize] {
-                        a[(pa + i * da) as usize]
-                    } else {
-                        b[(pb + i * db) as usize]
-                    };
-                }
-            },
-        );
-        out
-    }
-    Ok(match (a, b) {
-        (Buffer::F32(a), Buffer::F32(b)) => Buffer::F32(go(c, lc, a, la, b, lb, shape)),
-        (Buffer::F64(a), Buffer::F64(b)) => Buffer::F64(go(c, lc, a, la, b, lb, shape)),
-        (Buffer::F16(a), Buffer::F16(b)) => Buffer::F16(go(c, lc, a, la, b, lb, shape)),
-        (Buffer::BF16(a), Buffer::BF16(b)) => Buffer::BF16(go(c, lc, a, la, b, lb, shape)),
-        (Buffer::I32(a), Buffer::I32(b)) => Buffer::I32(go(c, lc, a, la, b, lb, shape)),
-        (Buffer::I64(a), Buffer::I64(b)) => Buffer::I64(go(c, lc, a, la, b, lb, shape)),
-        (Buffer::U8(a), Buffer::U8(b)) => Buffer::U8(go(c, lc, a, la, b, lb, shape)),
-        (Buffer::Bool(a), Buffer::Bool(b)) => Buffer::Bool(go(c, lc, a, la, b, lb, shape)),
-        _ => return Err(mismatch("Select", a.dtype(), b.dtype())),
-    })
 }
 
 /// Converts a view to `dtype` (Rust `as` semantics; to Bool means `!= 0`; to float16 and

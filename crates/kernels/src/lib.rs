@@ -13,6 +13,7 @@
 // on invariants the code guarantees, each allowed where it stands with the reason.
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod activation;
 pub mod arena;
 pub mod bf16_gemm;
 pub mod buffer;
@@ -24,6 +25,7 @@ pub mod index;
 pub mod layout;
 pub mod matmul;
 pub mod matmul_epilogue;
+pub mod norm;
 mod operand;
 pub mod peak;
 pub mod pool;
@@ -31,8 +33,10 @@ mod pool2x2;
 pub mod random;
 pub mod reduce;
 mod scratch;
+mod select;
 mod sgemm;
 pub mod vmath;
+mod widest;
 
 pub use buffer::{Buffer, Element};
 pub use dtype::DType;

@@ -2,6 +2,7 @@
 
 mod autodiff;
 mod custom;
+mod eager;
 mod errors;
 mod fused_in_place;
 mod half;

@@ -22,6 +22,7 @@ pub mod dropout;
 pub mod embedding;
 pub mod flatten;
 pub mod norm;
+mod norm_eager;
 pub mod pool;
 
 pub use activation::{GELU, ReLU, ReLU6, Sigmoid, Softmax, Tanh};

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use spore_core::{DType, Error, Parameter, Result, Tensor};
 
-use super::{label, positive, single};
+use super::{label, norm_eager, positive, single};
 use crate::cell::{Cell, CellBase, param};
 use crate::init::Initializer;
 
@@ -161,6 +161,29 @@ impl BatchNormState {
         ]
     }
 
+    /// Moving statistics: unbiased variance, MindSpore's momentum convention, in the
+    /// statistics' own dtype (float32 under mixed precision); `n` values per channel.
+    fn update_moving(&self, mean: &Tensor, var: &Tensor, n: usize) -> Result<()> {
+        let m = self.momentum;
+        let unbiased = var.stop_gradient()?.mul_scalar(n as f64 / (n - 1) as f64)?;
+        let stats = Some(self.moving_mean.value().dtype());
+        let (mm, mv) = spore_core::autocast::with_compute_dtype(stats, || {
+            let mm = self
+                .moving_mean
+                .value()
+                .mul_scalar(m)?
+                .add(&mean.stop_gradient()?.mul_scalar(1.0 - m)?)?;
+            let mv = self
+                .moving_variance
+                .value()
+                .mul_scalar(m)?
+                .add(&unbiased.mul_scalar(1.0 - m)?)?;
+            Ok::<_, Error>((mm, mv))
+        })?;
+        self.moving_mean.assign(&mm)?;
+        self.moving_variance.assign(&mv)
+    }
+
     /// Normalises `x` over `axes` (every axis but the channel axis 1).
     fn forward(&self, who: &str, training: bool, x: &Tensor, axes: &[isize]) -> Result<Tensor> {
         let c = self.num_features;
@@ -168,13 +191,26 @@ impl BatchNormState {
         bshape[1] = c;
         let n = x.numel() / c.max(1);
         let batch_stats = self.use_batch_statistics.unwrap_or(training);
+        if batch_stats && n < 2 {
+            return Err(Error::invalid(format!(
+                "{who}: training needs more than one value per channel, got input shape {:?}",
+                x.shape()
+            )));
+        }
+        let (gamma, beta) = (self.gamma.value(), self.beta.value());
+        let moving = (self.moving_mean.value(), self.moving_variance.value());
+        if spore_core::eager::applies(&[x, &gamma, &beta, &moving.0, &moving.1]) {
+            let moments = if batch_stats {
+                let moments = norm_eager::moments(x)?;
+                let row = |r| moments.narrow(0, r, 1)?.reshape(&[c]);
+                self.update_moving(&row(0)?, &row(1)?, n)?;
+                moments
+            } else {
+                Tensor::stack(&[&moving.0, &moving.1], 0)?
+            };
+            return norm_eager::batch_norm(x, &moments, &gamma, &beta, self.eps, batch_stats);
+        }
         let (mean, var) = if batch_stats {
-            if n < 2 {
-                return Err(Error::invalid(format!(
-                    "{who}: training needs more than one value per channel, got input shape {:?}",
-                    x.shape()
-                )));
-            }
             // One pass for the mean (kept broadcastable), one for the variance around it:
             // `Tensor::var` would reduce `x` a second time for its own mean.
             //
@@ -185,35 +221,13 @@ impl BatchNormState {
             let centred = x.sub(&mean_b.stop_gradient()?)?;
             let var = centred.mul(&centred)?.mean(axes, false)?;
             let mean = mean_b.reshape(&[c])?;
-            // Moving statistics: unbiased variance, MindSpore's momentum convention, in
-            // the statistics' own dtype (float32 under mixed precision).
-            let m = self.momentum;
-            let unbiased = var.stop_gradient()?.mul_scalar(n as f64 / (n - 1) as f64)?;
-            let stats = Some(self.moving_mean.value().dtype());
-            let (mm, mv) = spore_core::autocast::with_compute_dtype(stats, || {
-                let mm = self
-                    .moving_mean
-                    .value()
-                    .mul_scalar(m)?
-                    .add(&mean.stop_gradient()?.mul_scalar(1.0 - m)?)?;
-                let mv = self
-                    .moving_variance
-                    .value()
-                    .mul_scalar(m)?
-                    .add(&unbiased.mul_scalar(1.0 - m)?)?;
-                Ok::<_, Error>((mm, mv))
-            })?;
-            self.moving_mean.assign(&mm)?;
-            self.moving_variance.assign(&mv)?;
+            self.update_moving(&mean, &var, n)?;
             (mean, var)
         } else {
-            (self.moving_mean.value(), self.moving_variance.value())
+            moving
         };
-        let inv = var
-            .add_scalar(self.eps)?
-            .rsqrt()?
-            .mul(&self.gamma.value())?;
-        let shift = self.beta.value().sub(&mean.mul(&inv)?)?;
+        let inv = var.add_scalar(self.eps)?.rsqrt()?.mul(&gamma)?;
+        let shift = beta.sub(&mean.mul(&inv)?)?;
         x.mul(&inv.reshape(&bshape)?)?.add(&shift.reshape(&bshape)?)
     }
 }
@@ -374,12 +388,21 @@ impl Cell for LayerNorm {
                 self.begin_params_axis
             )));
         }
+        let (gamma, beta) = (self.gamma.value(), self.beta.value());
+        if bn == bp && spore_core::eager::applies(&[x, &gamma, &beta]) {
+            return Ok(vec![norm_eager::layer_norm(
+                x,
+                &gamma,
+                &beta,
+                self.epsilon,
+            )?]);
+        }
         let axes: Vec<isize> = (bn..rank).collect();
         let mean = x.mean(&axes, true)?;
         let centered = x.sub(&mean)?;
         let var = centered.mul(&centered)?.mean(&axes, true)?;
         let y = centered.mul(&var.add_scalar(self.epsilon)?.rsqrt()?)?;
-        let y = y.mul(&self.gamma.value())?.add(&self.beta.value())?;
+        let y = y.mul(&gamma)?.add(&beta)?;
         Ok(vec![y])
     }
     fn params(&self) -> Vec<(String, Parameter)> {

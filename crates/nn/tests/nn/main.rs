@@ -10,6 +10,7 @@ mod cells;
 mod checkpoint_integrity;
 mod checkpoints;
 mod concurrency;
+mod eager_norm;
 mod init;
 mod layers;
 mod losses;

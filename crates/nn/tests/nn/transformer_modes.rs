@@ -80,8 +80,15 @@ fn a_bert_training_step_with_adamw_is_the_same_in_graph_and_pynative() {
         eager_losses[2] < eager_losses[0],
         "AdamW lowers the loss: {eager_losses:?}"
     );
+    // The attention's key biases have a zero gradient in exact arithmetic (adding one
+    // value to every score of a row leaves its softmax unchanged), so what reaches
+    // AdamW is rounding noise, which it scales to steps of up to about the learning
+    // rate: the two modes' different summation orders (PyNative's softmax is one
+    // operator, Graph mode's a fused composite) move them by up to 1e-4. They are held to
+    // what AdamW's step bound allows, two runs of three steps of at most 1e-3 apart.
     for ((name, g), e) in names.iter().zip(&graph_state).zip(&eager_state) {
-        assert_close(g, e, 1e-4, name);
+        let noise_driven = name.ends_with("attention.key.bias");
+        assert_close(g, e, if noise_driven { 6e-3 } else { 1e-4 }, name);
     }
 }
 

@@ -1,0 +1,154 @@
+//! Whole operators for composites in PyNative mode: softmax over the last axis and GELU
+//! (erf form) run as one loop each, forward and gradient, where their primitives take
+//! five to a dozen passes over memory one operator at a time. MindSpore runs `Softmax`
+//! and `GeLU` as primitives in PyNative mode for the same reason; `spore-nn` does the
+//! same for BatchNorm and LayerNorm with [`applies`] and [`f32_values`].
+//!
+//! ```
+//! use spore_core::Tensor;
+//! let x = Tensor::from_vec(vec![0.0f32, 1.0, 2.0], &[1, 3]).unwrap().with_requires_grad(true);
+//! let p = x.softmax(-1).unwrap();
+//! assert_eq!(p.grad_fn().unwrap().op.name(), "Softmax"); // one operator, not five
+//! assert!((p.to_vec::<f32>().unwrap().iter().sum::<f32>() - 1.0).abs() < 1e-6);
+//! ```
+//!
+//! An eager operator stands in only when [`applies`]: nothing is being traced (a compiled
+//! graph keeps the primitives, which its fusion pass merges), every value is float32 and no
+//! mixed-precision compute dtype is in force. Their gradient operators are made only in a
+//! backward pass that is not itself recorded; a recorded one (for a higher derivative)
+//! writes the same gradient with differentiable primitives.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use spore_kernels::{DType, activation};
+
+use crate::error::{Error, Result};
+use crate::op::custom::{CustomOp, CustomPrimitive};
+use crate::tensor::{Tensor, TensorType};
+
+/// Whether an eager operator may stand in for a composite on these tensors.
+pub fn applies(tensors: &[&Tensor]) -> bool {
+    !crate::trace::is_tracing()
+        && crate::autocast::compute_dtype().is_none_or(|d| d == DType::F32)
+        && tensors
+            .iter()
+            .all(|t| t.dtype() == DType::F32 && !t.is_symbolic())
+}
+
+/// The float32 values of a concrete tensor in row-major order, borrowed when contiguous.
+pub fn f32_values(t: &Tensor) -> std::result::Result<Cow<'_, [f32]>, String> {
+    if let Some(s) = t.storage()
+        && s.layout.is_contiguous()
+        && let Some(all) = s.buffer.as_slice::<f32>()
+        && let Some(v) = all.get(s.layout.offset..s.layout.offset + t.numel())
+    {
+        return Ok(Cow::Borrowed(v));
+    }
+    t.to_vec::<f32>().map(Cow::Owned).map_err(|e| e.to_string())
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kernel {
+    /// `x` → softmax over the last axis.
+    Softmax,
+    /// `(g, y)` → `y · (g - Σ g·y)` over the last axis.
+    SoftmaxGrad,
+    /// `x` → `x · (1 + erf(x / √2)) / 2`.
+    Gelu,
+    /// `(g, x)` → GELU's input gradient.
+    GeluGrad,
+}
+
+#[derive(Debug)]
+struct Eager(Kernel);
+
+fn op(kernel: Kernel) -> CustomOp {
+    CustomOp::new(Arc::new(Eager(kernel)))
+}
+
+impl CustomPrimitive for Eager {
+    fn name(&self) -> &str {
+        match self.0 {
+            Kernel::Softmax => "Softmax",
+            Kernel::SoftmaxGrad => "SoftmaxGrad",
+            Kernel::Gelu => "GeLU",
+            Kernel::GeluGrad => "GeLUGrad",
+        }
+    }
+
+    fn infer(&self, inputs: &[&TensorType]) -> std::result::Result<TensorType, String> {
+        let arity = match self.0 {
+            Kernel::Softmax | Kernel::Gelu => 1,
+            Kernel::SoftmaxGrad | Kernel::GeluGrad => 2,
+        };
+        let rows = matches!(self.0, Kernel::Softmax | Kernel::SoftmaxGrad);
+        let ok = inputs.len() == arity
+            && inputs
+                .iter()
+                .all(|t| t.dtype == DType::F32 && *t == inputs[0])
+            && (!rows || inputs[0].shape.last().is_some_and(|&d| d > 0));
+        if !ok {
+            return Err(format!(
+                "expected {arity} float32 inputs of one shape (for softmax, a non-empty last axis), got {:?}",
+                inputs.iter().map(|t| t.to_string()).collect::<Vec<_>>()
+            ));
+        }
+        Ok(inputs[0].clone())
+    }
+
+    fn eval(&self, inputs: &[&Tensor]) -> std::result::Result<Tensor, String> {
+        let x = f32_values(inputs[0])?;
+        let shape = inputs[0].shape();
+        let row = shape.last().copied().unwrap_or(1);
+        let mut out = vec![0.0f32; x.len()];
+        match self.0 {
+            Kernel::Softmax => activation::softmax_rows(&x, row, &mut out),
+            Kernel::Gelu => activation::gelu_erf(&x, &mut out),
+            Kernel::SoftmaxGrad => {
+                activation::softmax_rows_grad(&x, &f32_values(inputs[1])?, row, &mut out)
+            }
+            Kernel::GeluGrad => activation::gelu_erf_grad(&x, &f32_values(inputs[1])?, &mut out),
+        }
+        Tensor::from_vec(out, shape).map_err(|e| e.to_string())
+    }
+
+    fn vjp(&self, inputs: &[Tensor], out: &Tensor, g: &Tensor) -> Result<Vec<Option<Tensor>>> {
+        let recorded = crate::is_grad_enabled();
+        let dx = match self.0 {
+            Kernel::Softmax if recorded => out.mul(&g.sub(&g.mul(out)?.sum(&[-1], true)?)?)?,
+            Kernel::Softmax => g.custom(&op(Kernel::SoftmaxGrad), &[out])?,
+            Kernel::Gelu if recorded => {
+                let x = &inputs[0];
+                let cdf = x
+                    .mul_scalar(std::f64::consts::FRAC_1_SQRT_2)?
+                    .erf()?
+                    .add_scalar(1.0)?
+                    .mul_scalar(0.5)?;
+                let pdf = x.mul(x)?.mul_scalar(-0.5)?.exp()?.mul_scalar(
+                    0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2,
+                )?;
+                g.mul(&cdf.add(&x.mul(&pdf)?)?)?
+            }
+            Kernel::Gelu => g.custom(&op(Kernel::GeluGrad), &[&inputs[0]])?,
+            k => {
+                return Err(Error::invalid(format!(
+                    "{k:?} has no gradient: it is made only where none is taken"
+                )));
+            }
+        };
+        Ok(vec![Some(dx)])
+    }
+}
+
+/// Softmax over the last axis as one operator (the caller checked [`applies`]).
+#[track_caller]
+pub(crate) fn softmax_last_axis(x: &Tensor) -> Result<Tensor> {
+    x.custom(&op(Kernel::Softmax), &[])
+}
+
+/// GELU (erf form) as one operator (the caller checked [`applies`]).
+#[track_caller]
+pub(crate) fn gelu_erf(x: &Tensor) -> Result<Tensor> {
+    x.custom(&op(Kernel::Gelu), &[])
+}

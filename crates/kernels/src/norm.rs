@@ -1,0 +1,228 @@
+//! Normalisation loops: BatchNorm over the channels of an `[n, c, l]` tensor and LayerNorm
+//! over the rows of an `[r, d]` one, each forward pass and gradient in one or two sweeps
+//! over memory. PyNative mode runs them as whole operators (`spore-nn`'s eager norms);
+//! a compiled graph keeps the normalisations as primitives and fuses those instead.
+//!
+//! ```
+//! use spore_kernels::norm;
+//! // Two samples, one channel of two values each: mean 2.5, biased variance 1.25.
+//! let x = [1.0f32, 2.0, 3.0, 4.0];
+//! let moments = norm::channel_moments(&x, 2, 1, 2);
+//! assert_eq!(moments, vec![2.5, 1.25]);
+//! ```
+//!
+//! Sums run in 16 float32 lanes within one contiguous run (a sample's values of one
+//! channel, or one row) and in float64 across runs: more accurate than the composites'
+//! float32 reductions.
+
+use rayon::prelude::*;
+
+/// Lanes of the float32 partial sums: enough independent adds to fill both FMA ports.
+const LANES: usize = 16;
+
+/// `Σ f(i)` over `0..len` in [`LANES`] float32 lanes, returned in float64.
+#[inline(always)]
+fn lane_sum(len: usize, f: impl Fn(usize) -> f32) -> f64 {
+    let mut acc = [0.0f32; LANES];
+    let whole = len - len % LANES;
+    for base in (0..whole).step_by(LANES) {
+        for (lane, a) in acc.iter_mut().enumerate() {
+            *a += f(base + lane);
+        }
+    }
+    let mut total: f64 = acc.iter().map(|&a| a as f64).sum();
+    for i in whole..len {
+        total += f(i) as f64;
+    }
+    total
+}
+
+/// Chunks of about a quarter of a thread's share, in whole runs of `run` values.
+fn chunk_len(runs: usize, run: usize) -> usize {
+    let threads = rayon::current_num_threads().max(1);
+    runs.div_ceil(threads * 4).max(1) * run.max(1)
+}
+
+/// Per channel of `x` (`[n, c, l]`, row-major): the mean and the biased variance, as
+/// `[mean_0 .. mean_{c-1}, var_0 .. var_{c-1}]`. The variance is taken around the mean (a
+/// second sweep over the channel, from cache when it fits), not as `E[x²] - E[x]²`.
+pub fn channel_moments(x: &[f32], n: usize, c: usize, l: usize) -> Vec<f32> {
+    debug_assert_eq!(x.len(), n * c * l);
+    let count = (n * l).max(1) as f64;
+    let per_channel: Vec<(f32, f32)> = (0..c)
+        .into_par_iter()
+        .map(|ch| {
+            let run = |i: usize| &x[(i * c + ch) * l..(i * c + ch + 1) * l];
+            let sum: f64 = (0..n).map(|i| lane_sum(l, |j| run(i)[j])).sum();
+            let mean = (sum / count) as f32;
+            let sq: f64 = (0..n)
+                .map(|i| {
+                    let r = run(i);
+                    lane_sum(l, |j| (r[j] - mean) * (r[j] - mean))
+                })
+                .sum();
+            (mean, (sq / count) as f32)
+        })
+        .collect();
+    per_channel
+        .iter()
+        .map(|m| m.0)
+        .chain(per_channel.iter().map(|m| m.1))
+        .collect()
+}
+
+/// Per channel: `Σ dy` and `Σ dy · (x - mean_c)`, as `[sums of dy .., sums of dy·(x-mean) ..]`.
+pub fn channel_grad_sums(
+    dy: &[f32],
+    x: &[f32],
+    mean: &[f32],
+    n: usize,
+    c: usize,
+    l: usize,
+) -> Vec<f32> {
+    debug_assert!(dy.len() == n * c * l && x.len() == dy.len() && mean.len() == c);
+    let per_channel: Vec<(f32, f32)> = (0..c)
+        .into_par_iter()
+        .map(|ch| {
+            let m = mean[ch];
+            let (mut s, mut sx) = (0.0f64, 0.0f64);
+            for i in 0..n {
+                let at = (i * c + ch) * l;
+                let (g, v) = (&dy[at..at + l], &x[at..at + l]);
+                s += lane_sum(l, |j| g[j]);
+                sx += lane_sum(l, |j| g[j] * (v[j] - m));
+            }
+            (s as f32, sx as f32)
+        })
+        .collect();
+    per_channel
+        .iter()
+        .map(|s| s.0)
+        .chain(per_channel.iter().map(|s| s.1))
+        .collect()
+}
+
+/// `out = a_c · u + b_c · v + k_c` over an `[n, c, l]` layout (`v` and `b` together, or
+/// neither): BatchNorm's forward pass (`u = x`) and its input gradient (`u = dy`, `v = x`).
+pub fn channel_affine(
+    u: &[f32],
+    v: Option<(&[f32], &[f32])>,
+    a: &[f32],
+    k: &[f32],
+    shape: (usize, usize, usize),
+    out: &mut [f32],
+) {
+    let (n, c, l) = shape;
+    debug_assert!(u.len() == n * c * l && out.len() == u.len() && a.len() == c && k.len() == c);
+    if out.is_empty() {
+        return;
+    }
+    let chunk = chunk_len(n * c, l);
+    out.par_chunks_mut(chunk)
+        .enumerate()
+        .for_each(|(index, block)| {
+            let first = index * chunk;
+            for (r, dst) in block.chunks_mut(l.max(1)).enumerate() {
+                let at = first + r * l;
+                let ch = (at / l.max(1)) % c;
+                let src = &u[at..at + dst.len()];
+                match v {
+                    Some((v, b)) => {
+                        let w = &v[at..at + dst.len()];
+                        let (a, b, k) = (a[ch], b[ch], k[ch]);
+                        for ((d, &p), &q) in dst.iter_mut().zip(src).zip(w) {
+                            *d = a * p + b * q + k;
+                        }
+                    }
+                    None => {
+                        let (a, k) = (a[ch], k[ch]);
+                        for (d, &p) in dst.iter_mut().zip(src) {
+                            *d = a * p + k;
+                        }
+                    }
+                }
+            }
+        });
+}
+
+/// Mean and `1 / sqrt(var + eps)` of one row.
+#[inline]
+fn row_moments(row: &[f32], eps: f32) -> (f32, f32) {
+    let d = row.len().max(1) as f64;
+    let mean = (lane_sum(row.len(), |j| row[j]) / d) as f32;
+    let var = (lane_sum(row.len(), |j| (row[j] - mean) * (row[j] - mean)) / d) as f32;
+    (mean, 1.0 / (var + eps).sqrt())
+}
+
+/// LayerNorm of each `d`-long row of `x`: `(x - mean) / sqrt(var + eps) · gamma + beta`.
+pub fn row_norm(x: &[f32], gamma: &[f32], beta: &[f32], eps: f32, out: &mut [f32]) {
+    let d = gamma.len();
+    debug_assert!(d > 0 && beta.len() == d && x.len() == out.len() && x.len().is_multiple_of(d));
+    let chunk = chunk_len(x.len() / d.max(1), d);
+    out.par_chunks_mut(chunk)
+        .zip(x.par_chunks(chunk))
+        .for_each(|(dst, src)| {
+            for (y, row) in dst.chunks_mut(d).zip(src.chunks(d)) {
+                let (mean, rstd) = row_moments(row, eps);
+                for j in 0..d {
+                    y[j] = (row[j] - mean) * rstd * gamma[j] + beta[j];
+                }
+            }
+        });
+}
+
+/// LayerNorm's input gradient, row by row: with `g = dy · gamma` and `x̂` the normalised
+/// row, `dx = rstd · (g - mean(g) - x̂ · mean(g · x̂))`.
+pub fn row_norm_input_grad(dy: &[f32], x: &[f32], gamma: &[f32], eps: f32, dx: &mut [f32]) {
+    let d = gamma.len();
+    debug_assert!(d > 0 && dy.len() == x.len() && dx.len() == x.len() && x.len().is_multiple_of(d));
+    let chunk = chunk_len(x.len() / d.max(1), d);
+    dx.par_chunks_mut(chunk)
+        .zip(x.par_chunks(chunk).zip(dy.par_chunks(chunk)))
+        .for_each(|(dst, (src, grad))| {
+            for ((out, row), g) in dst.chunks_mut(d).zip(src.chunks(d)).zip(grad.chunks(d)) {
+                let (mean, rstd) = row_moments(row, eps);
+                let s = lane_sum(d, |j| g[j] * gamma[j]) / d as f64;
+                let sx = lane_sum(d, |j| g[j] * gamma[j] * (row[j] - mean) * rstd) / d as f64;
+                let (s, sx) = (s as f32, sx as f32);
+                for j in 0..d {
+                    let xhat = (row[j] - mean) * rstd;
+                    out[j] = rstd * (g[j] * gamma[j] - s - xhat * sx);
+                }
+            }
+        });
+}
+
+/// Rows per block of LayerNorm's parameter gradients: fixed, so that the blocks, and the
+/// bits of the result, follow from the shape alone, whatever the thread count.
+const GRAD_BLOCK_ROWS: usize = 64;
+
+/// LayerNorm's parameter gradients over all rows: `[Σ dy · x̂ (d values), Σ dy (d values)]`,
+/// summed in float32 within blocks of [`GRAD_BLOCK_ROWS`] rows and in float64 across them.
+pub fn row_norm_param_grads(dy: &[f32], x: &[f32], d: usize, eps: f32) -> Vec<f32> {
+    debug_assert!(d > 0 && dy.len() == x.len() && x.len().is_multiple_of(d));
+    let block = GRAD_BLOCK_ROWS * d.max(1);
+    let partials: Vec<Vec<f32>> = x
+        .par_chunks(block)
+        .zip(dy.par_chunks(block))
+        .map(|(src, grad)| {
+            let mut acc = vec![0.0f32; 2 * d];
+            for (row, g) in src.chunks(d).zip(grad.chunks(d)) {
+                let (mean, rstd) = row_moments(row, eps);
+                let (dgamma, dbeta) = acc.split_at_mut(d);
+                for j in 0..d {
+                    dgamma[j] += g[j] * (row[j] - mean) * rstd;
+                    dbeta[j] += g[j];
+                }
+            }
+            acc
+        })
+        .collect();
+    let mut sums = vec![0.0f64; 2 * d];
+    for p in &partials {
+        for (s, &v) in sums.iter_mut().zip(p) {
+            *s += v as f64;
+        }
+    }
+    sums.iter().map(|&s| s as f32).collect()
+}
