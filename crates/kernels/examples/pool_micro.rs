@@ -1,7 +1,7 @@
 //! Times max pooling and its gradient on LeNet5's 2x2 shapes (batch 32) and ResNet-50's
 //! 3x3 stride-2 padded pool (batch 8 and 1), with outputs recycled through a buffer pool
 //! as in a compiled graph.
-//! Run: `cargo run --release -p spore-kernels --example pool_micro`
+//! Run: `cargo run --release -p spore-kernels --example pool_micro [-- threads]` (2 by default)
 use std::time::Instant;
 
 use spore_kernels::Buffer;
@@ -28,8 +28,12 @@ fn time(mut f: impl FnMut() -> Vec<f32>) -> f64 {
 
 fn main() {
     // The main thread as worker 0, as Spore runs kernels (`spore_core::threads`).
+    let threads = std::env::args()
+        .nth(1)
+        .and_then(|t| t.parse::<usize>().ok())
+        .unwrap_or(2);
     rayon::ThreadPoolBuilder::new()
-        .num_threads(2)
+        .num_threads(threads)
         .use_current_thread()
         .build_global()
         .ok();

@@ -406,12 +406,15 @@ fn max_pool2d_backward_masked<T: Num>(x: &[T], dy: &[T], g: &PoolGeometry, relu:
             return dx;
         }
     }
-    let mut dx = crate::arena::zeroed::<T>(g.planes() * hw);
     if hw == 0 || ohw == 0 {
-        return dx;
+        return crate::arena::zeroed::<T>(g.planes() * hw);
     }
+    // Each plane is cleared by the thread that scatters into it, while it is in cache:
+    // clearing the whole gradient first was one serial pass over memory.
+    let mut dx = crate::arena::for_overwrite::<T>(g.planes() * hw);
     let inside = interior(g);
     for_each_plane(&mut dx, hw, hw, |p, dxp| {
+        dxp.fill(T::zero());
         let plane = &x[p * hw..][..hw];
         let dyp = &dy[p * ohw..][..ohw];
         if g.unpadded() {
