@@ -95,3 +95,50 @@ fn max_pools_match_the_naive_first_maximum_loop() {
         );
     }
 }
+
+/// The gradient at ResNet-50's pool shape (enough planes to split among threads) into a
+/// recycled buffer poisoned with NaN: each plane is cleared by the thread that scatters
+/// into it, so no old value may survive, with or without the ReLU mask.
+#[test]
+fn max_pool_gradient_clears_recycled_buffers_on_every_thread() {
+    let g = PoolGeometry::new([2, 32, 28, 28], [3, 3], [2, 2], [1; 4]);
+    let len = g.n * g.c * g.h * g.w;
+    let x: Vec<f32> = values(len, 31)
+        .iter()
+        .map(|&v| (v as f32).max(0.0))
+        .collect();
+    let dy: Vec<f32> = values(g.n * g.c * g.oh * g.ow, 32)
+        .iter()
+        .map(|&v| v as f32)
+        .collect();
+    let x64: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+    let dy64: Vec<f64> = dy.iter().map(|&v| v as f64).collect();
+    let (_, want) = naive(&x64, &dy64, &g);
+    let mut pool = spore_kernels::arena::BufferPool::default();
+    for relu in [false, true] {
+        let run = || {
+            let dx = if relu {
+                max_pool2d_backward_of_relu(&x, &dy, &g)
+            } else {
+                max_pool2d_backward(&x, &dy, &g)
+            };
+            let copy = dx.clone();
+            spore_kernels::arena::recycle(spore_kernels::Buffer::F32(dx));
+            copy
+        };
+        spore_kernels::arena::with_pool(&mut pool, run);
+        pool.poison_f32(f32::NAN);
+        let dx = spore_kernels::arena::with_pool(&mut pool, run);
+        assert!(
+            pool.stats().hits > 0,
+            "the second run took a recycled buffer"
+        );
+        for (i, ((&got, &w), &xv)) in dx.iter().zip(&want).zip(&x).enumerate() {
+            let w = if relu && xv <= 0.0 { 0.0 } else { w as f32 };
+            assert!(
+                (got - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                "relu {relu}, cell {i}: {got} vs {w}"
+            );
+        }
+    }
+}
