@@ -1,5 +1,6 @@
 //! Whole operators for composites in PyNative mode: softmax over the last axis and GELU
-//! (erf form) run as one loop each, forward and gradient, where their primitives take
+//! (erf form) run as one loop each, forward and gradient (and ReLU's gradient, a
+//! comparison and a select, as one), where their primitives take
 //! five to a dozen passes over memory one operator at a time. MindSpore runs `Softmax`
 //! and `GeLU` as primitives in PyNative mode for the same reason; `spore-nn` does the
 //! same for BatchNorm and LayerNorm with [`applies`] and [`f32_values`].
@@ -58,6 +59,8 @@ enum Kernel {
     Gelu,
     /// `(g, x)` → GELU's input gradient.
     GeluGrad,
+    /// `(g, y)` → `g` where ReLU's output `y` is positive, else 0.
+    ReluGrad,
 }
 
 #[derive(Debug)]
@@ -74,13 +77,14 @@ impl CustomPrimitive for Eager {
             Kernel::SoftmaxGrad => "SoftmaxGrad",
             Kernel::Gelu => "GeLU",
             Kernel::GeluGrad => "GeLUGrad",
+            Kernel::ReluGrad => "ReluGrad",
         }
     }
 
     fn infer(&self, inputs: &[&TensorType]) -> std::result::Result<TensorType, String> {
         let arity = match self.0 {
             Kernel::Softmax | Kernel::Gelu => 1,
-            Kernel::SoftmaxGrad | Kernel::GeluGrad => 2,
+            Kernel::SoftmaxGrad | Kernel::GeluGrad | Kernel::ReluGrad => 2,
         };
         let rows = matches!(self.0, Kernel::Softmax | Kernel::SoftmaxGrad);
         let ok = inputs.len() == arity
@@ -109,6 +113,7 @@ impl CustomPrimitive for Eager {
                 activation::softmax_rows_grad(&x, &f32_values(inputs[1])?, row, &mut out)
             }
             Kernel::GeluGrad => activation::gelu_erf_grad(&x, &f32_values(inputs[1])?, &mut out),
+            Kernel::ReluGrad => activation::relu_grad(&x, &f32_values(inputs[1])?, &mut out),
         }
         Tensor::from_vec(out, shape).map_err(|e| e.to_string())
     }
@@ -145,6 +150,13 @@ impl CustomPrimitive for Eager {
 #[track_caller]
 pub(crate) fn softmax_last_axis(x: &Tensor) -> Result<Tensor> {
     x.custom(&op(Kernel::Softmax), &[])
+}
+
+/// ReLU's gradient from its output `y` as one operator, in a backward pass that is not
+/// recorded (the caller checked [`applies`] and that no gradient is being recorded).
+#[track_caller]
+pub(crate) fn relu_grad(g: &Tensor, y: &Tensor) -> Result<Tensor> {
+    g.custom(&op(Kernel::ReluGrad), &[y])
 }
 
 /// GELU (erf form) as one operator (the caller checked [`applies`]).

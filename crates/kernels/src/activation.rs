@@ -1,5 +1,5 @@
-//! Softmax over the last axis and GELU (erf form), forward and gradient, each one sweep
-//! over memory. PyNative mode runs them as whole operators (`spore-core`'s
+//! Softmax over the last axis and GELU (erf form), forward and gradient, and ReLU's
+//! gradient, each one sweep over memory. PyNative mode runs them as whole operators (`spore-core`'s
 //! `eager` module); a compiled graph keeps their primitives and fuses those.
 //!
 //! ```
@@ -143,4 +143,22 @@ pub fn gelu_erf_grad(g: &[f32], x: &[f32], dx: &mut [f32]) {
     dx.par_chunks_mut(step)
         .zip(x.par_chunks(step).zip(g.par_chunks(step)))
         .for_each(|(dst, (xs, gs))| gelu_grad_block(gs, xs, dst));
+}
+
+widest! {
+    fn relu_grad_block(g: &[f32], y: &[f32], dx: &mut [f32]) {
+        for ((d, &y), &g) in dx.iter_mut().zip(y).zip(g) {
+            *d = std::hint::select_unpredictable(y > 0.0, g, 0.0);
+        }
+    }
+}
+
+/// ReLU's input gradient from its output: `g` where `y > 0`, else 0 (NaN included), in
+/// one pass where a comparison and a select took two.
+pub fn relu_grad(g: &[f32], y: &[f32], dx: &mut [f32]) {
+    debug_assert!(g.len() == y.len() && dx.len() == y.len());
+    let step = flat_chunk(y.len());
+    dx.par_chunks_mut(step)
+        .zip(y.par_chunks(step).zip(g.par_chunks(step)))
+        .for_each(|(dst, (ys, gs))| relu_grad_block(gs, ys, dst));
 }

@@ -123,6 +123,12 @@ pub(crate) fn vjp(
                     // this ReLU into one pass, and x never reaches memory.
                     let zero = Tensor::scalar_of(0.0, out.dtype());
                     match crate::relu_rule::relu_backward() {
+                        // One pass in a backward pass not recorded (PyNative's).
+                        ReluBackward::Standard
+                            if !crate::is_grad_enabled() && crate::eager::applies(&[out, g]) =>
+                        {
+                            crate::eager::relu_grad(g, out)?
+                        }
                         ReluBackward::Standard => Tensor::select(&out.greater(&zero)?, g, &zero)?,
                         ReluBackward::Deconvolution => g.relu()?,
                         ReluBackward::Guided => {

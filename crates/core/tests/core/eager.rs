@@ -91,3 +91,37 @@ fn eager_gelu_matches_the_float64_composite() {
         check("GeLU", gelu, shape, 5.0);
     }
 }
+
+/// ReLU's gradient in a backward pass that is not recorded is one operator (`ReluGrad`):
+/// the output gradient where ReLU's output is positive, else 0 (for NaN and both zeros
+/// too), exactly, over enough values to split among threads.
+#[test]
+fn eager_relu_gradient_passes_the_gradient_where_the_output_is_positive() {
+    let mut rng = Lcg(9);
+    let n = 20_000;
+    let xs: Vec<f32> = (0..n)
+        .map(|i| match i % 97 {
+            0 => f32::NAN,
+            1 => -0.0,
+            2 => 0.0,
+            _ => rng.uniform(-3.0, 3.0) as f32,
+        })
+        .collect();
+    let ws: Vec<f32> = (0..n).map(|_| rng.uniform(-1.0, 1.0) as f32).collect();
+    let x = Tensor::from_vec(xs.clone(), &[4, n / 4]).unwrap();
+    let w = Tensor::from_vec(ws.clone(), &[4, n / 4]).unwrap();
+    let f = move |a: &[Tensor]| -> Result<Tensor> { a[0].relu()?.mul(&w)?.sum(&[], false) };
+    let dx = grad(f, &[0])(&[x])
+        .unwrap()
+        .remove(0)
+        .to_vec::<f32>()
+        .unwrap();
+    for (i, ((&d, &xv), &wv)) in dx.iter().zip(&xs).zip(&ws).enumerate() {
+        let want = if xv > 0.0 { wv } else { 0.0 };
+        assert_eq!(d.to_bits(), want.to_bits(), "cell {i}: x {xv}, w {wv}");
+    }
+    // The kernel alone, on the same rule.
+    let mut out = vec![1.0f32; n];
+    spore_kernels::activation::relu_grad(&ws, &xs, &mut out);
+    assert!(out.iter().zip(&dx).all(|(a, b)| a.to_bits() == b.to_bits()));
+}
