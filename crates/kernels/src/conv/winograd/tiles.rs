@@ -149,24 +149,20 @@ pub(super) fn transform_input(x: &[f32], b: &Block, ch: usize, vc: &mut [f32], p
                 "winograd: tile outside its image"
             );
         }
-        // d[r][q]: row r, column q of each lane's 6x6 tile, rows transformed.
-        let mut d = [[_mm256_setzero_ps(); ALPHA]; ALPHA];
-        for (r, dr) in d.iter_mut().enumerate() {
-            let mut front = [_mm256_setzero_ps(); 4];
-            let mut back = [_mm256_setzero_ps(); 4];
-            for l in 0..4 {
-                // SAFETY: every read is below `base + reach`, checked above.
-                unsafe {
-                    let lo = padded.as_ptr().add(base[l] + r * pw);
-                    let hi = padded.as_ptr().add(base[l + 4] + r * pw);
-                    front[l] = _mm256_loadu2_m128(hi, lo);
-                    back[l] = _mm256_loadu2_m128(hi.add(4), lo.add(4));
-                }
-            }
-            let [q0, q1, q2, q3] = transpose4(front);
-            let [q4, q5, _, _] = transpose4(back);
-            *dr = bt([q0, q1, q2, q3, q4, q5]);
-        }
+        // d[r][q]: row r, column q of each lane's 6x6 tile, rows transformed. Written as
+        // one array of six rows, not zeroed first: a zeroed array of vectors cost a
+        // `memset` per eight tiles.
+        // SAFETY: every read is below `base + reach`, checked above.
+        let d = unsafe {
+            [
+                tile_row(padded, &base, 0),
+                tile_row(padded, &base, pw),
+                tile_row(padded, &base, 2 * pw),
+                tile_row(padded, &base, 3 * pw),
+                tile_row(padded, &base, 4 * pw),
+                tile_row(padded, &base, 5 * pw),
+            ]
+        };
         for j in 0..ALPHA {
             let col = bt([d[0][j], d[1][j], d[2][j], d[3][j], d[4][j], d[5][j]]);
             for (i, value) in col.into_iter().enumerate() {
@@ -174,6 +170,42 @@ pub(super) fn transform_input(x: &[f32], b: &Block, ch: usize, vc: &mut [f32], p
             }
         }
     }
+}
+
+/// Row `offset / pw` of eight tiles starting at `base` (one tile per lane), `Bᵀ` applied.
+///
+/// # Safety
+/// Every `base[l] + offset + 8` lies within `padded`.
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn tile_row(padded: &[f32], base: &[usize; LANES], offset: usize) -> [__m256; ALPHA] {
+    let p = padded.as_ptr();
+    // SAFETY (each load): the caller keeps every read within `padded`.
+    let (lo, hi) = unsafe {
+        (
+            [0, 1, 2, 3].map(|l| p.add(base[l] + offset)),
+            [4, 5, 6, 7].map(|l| p.add(base[l] + offset)),
+        )
+    };
+    let front = unsafe {
+        [
+            _mm256_loadu2_m128(hi[0], lo[0]),
+            _mm256_loadu2_m128(hi[1], lo[1]),
+            _mm256_loadu2_m128(hi[2], lo[2]),
+            _mm256_loadu2_m128(hi[3], lo[3]),
+        ]
+    };
+    let back = unsafe {
+        [
+            _mm256_loadu2_m128(hi[0].add(4), lo[0].add(4)),
+            _mm256_loadu2_m128(hi[1].add(4), lo[1].add(4)),
+            _mm256_loadu2_m128(hi[2].add(4), lo[2].add(4)),
+            _mm256_loadu2_m128(hi[3].add(4), lo[3].add(4)),
+        ]
+    };
+    let [q0, q1, q2, q3] = transpose4(front);
+    let [q4, q5, _, _] = transpose4(back);
+    bt([q0, q1, q2, q3, q4, q5])
 }
 
 /// Writes output channel `oc` of every image of the block from the products `m`
