@@ -1,9 +1,9 @@
 //! Whole operators for composites in PyNative mode: softmax over the last axis and GELU
-//! (erf form) run as one loop each, forward and gradient (and ReLU's gradient, a
-//! comparison and a select, as one), where their primitives take
-//! five to a dozen passes over memory one operator at a time. MindSpore runs `Softmax`
-//! and `GeLU` as primitives in PyNative mode for the same reason; `spore-nn` does the
-//! same for BatchNorm and LayerNorm with [`applies`] and [`f32_values`].
+//! (erf form), forward and gradient, and ReLU's gradient each run as one loop, where
+//! their primitives take two to a dozen passes over memory, one operator at a time.
+//! MindSpore runs `Softmax`, `GeLU` and `ReluGrad` as primitives in PyNative mode for the
+//! same reason; `spore-nn` does the same for BatchNorm and LayerNorm with [`applies`]
+//! and [`f32_values`].
 //!
 //! ```
 //! use spore_core::Tensor;
