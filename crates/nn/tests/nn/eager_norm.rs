@@ -74,12 +74,12 @@ fn compare(eager: &Arc<dyn Cell>, reference: &Arc<dyn Cell>, shape: &[usize], op
     let w64 = Tensor::from_f64(&data(shape, 2), shape, DType::F64).unwrap();
     let (x32, w32) = (x64.cast(DType::F32).unwrap(), w64.cast(DType::F32).unwrap());
     assert_eq!(
-        op_name(&eager.call1(&x32).unwrap()),
+        op_name(&eager.call1(&x32.with_requires_grad(true)).unwrap()),
         op,
         "{shape:?}: the eager operator runs"
     );
     assert_ne!(
-        op_name(&reference.call1(&x64).unwrap()),
+        op_name(&reference.call1(&x64.with_requires_grad(true)).unwrap()),
         op,
         "{shape:?}: float64 composes"
     );
@@ -110,7 +110,7 @@ fn compare(eager: &Arc<dyn Cell>, reference: &Arc<dyn Cell>, shape: &[usize], op
     }
 }
 
-fn batch_norm(shape: &[usize], dtype: DType, training: bool) -> Arc<dyn Cell> {
+fn batch_norm(shape: &[usize], dtype: DType, training: bool, affine: bool) -> Arc<dyn Cell> {
     let c = shape[1];
     let gamma = Tensor::from_f64(&data(&[c], 5), &[c], dtype).unwrap();
     let config = BatchNorm2d::config(c)
@@ -118,7 +118,8 @@ fn batch_norm(shape: &[usize], dtype: DType, training: bool) -> Arc<dyn Cell> {
         .gamma_init(Initializer::Tensor(gamma))
         .beta_init(Initializer::constant(0.25))
         .moving_mean_init(Initializer::constant(0.5))
-        .moving_var_init(Initializer::constant(2.0));
+        .moving_var_init(Initializer::constant(2.0))
+        .affine(affine);
     let cell: Arc<dyn Cell> = if shape.len() == 4 {
         config.build_2d().unwrap()
     } else {
@@ -131,14 +132,16 @@ fn batch_norm(shape: &[usize], dtype: DType, training: bool) -> Arc<dyn Cell> {
 #[test]
 fn batch_norm_matches_the_float64_composite() {
     let _guard = serial();
-    for (shape, training) in [
-        (&[4, 3, 5, 7][..], true),
-        (&[2, 3, 5, 7][..], false),
-        (&[6, 5][..], true),
-        (&[3, 4, 9][..], true),
+    // (shape, training, affine): frozen gamma and beta get no gradient, x still does.
+    for (shape, training, affine) in [
+        (&[4, 3, 5, 7][..], true, true),
+        (&[2, 3, 5, 7][..], false, true),
+        (&[6, 5][..], true, true),
+        (&[3, 4, 9][..], true, true),
+        (&[4, 3, 5, 7][..], true, false),
     ] {
-        let eager = batch_norm(shape, DType::F32, training);
-        let reference = batch_norm(shape, DType::F64, training);
+        let eager = batch_norm(shape, DType::F32, training, affine);
+        let reference = batch_norm(shape, DType::F64, training, affine);
         compare(&eager, &reference, shape, "BatchNorm");
     }
 }
