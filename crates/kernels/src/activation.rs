@@ -39,10 +39,21 @@ fn lanes(row: &[f32], init: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
 
 /// Rows per parallel task: about four tasks per thread, at least one row.
 fn chunk(len: usize, row: usize) -> usize {
-    let rows = len / row.max(1);
-    rows.div_ceil(rayon::current_num_threads().max(1) * 4)
-        .max(1)
-        * row.max(1)
+    crate::norm::chunk_len(len / row.max(1), row)
+}
+
+/// `block(g, v, dst)` over matching `step`-long pieces of `g`, `v` and `dx`, in parallel:
+/// the gradients' one shape of loop.
+fn zip_pieces(
+    g: &[f32],
+    v: &[f32],
+    dx: &mut [f32],
+    step: usize,
+    block: impl Fn(&[f32], &[f32], &mut [f32]) + Sync,
+) {
+    dx.par_chunks_mut(step)
+        .zip(v.par_chunks(step).zip(g.par_chunks(step)))
+        .for_each(|(dst, (vs, gs))| block(gs, vs, dst));
 }
 
 widest! {
@@ -94,10 +105,9 @@ pub fn softmax_rows_grad(g: &[f32], y: &[f32], row: usize, dx: &mut [f32]) {
     debug_assert!(
         row > 0 && g.len() == y.len() && dx.len() == y.len() && y.len().is_multiple_of(row)
     );
-    let step = chunk(y.len(), row);
-    dx.par_chunks_mut(step)
-        .zip(y.par_chunks(step).zip(g.par_chunks(step)))
-        .for_each(|(dst, (ys, gs))| softmax_grad_block(gs, ys, row, dst));
+    zip_pieces(g, y, dx, chunk(y.len(), row), |g, y, d| {
+        softmax_grad_block(g, y, row, d)
+    });
 }
 
 /// Elements per parallel task of an elementwise loop.
@@ -139,10 +149,7 @@ widest! {
 /// GELU's input gradient: `g · ((1 + erf(x / √2)) / 2 + x · exp(-x² / 2) / √(2π))`.
 pub fn gelu_erf_grad(g: &[f32], x: &[f32], dx: &mut [f32]) {
     debug_assert!(g.len() == x.len() && dx.len() == x.len());
-    let step = flat_chunk(x.len());
-    dx.par_chunks_mut(step)
-        .zip(x.par_chunks(step).zip(g.par_chunks(step)))
-        .for_each(|(dst, (xs, gs))| gelu_grad_block(gs, xs, dst));
+    zip_pieces(g, x, dx, flat_chunk(x.len()), gelu_grad_block);
 }
 
 widest! {
@@ -157,8 +164,5 @@ widest! {
 /// one pass where a comparison and a select took two.
 pub fn relu_grad(g: &[f32], y: &[f32], dx: &mut [f32]) {
     debug_assert!(g.len() == y.len() && dx.len() == y.len());
-    let step = flat_chunk(y.len());
-    dx.par_chunks_mut(step)
-        .zip(y.par_chunks(step).zip(g.par_chunks(step)))
-        .for_each(|(dst, (ys, gs))| relu_grad_block(gs, ys, dst));
+    zip_pieces(g, y, dx, flat_chunk(y.len()), relu_grad_block);
 }

@@ -38,9 +38,19 @@ fn lane_sum(len: usize, f: impl Fn(usize) -> f32) -> f64 {
 }
 
 /// Chunks of about a quarter of a thread's share, in whole runs of `run` values.
-fn chunk_len(runs: usize, run: usize) -> usize {
+pub(crate) fn chunk_len(runs: usize, run: usize) -> usize {
     let threads = rayon::current_num_threads().max(1);
     runs.div_ceil(threads * 4).max(1) * run.max(1)
+}
+
+/// `pair(ch)` for every channel in parallel, laid out as `[firsts .., seconds ..]`.
+fn per_channel_pairs(c: usize, pair: impl Fn(usize) -> (f32, f32) + Sync + Send) -> Vec<f32> {
+    let pairs: Vec<(f32, f32)> = (0..c).into_par_iter().map(pair).collect();
+    pairs
+        .iter()
+        .map(|p| p.0)
+        .chain(pairs.iter().map(|p| p.1))
+        .collect()
 }
 
 /// Per channel of `x` (`[n, c, l]`, row-major): the mean and the biased variance, as
@@ -49,26 +59,18 @@ fn chunk_len(runs: usize, run: usize) -> usize {
 pub fn channel_moments(x: &[f32], n: usize, c: usize, l: usize) -> Vec<f32> {
     debug_assert_eq!(x.len(), n * c * l);
     let count = (n * l).max(1) as f64;
-    let per_channel: Vec<(f32, f32)> = (0..c)
-        .into_par_iter()
-        .map(|ch| {
-            let run = |i: usize| &x[(i * c + ch) * l..(i * c + ch + 1) * l];
-            let sum: f64 = (0..n).map(|i| lane_sum(l, |j| run(i)[j])).sum();
-            let mean = (sum / count) as f32;
-            let sq: f64 = (0..n)
-                .map(|i| {
-                    let r = run(i);
-                    lane_sum(l, |j| (r[j] - mean) * (r[j] - mean))
-                })
-                .sum();
-            (mean, (sq / count) as f32)
-        })
-        .collect();
-    per_channel
-        .iter()
-        .map(|m| m.0)
-        .chain(per_channel.iter().map(|m| m.1))
-        .collect()
+    per_channel_pairs(c, |ch| {
+        let run = |i: usize| &x[(i * c + ch) * l..(i * c + ch + 1) * l];
+        let sum: f64 = (0..n).map(|i| lane_sum(l, |j| run(i)[j])).sum();
+        let mean = (sum / count) as f32;
+        let sq: f64 = (0..n)
+            .map(|i| {
+                let r = run(i);
+                lane_sum(l, |j| (r[j] - mean) * (r[j] - mean))
+            })
+            .sum();
+        (mean, (sq / count) as f32)
+    })
 }
 
 /// Per channel: `Σ dy` and `Σ dy · (x - mean_c)`, as `[sums of dy .., sums of dy·(x-mean) ..]`.
@@ -81,25 +83,17 @@ pub fn channel_grad_sums(
     l: usize,
 ) -> Vec<f32> {
     debug_assert!(dy.len() == n * c * l && x.len() == dy.len() && mean.len() == c);
-    let per_channel: Vec<(f32, f32)> = (0..c)
-        .into_par_iter()
-        .map(|ch| {
-            let m = mean[ch];
-            let (mut s, mut sx) = (0.0f64, 0.0f64);
-            for i in 0..n {
-                let at = (i * c + ch) * l;
-                let (g, v) = (&dy[at..at + l], &x[at..at + l]);
-                s += lane_sum(l, |j| g[j]);
-                sx += lane_sum(l, |j| g[j] * (v[j] - m));
-            }
-            (s as f32, sx as f32)
-        })
-        .collect();
-    per_channel
-        .iter()
-        .map(|s| s.0)
-        .chain(per_channel.iter().map(|s| s.1))
-        .collect()
+    per_channel_pairs(c, |ch| {
+        let m = mean[ch];
+        let (mut s, mut sx) = (0.0f64, 0.0f64);
+        for i in 0..n {
+            let at = (i * c + ch) * l;
+            let (g, v) = (&dy[at..at + l], &x[at..at + l]);
+            s += lane_sum(l, |j| g[j]);
+            sx += lane_sum(l, |j| g[j] * (v[j] - m));
+        }
+        (s as f32, sx as f32)
+    })
 }
 
 /// `out = a_c · u + b_c · v + k_c` over an `[n, c, l]` layout (`v` and `b` together, or
