@@ -3,24 +3,28 @@
 //! (each shape times its count).
 //! Run: `cargo run --release -p spore-kernels --example conv_micro [-- NAME_FILTER [fwd|dw|dx|relu]]`
 //! (the second argument times one kernel only, e.g. to profile it with `perf record`;
-//! `relu` compares the forward pass followed by a ReLU op with the fused `conv2d_relu`).
+//! `relu` compares the forward pass followed by a ReLU op with the fused `conv2d_relu`;
+//! `bf16` times each pass in float32, and in bfloat16 widened and native, see
+//! `spore_kernels::conv::bf16`).
 use std::time::Instant;
 
-use spore_kernels::Buffer;
 use spore_kernels::UnaryFn;
 use spore_kernels::arena::{self, BufferPool};
+use spore_kernels::bf16_gemm::Path;
+use spore_kernels::conv::bf16 as conv_bf16;
 use spore_kernels::conv::{
     ConvGeometry, Pass, choose, conv2d, conv2d_backward_filter, conv2d_backward_input, conv2d_relu,
 };
 use spore_kernels::elementwise::unary;
 use spore_kernels::layout::Layout;
+use spore_kernels::{Buffer, Num, bf16};
 
 /// Best of 60 calls after 5 warm-up calls. Outputs go back to a buffer pool, as in a
 /// compiled graph, so that the figures exclude the system allocator.
-fn time(mut f: impl FnMut() -> Vec<f32>) -> f64 {
+fn time<T: Num>(mut f: impl FnMut() -> Vec<T>) -> f64 {
     let mut pool = BufferPool::default();
     arena::with_pool(&mut pool, || {
-        let mut f = || arena::recycle(Buffer::F32(f()));
+        let mut f = || arena::recycle(T::into_buffer(f()));
         for _ in 0..5 {
             f();
         }
@@ -73,6 +77,10 @@ fn main() {
                 println!("{name:17} fwd + ReLU op {separate:8.3} ms  conv2d_relu {fused:8.3} ms");
                 return;
             }
+            if kernel == "bf16" {
+                compare_bf16(name, &g, (&x, &w, &dy));
+                return;
+            }
             let runs = |k: &str| kernel.is_empty() || kernel == k;
             let time_if = |k: &str, f: &mut dyn FnMut() -> Vec<f32>| {
                 if runs(k) { time(f) } else { f64::NAN }
@@ -107,6 +115,34 @@ fn main() {
         println!(
             "{network:8} per step: fwd {f:8.2} ms  dW {bf:8.2} ms  dX {bi:8.2} ms  total {:8.2} ms",
             f + bf + bi
+        );
+    }
+}
+
+/// Each pass of `g` in float32 (what O0 runs) and on bfloat16 values widened to float32
+/// and native (AVX512_BF16 dot products), with the path `conv_bf16::best_path` takes.
+fn compare_bf16(name: &str, g: &ConvGeometry, (x, w, dy): (&[f32], &[f32], &[f32])) {
+    let half = |v: &[f32]| v.iter().map(|&v| bf16::from_f32(v)).collect::<Vec<_>>();
+    let (xh, wh, dyh) = (half(x), half(w), half(dy));
+    let native = spore_kernels::bf16_gemm::native_available();
+    for pass in [Pass::Forward, Pass::FilterGradient, Pass::InputGradient] {
+        let f32_ms = match pass {
+            Pass::Forward => time(|| conv2d(x, w, g)),
+            Pass::FilterGradient => time(|| conv2d_backward_filter(dy, x, g)),
+            Pass::InputGradient => time(|| conv2d_backward_input(dy, w, g)),
+        };
+        let run = |path: Path| match pass {
+            Pass::Forward => time(|| conv_bf16::forward(path, &xh, &wh, g, false)),
+            Pass::FilterGradient => time(|| conv_bf16::filter_gradient(path, &dyh, &xh, g)),
+            Pass::InputGradient => time(|| conv_bf16::input_gradient(path, &dyh, &wh, g)),
+        };
+        let widened = run(Path::Widened);
+        let native_ms = if native { run(Path::Native) } else { f64::NAN };
+        println!(
+            "{name:19} {:>14} f32 {f32_ms:8.3}  bf16 widened {widened:8.3}  native {native_ms:8.3} ms  f32/native {:5.2}x  best: {:?}",
+            format!("{pass:?}"),
+            f32_ms / native_ms,
+            conv_bf16::best_path(g, pass),
         );
     }
 }

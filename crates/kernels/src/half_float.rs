@@ -18,6 +18,7 @@ use crate::buffer::Buffer;
 use crate::dtype::DType;
 use crate::elementwise::cast;
 use crate::layout::Layout;
+use crate::widest::widest;
 
 /// The values of a view as a contiguous float32 buffer.
 pub fn widen(src: &Buffer, layout: &Layout) -> Buffer {
@@ -57,9 +58,7 @@ pub(crate) fn fast_cast(src: &Buffer, layout: &Layout, dtype: DType) -> Option<B
     Some(match (src, dtype) {
         (Buffer::BF16(s), DType::F32) => {
             let mut out = crate::arena::for_overwrite::<f32>(range.len());
-            chunked(&s[range], &mut out, |s, o| {
-                o.iter_mut().zip(s).for_each(|(o, &v)| *o = bf16_to_f32(v));
-            });
+            widen_bf16(&s[range], &mut out);
             Buffer::F32(out)
         }
         (Buffer::F32(s), DType::BF16) => {
@@ -74,21 +73,58 @@ pub(crate) fn fast_cast(src: &Buffer, layout: &Layout, dtype: DType) -> Option<B
         }
         (Buffer::F32(s), DType::F16) => {
             let mut out = crate::arena::for_overwrite::<f16>(range.len());
-            chunked(&s[range], &mut out, |s, o| o.convert_from_f32_slice(s));
+            round_to_f16(&s[range], &mut out);
             Buffer::F16(out)
         }
         _ => return None,
     })
 }
 
+/// `src` widened (exactly) to float32 into `dst` (equal lengths); vectorized, and
+/// threaded over large buffers.
+pub(crate) fn widen_bf16(src: &[bf16], dst: &mut [f32]) {
+    chunked(src, dst, widen_bf16_run);
+}
+
+// Why compiled per vector width: these conversions run over every 16-bit value of a
+// mixed-precision step (in and out of each loop and convolution), and the baseline's
+// 4-lane form of them took several percent of a ResNet-18 O2 step.
+widest! {
+    /// `dst[i]` = `src[i]` widened (exactly).
+    fn widen_bf16_run(src: &[bf16], dst: &mut [f32]) {
+        dst.iter_mut().zip(src).for_each(|(o, &v)| *o = bf16_to_f32(v));
+    }
+}
+
+widest! {
+    /// `dst[i]` = `src[i]` rounded to bfloat16 (see [`f32_to_bf16_bits`]).
+    fn round_bf16_run(src: &[f32], dst: &mut [bf16]) {
+        dst.iter_mut()
+            .zip(src)
+            .for_each(|(o, &v)| *o = bf16::from_bits(f32_to_bf16_bits(v)));
+    }
+}
+
+widest! {
+    /// Each value rounded to the nearest bfloat16 value, kept as float32.
+    fn round_bf16_in_place(values: &mut [f32]) {
+        values
+            .iter_mut()
+            .for_each(|v| *v = bf16_to_f32(bf16::from_bits(f32_to_bf16_bits(*v))));
+    }
+}
+
 /// `src` rounded to bfloat16 into `dst` (equal lengths), as `cast` rounds: to nearest,
 /// ties to even; vectorized, and threaded over large buffers.
-pub(crate) fn round_to_bf16(src: &[f32], dst: &mut [bf16]) {
-    chunked(src, dst, |s, o| {
-        o.iter_mut()
-            .zip(s)
-            .for_each(|(o, &v)| *o = bf16::from_bits(f32_to_bf16_bits(v)));
-    });
+pub fn round_to_bf16(src: &[f32], dst: &mut [bf16]) {
+    chunked(src, dst, round_bf16_run);
+}
+
+/// `src` rounded to float16 into `dst` (equal lengths), as `cast` rounds (F16C where the
+/// CPU has it); threaded over large buffers.
+pub fn round_to_f16(src: &[f32], dst: &mut [f16]) {
+    use half::slice::HalfFloatSliceExt;
+    chunked(src, dst, |s, o| o.convert_from_f32_slice(s));
 }
 
 /// Values from which a conversion is split among the threads (a 64 x 512 product's
@@ -140,9 +176,7 @@ pub fn round_in_place<T: crate::Num>(dtype: DType, values: &mut [T]) {
         return;
     };
     match dtype {
-        DType::BF16 => values
-            .iter_mut()
-            .for_each(|v| *v = bf16_to_f32(bf16::from_bits(f32_to_bf16_bits(*v)))),
+        DType::BF16 => round_bf16_in_place(values),
         DType::F16 => {
             let mut narrow = [f16::ZERO; 256];
             for chunk in values.chunks_mut(narrow.len()) {
@@ -163,10 +197,7 @@ pub fn widen_run<T: crate::Num>(src: &Buffer, start: usize, dst: &mut [T]) {
     let end = start + dst.len();
     if let Some(out) = crate::operand::as_f32_mut(dst) {
         match src {
-            Buffer::BF16(v) => out
-                .iter_mut()
-                .zip(&v[start..end])
-                .for_each(|(o, &x)| *o = bf16_to_f32(x)),
+            Buffer::BF16(v) => widen_bf16_run(&v[start..end], out),
             Buffer::F16(v) => v[start..end].convert_to_f32_slice(out),
             _ => {}
         }

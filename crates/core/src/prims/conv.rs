@@ -12,7 +12,7 @@
 use std::panic::Location;
 
 use spore_kernels::Buffer;
-use spore_kernels::conv::{self as k, ConvGeometry};
+use spore_kernels::conv::{self as k, ConvGeometry, Pass};
 
 use super::elementwise::when;
 use super::require_same_dtype;
@@ -178,12 +178,19 @@ fn dims(t: &Tensor) -> [usize; 4] {
 pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Storage, String> {
     let (p, q) = (inputs[0].contiguous_buffer(), inputs[1].contiguous_buffer());
     let (pd, qd) = (dims(inputs[0]), dims(inputs[1]));
+    // bfloat16 operands take `spore_kernels::conv::bf16` (accumulated in float32, rounded
+    // once), on the path it finds fastest for the pass; float16 ones arrive widened
+    // (`half_compute`).
     macro_rules! run {
-        ($f:expr) => {
+        ($f:expr, $bf16:expr, $pass:expr, $g:expr) => {
             match (&*p, &*q) {
                 (Buffer::F32(a), Buffer::F32(b)) => Buffer::F32($f(a.as_slice(), b.as_slice())),
                 (Buffer::F64(a), Buffer::F64(b)) => Buffer::F64($f(a.as_slice(), b.as_slice())),
-                _ => return Err("inputs must be Float32 or Float64".into()),
+                (Buffer::BF16(a), Buffer::BF16(b)) => {
+                    let path = k::bf16::best_path(&$g, $pass);
+                    Buffer::BF16($bf16(path, a.as_slice(), b.as_slice()))
+                }
+                _ => return Err("inputs must be Float32, Float64 or BFloat16".into()),
             }
         };
     }
@@ -197,22 +204,35 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Stor
             {
                 return Ok(Storage::contiguous(Buffer::F32(y), &out.shape));
             }
+            let bf16 = |path, x, w| k::bf16::forward(path, x, w, &g, relu);
             if relu {
-                run!(|x, w| k::conv2d_relu(x, w, &g))
+                run!(|x, w| k::conv2d_relu(x, w, &g), bf16, Pass::Forward, g)
             } else {
-                run!(|x, w| k::conv2d(x, w, &g))
+                run!(|x, w| k::conv2d(x, w, &g), bf16, Pass::Forward, g)
             }
         }
         Op::Conv2dBackpropInput { attrs, input_shape } => {
             let g = geometry(attrs, *input_shape, qd);
-            run!(|dy, w| k::conv2d_backward_input(dy, w, &g))
+            let bf16 = |path, dy, w| k::bf16::input_gradient(path, dy, w, &g);
+            run!(
+                |dy, w| k::conv2d_backward_input(dy, w, &g),
+                bf16,
+                Pass::InputGradient,
+                g
+            )
         }
         Op::Conv2dBackpropFilter {
             attrs,
             weight_shape,
         } => {
             let g = geometry(attrs, qd, *weight_shape);
-            run!(|dy, x| k::conv2d_backward_filter(dy, x, &g))
+            let bf16 = |path, dy, x| k::bf16::filter_gradient(path, dy, x, &g);
+            run!(
+                |dy, x| k::conv2d_backward_filter(dy, x, &g),
+                bf16,
+                Pass::FilterGradient,
+                g
+            )
         }
         _ => return Err(format!("{} is not a convolution", op.name())),
     };

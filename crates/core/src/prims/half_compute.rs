@@ -50,10 +50,19 @@ fn handles_16_bit_itself(op: &Op) -> bool {
     }
 }
 
-/// A bfloat16 matrix product: the kernels multiply bfloat16 operands themselves (with
-/// AVX512_BF16 dot products where the CPU has them), accumulating in float32 as here.
+/// A bfloat16 matrix product or convolution: the kernels multiply bfloat16 operands
+/// themselves (with AVX512_BF16 dot products where the CPU has them), accumulating in
+/// float32 as here.
 fn bf16_product(op: &Op, inputs: &[&Tensor]) -> bool {
-    matches!(op, Op::MatMul) && inputs.iter().all(|t| t.dtype() == DType::BF16)
+    let product = matches!(
+        op,
+        Op::MatMul
+            | Op::Conv2d(_)
+            | Op::Conv2dRelu(_)
+            | Op::Conv2dBackpropInput { .. }
+            | Op::Conv2dBackpropFilter { .. }
+    );
+    product && inputs.iter().all(|t| t.dtype() == DType::BF16)
 }
 
 /// Runs `op` on the float32 values of its 16-bit inputs and rounds its 16-bit output.

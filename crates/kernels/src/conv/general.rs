@@ -29,7 +29,7 @@ use gemm::Parallelism;
 /// when fewer (but at least [`MIN_CACHED_COLUMNS`] columns) keep the column matrix within
 /// [`CACHED_COLUMNS_BYTES`]. Large layers, where one image already exceeds that
 /// (ResNet's), keep the full width.
-fn images_per_gemm<T>(g: &ConvGeometry, per: usize) -> usize {
+pub(super) fn images_per_gemm<T>(g: &ConvGeometry, per: usize) -> usize {
     let wide = GEMM_COLUMNS / g.ohw().max(1);
     let image_bytes = g.ckk() * g.ohw() * std::mem::size_of::<T>();
     let cached = CACHED_COLUMNS_BYTES / image_bytes.max(1);
@@ -80,7 +80,7 @@ impl Lowering {
 }
 
 /// im2col of images `s0..s0 + k` side by side into `cols` ([ckk, k * ohw]).
-fn lower_images<T: Num>(
+pub(super) fn lower_images<T: Num>(
     x: &[T],
     g: &ConvGeometry,
     group: usize,

@@ -14,9 +14,11 @@
 //! image, wide positions, and the scatter-add input gradient), `panels` (GEMM panels
 //! copied straight from the images), `winograd` (F(4x4, 3x3)) and `transposed` (an input
 //! gradient as a forward convolution). `batch` splits a batch among threads and
-//! `lowering` holds im2col, col2im and the bordered copies.
+//! `lowering` holds im2col, col2im and the bordered copies. [`bf16`] runs the three passes
+//! on bfloat16 inputs.
 
 mod batch;
+pub mod bf16;
 mod general;
 mod geometry;
 mod implicit;
@@ -27,6 +29,8 @@ pub mod prepared;
 mod transposed;
 mod winograd;
 
+#[cfg(test)]
+mod bf16_tests;
 #[cfg(test)]
 mod sweep_tests;
 

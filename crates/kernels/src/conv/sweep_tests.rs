@@ -9,7 +9,7 @@ use super::plan::{ConvPath, Pass, applicable};
 use super::{filter_gradient_on, forward_on, input_gradient_on};
 
 /// xorshift64*, seeded: the sweep is the same on every run.
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -24,7 +24,7 @@ impl Rng {
     fn pick<T: Copy>(&mut self, options: &[T]) -> T {
         options[(self.next() % options.len() as u64) as usize]
     }
-    fn values(&mut self, len: usize) -> Vec<f32> {
+    pub(super) fn values(&mut self, len: usize) -> Vec<f32> {
         (0..len)
             .map(|_| (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0)
             .collect()
@@ -162,7 +162,7 @@ fn anything(rng: &mut Rng) -> Draft {
 
 /// One draw, shaped after one of the specialised paths' conditions (or none); `None` when
 /// the draft is not a valid convolution or its naive loop would be too long.
-fn draw(rng: &mut Rng) -> Option<ConvGeometry> {
+pub(super) fn draw(rng: &mut Rng) -> Option<ConvGeometry> {
     let shapes: [fn(&mut Rng) -> Draft; 6] = [
         resnet_like,
         lenet_like,
@@ -194,13 +194,13 @@ fn draw(rng: &mut Rng) -> Option<ConvGeometry> {
 
 /// The three passes in f64, naively: y, dx, dw, and each output's scale (the sum of its
 /// terms' magnitudes).
-struct Reference {
-    y: (Vec<f64>, Vec<f64>),
-    dx: (Vec<f64>, Vec<f64>),
-    dw: (Vec<f64>, Vec<f64>),
+pub(super) struct Reference {
+    pub(super) y: (Vec<f64>, Vec<f64>),
+    pub(super) dx: (Vec<f64>, Vec<f64>),
+    pub(super) dw: (Vec<f64>, Vec<f64>),
 }
 
-fn reference(g: &ConvGeometry, x: &[f32], w: &[f32], dy: &[f32]) -> Reference {
+pub(super) fn reference(g: &ConvGeometry, x: &[f32], w: &[f32], dy: &[f32]) -> Reference {
     let (cg, og) = (g.c / g.groups, g.o / g.groups);
     let zeros = |len: usize| (vec![0.0; len], vec![0.0; len]);
     let (mut y, mut dx, mut dw) = (
