@@ -1,13 +1,15 @@
 //! Training steps at each mixed-precision level against float32, in alternating rounds
 //! (BENCHMARKS.md, "Mixed precision"): LeNet5 (batch 32) and the seed 004 MLP (batch 64)
-//! on the bundled digits, ResNet-18 (batch 32, CIFAR-sized random images). Each level's
+//! on the bundled digits, ResNet-18 (batch 32, CIFAR-sized random images), ResNet-50
+//! (batch 8, ImageNet-sized random images). `--levels O0,O2bf16` times only the levels
+//! named (spaces dropped from the names in the table). Each level's
 //! loss after its timed steps is printed beside its time, so a fast wrong step shows.
 //! The peak bytes of values live in the step's compiled graphs (parameters, their 16-bit
 //! copies, activations, gradients) are printed too, from the graphs' memory plans; for a
 //! loss-scaled step (O2), the larger of its two graphs' peaks.
 //!
 //! ```sh
-//! cargo run --release -p spore --example bench_amp -- [--model lenet|mlp|resnet18] --steps 100 --rounds 3
+//! cargo run --release -p spore --example bench_amp -- [--model lenet|mlp|resnet18|resnet50] --steps 100 --rounds 3 [--levels O0,O2bf16]
 //! ```
 
 use std::sync::Arc;
@@ -66,9 +68,20 @@ fn workload(model: &str, count: usize) -> Result<(Arc<dyn Cell>, Batches)> {
                 .collect::<Result<_>>()?;
             (ResNet::resnet18(10)?, batches)
         }
+        "resnet50" => {
+            let batches = (0..count)
+                .map(|k| -> Result<Vec<Tensor>> {
+                    let x = Tensor::randn(&[8, 3, 224, 224], DType::F32, Some(k as u64))?;
+                    let y =
+                        Tensor::from_vec((0..8).map(|i| (i + k as i32) % 1000).collect(), &[8])?;
+                    Ok(vec![x, y])
+                })
+                .collect::<Result<_>>()?;
+            (ImageNetResNet::resnet50(1000)?, batches)
+        }
         other => {
             return Err(Error::invalid(format!(
-                "--model must be lenet, mlp or resnet18, got {other}"
+                "--model must be lenet, mlp, resnet18 or resnet50, got {other}"
             )));
         }
     })
@@ -161,9 +174,22 @@ fn main() -> Result<()> {
         ("O3 f16", AmpLevel::O3, DType::F16),
         ("O3 bf16", AmpLevel::O3, DType::BF16),
     ];
+    let wanted = arg("--levels", "");
+    let chosen: Vec<_> = levels
+        .iter()
+        .filter(|(name, ..)| {
+            let name = name.replace(' ', "");
+            wanted.is_empty() || wanted.split(',').any(|w| w == name)
+        })
+        .collect();
+    if chosen.is_empty() {
+        return Err(Error::invalid(format!(
+            "--levels names none of O0, O1f16, O2f16, O2bf16, O3f16, O3bf16: got {wanted}"
+        )));
+    }
     for round in 1..=rounds {
         let mut cells = vec![];
-        for &(name, level, dtype) in &levels {
+        for &&(name, level, dtype) in &chosen {
             let (ms, loss, peak) = time_level(&model, level, dtype, steps)?;
             let peak = peak.map_or(String::new(), |b| format!(" {:.0} KiB", b as f64 / 1024.0));
             cells.push(format!("{name} {ms:.2} ({loss:.3}){peak}"));

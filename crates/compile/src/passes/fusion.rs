@@ -1,7 +1,8 @@
 //! All of fusion as one pass, for callers that want it at once (`default_passes` lists
 //! its stages one by one, so that `save_graphs` prints the graph after each):
 //! `pool_relu`, `conv_relu`, `product_sums`, `fuse_elementwise`, `fuse_sum`, `contract`,
-//! `matmul_epilogue` and `widening_casts`, with `dce` clean-ups between them.
+//! `matmul_epilogue`, `widening_casts` and `narrowing_casts`, with `dce` clean-ups between
+//! them.
 //!
 //! ```
 //! use spore_compile::{pass::Pass, passes::{Dce, FuseElementwise}};
@@ -16,8 +17,8 @@ use spore_core::Result;
 use spore_core::ir::Graph;
 
 use super::{
-    Contract, ConvRelu, Dce, ElementwiseLoops, MatMulEpilogue, PoolRelu, ProductSums, SumLoops,
-    WideningCasts,
+    Contract, ConvRelu, Dce, ElementwiseLoops, MatMulEpilogue, NarrowingCasts, PoolRelu,
+    ProductSums, SumLoops, WideningCasts,
 };
 use crate::pass::Pass;
 
@@ -41,6 +42,9 @@ pub fn fusion_passes() -> Vec<Box<dyn Pass>> {
         // Last: a product's epilogue takes its float32 addend as it is, and the loops
         // left read 16-bit values past their casts (the pipeline's `dce` then drops them).
         Box::new(WideningCasts),
+        // After it: a loop that rounds its result to 16 bits no longer has the float32
+        // result that `widening_casts` looks for.
+        Box::new(NarrowingCasts),
         Box::new(Dce),
     ]
 }

@@ -3,10 +3,12 @@
 //! identity permutations, reshape of reshape). A rewrite is applied only when the result
 //! has exactly the type of the value that replaces it.
 //!
-//! One rewrite changes layout rather than removing work: `(Aᵀ B)ᵀ`, which autodiff
-//! produces for every `Dense` weight gradient (`x @ Wᵀ` forward), becomes `Bᵀ A`. Both are
-//! the same GEMM on strided operands, but the new result is contiguous, so the optimizer
-//! update that reads it walks memory in order instead of gathering a transposed view.
+//! Two rewrites move work rather than remove it. `Cast(BroadcastTo(x))` becomes
+//! `BroadcastTo(Cast(x))`: the cast converts the small value, and the broadcast stays a
+//! view. And `(Aᵀ B)ᵀ`, which autodiff produces for every `Dense` weight gradient
+//! (`x @ Wᵀ` forward), becomes `Bᵀ A`. Both are the same GEMM on strided operands, but
+//! the new result is contiguous, so the optimizer update that reads it walks memory in
+//! order instead of gathering a transposed view.
 //!
 //! ```
 //! use spore_compile::{pass::Pass, passes::{Dce, Simplify}};
@@ -130,13 +132,60 @@ fn transpose_of_matmul(g: &mut Graph, i: usize) -> bool {
     };
     // Names and source lines follow the ops, so the IR still reads `MatMul-opN` for the
     // product, at the line that wrote the product.
-    let (name_m, name_i) = (g.nodes[m].name.clone(), g.nodes[i].name.clone());
-    g.nodes[m].name = name_i;
-    g.nodes[i].name = name_m;
-    let (loc_m, loc_i) = (g.nodes[m].location, g.nodes[i].location);
-    g.nodes[m].location = loc_i;
-    g.nodes[i].location = loc_m;
+    swap_names(g, m, i);
     true
+}
+
+/// `Cast(BroadcastTo(x))` at node `i`, the broadcast used only there, becomes
+/// `BroadcastTo(Cast(x))`: the broadcast node turns into the cast of `x` and node `i`
+/// into the broadcast (both keep their positions). The cast then converts `x`'s values
+/// once each, and the broadcast is a view. Why: under amp O2, the gradient of every
+/// BatchNorm mean reached its 16-bit input as a full-size broadcast, converted
+/// element by element.
+fn cast_of_broadcast(g: &mut Graph, i: usize) -> bool {
+    let NodeKind::Op {
+        op: Op::Cast(dtype),
+        args,
+    } = &g.nodes[i].kind
+    else {
+        return false;
+    };
+    let (dtype, b) = (*dtype, args[0]);
+    let NodeKind::Op {
+        op: Op::BroadcastTo(shape),
+        args,
+    } = &g.nodes[b].kind
+    else {
+        return false;
+    };
+    let (shape, x) = (shape.clone(), args[0]);
+    // Counted now, not once per pass: other rewrites move uses around (matches are rare).
+    if g.use_counts()[b] != 1 {
+        return false;
+    }
+    let small = spore_core::TensorType::new(&g.nodes[x].ty().shape, dtype);
+    g.nodes[b].kind = NodeKind::Op {
+        op: Op::Cast(dtype),
+        args: vec![x],
+    };
+    g.nodes[b].types = vec![small];
+    g.nodes[i].kind = NodeKind::Op {
+        op: Op::BroadcastTo(shape),
+        args: vec![b],
+    };
+    swap_names(g, b, i);
+    true
+}
+
+/// Swaps the scope names and source lines of nodes `a` and `b`, whose ops a rewrite
+/// swapped: the IR still names each op as the user's code did.
+fn swap_names(g: &mut Graph, a: usize, b: usize) {
+    let (name_a, name_b) = (g.nodes[a].name.clone(), g.nodes[b].name.clone());
+    g.nodes[a].name = name_b;
+    g.nodes[b].name = name_a;
+    let (loc_a, loc_b) = (g.nodes[a].location, g.nodes[b].location);
+    g.nodes[a].location = loc_b;
+    g.nodes[b].location = loc_a;
 }
 
 impl Pass for Simplify {
@@ -147,7 +196,7 @@ impl Pass for Simplify {
     fn run(&self, g: &mut Graph) -> Result<bool> {
         let mut changed = false;
         for i in 0..g.nodes.len() {
-            if transpose_of_matmul(g, i) {
+            if transpose_of_matmul(g, i) || cast_of_broadcast(g, i) {
                 changed = true;
                 continue;
             }

@@ -1,5 +1,6 @@
 //! Widening casts read inside loops (the `widening_casts` stage): a float32 elementwise
-//! loop (or a single elementwise op, which becomes a one-instruction loop) that reads a
+//! loop (or a single elementwise op, which becomes a one-instruction loop, or a sum,
+//! which becomes a fused sum of its one input) that reads a
 //! `Cast` from float16 or bfloat16 to float32 reads the 16-bit value itself instead,
 //! widening each chunk as it loads it; the `dce` stage after it drops a cast that no
 //! other op reads. Widening is exact, so
@@ -24,7 +25,9 @@
 use spore_core::ir::{Graph, NodeKind};
 use spore_core::op::Op;
 use spore_core::prims::fused::{FusedInstr, FusedProgram};
+use spore_core::prims::fused_reduce::sum_split;
 use spore_core::{DType, Result};
+use spore_kernels::ReduceFn;
 
 use crate::pass::Pass;
 
@@ -59,6 +62,9 @@ impl Pass for WideningCasts {
                 NodeKind::Op {
                     op:
                         Op::FusedReduceSum {
+                            axes, keep_dims, ..
+                        }
+                        | Op::Reduce {
                             axes, keep_dims, ..
                         },
                     ..
@@ -102,13 +108,25 @@ fn loop_of(g: &Graph, i: usize) -> Option<FusedProgram> {
     };
     let program = match op {
         Op::Fused(p) | Op::FusedReduceSum { program: p, .. } => p.clone(),
+        // A sum of a widened value: a fused sum whose program is its one input (BatchNorm's
+        // mean under amp O2, which would otherwise keep a float32 copy of the activation).
+        Op::Reduce {
+            kind: ReduceFn::Sum,
+            axes,
+            ..
+        } if sum_split(&g.nodes[args[0]].ty().shape, axes).is_some() => FusedProgram {
+            num_inputs: 1,
+            instrs: vec![],
+            compute: DType::F32,
+            out_dtype: DType::F32,
+        },
         Op::Unary(f) => single(args.len(), FusedInstr::Unary(*f, 0), DType::F32),
         Op::Binary(f) => single(args.len(), FusedInstr::Binary(*f, 0, 1), DType::F32),
         _ => return None,
     };
     let float32_out = g.nodes[i].ty().dtype == DType::F32;
-    (program.compute == DType::F32 && (float32_out || matches!(op, Op::FusedReduceSum { .. })))
-        .then_some(program)
+    let sum = matches!(op, Op::FusedReduceSum { .. } | Op::Reduce { .. });
+    (program.compute == DType::F32 && (float32_out || sum)).then_some(program)
 }
 
 fn single(num_inputs: usize, instr: FusedInstr, dtype: DType) -> FusedProgram {

@@ -155,3 +155,93 @@ fn widening_casts_are_read_inside_loops_and_equal_eager_exactly() {
         assert!(!ir.contains("= Cast("), "{float}: {ir}");
     }
 }
+
+/// Casts from float32 to 16 bits of values only they read (amp O2's BatchNorm outputs)
+/// become the loops that compute those values, rounding each chunk as they store it: the
+/// results equal eager mode's bit for bit, NaN, infinities and values beyond the 16-bit
+/// range included; a value that another op reads as well keeps its cast.
+#[test]
+fn narrowing_casts_are_stored_by_loops_and_equal_eager_exactly() {
+    let step = |x: &[Tensor], half: DType| -> spore_core::Result<Vec<Tensor>> {
+        let (a, b) = (&x[0], &x[1]);
+        let loop_out = a.exp()?.mul(b)?.add_scalar(1.0)?.cast(half)?;
+        let single = a.mul(b)?.cast(half)?;
+        let shared = a.sub(b)?;
+        let kept = shared.cast(half)?;
+        Ok(vec![loop_out, single, kept, shared.sum(&[], false)?])
+    };
+    let mut a = Tensor::randn(&[37, 129], DType::F32, Some(5))
+        .unwrap()
+        .mul_scalar(8.0)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    a[..6].copy_from_slice(&[
+        f32::NAN,
+        f32::INFINITY,
+        -f32::INFINITY,
+        1e30,
+        -1e-30,
+        70000.0,
+    ]);
+    let a = Tensor::from_vec(a, &[37, 129]).unwrap();
+    let b = Tensor::randn(&[129], DType::F32, Some(6)).unwrap();
+    for half in [DType::F16, DType::BF16] {
+        let ts = vec![a.clone(), b.clone()];
+        let eager = step(&ts, half).unwrap();
+        let f = jit("narrowing", move |x: &[Tensor]| step(x, half));
+        let compiled = f.call(&ts).unwrap();
+        for (k, (c, e)) in compiled.iter().zip(&eager).enumerate() {
+            let bits = |t: &Tensor| {
+                let v = t.to_f64_vec().unwrap();
+                v.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            };
+            assert_eq!(c.dtype(), e.dtype(), "{half} output {k}");
+            assert_eq!(bits(c), bits(e), "{half} output {k}");
+        }
+        let types: Vec<_> = ts.iter().map(|t| t.tensor_type().clone()).collect();
+        let ir = f.graph_for(&types).unwrap().to_ir();
+        assert_eq!(
+            ir.matches("= Cast(").count(),
+            1,
+            "{half}: only the shared value's cast stays: {ir}"
+        );
+    }
+}
+
+/// A sum of a 16-bit value widened to float32 (amp O2's BatchNorm mean) reads the 16-bit
+/// value itself, with no float32 copy: over adjacent axes it becomes a fused sum, equal to
+/// eager mode's sum within float32 rounding (the fused sum adds in its own order).
+#[test]
+fn sums_of_widening_casts_read_the_16_bit_values() {
+    let step = |x: &[Tensor]| -> spore_core::Result<Vec<Tensor>> {
+        let wide = x[0].cast(DType::F32)?;
+        Ok(vec![wide.sum(&[0, 2, 3], true)?, wide.sum(&[], false)?])
+    };
+    for float in [DType::F16, DType::BF16] {
+        let x = Tensor::randn(&[6, 5, 17, 19], DType::F32, Some(8))
+            .unwrap()
+            .cast(float)
+            .unwrap();
+        let ts = vec![x];
+        let eager = step(&ts).unwrap();
+        let f = jit("widened_sum", move |x: &[Tensor]| step(x));
+        let compiled = f.call(&ts).unwrap();
+        for (c, e) in compiled.iter().zip(&eager) {
+            assert_eq!((c.dtype(), c.shape()), (e.dtype(), e.shape()), "{float}");
+            let (c, e) = (c.to_vec::<f32>().unwrap(), e.to_vec::<f32>().unwrap());
+            for (c, e) in c.iter().zip(&e) {
+                assert!(
+                    (c - e).abs() <= 1e-5 * (1.0 + e.abs()),
+                    "{float}: {c} against {e}"
+                );
+            }
+        }
+        let types: Vec<_> = ts.iter().map(|t| t.tensor_type().clone()).collect();
+        let ir = f.graph_for(&types).unwrap().to_ir();
+        assert!(
+            !ir.contains("= Cast(") && ir.contains("FusedReduceSum"),
+            "{float}: {ir}"
+        );
+    }
+}

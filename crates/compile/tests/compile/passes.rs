@@ -183,6 +183,50 @@ fn simplify_makes_the_batched_key_gradient_contiguous() {
 }
 
 #[test]
+fn simplify_casts_before_broadcasting() {
+    // A per-channel gradient broadcast over an activation and cast to bfloat16 (amp O2's
+    // BatchNorm mean): the cast moves before the broadcast, which stays a view; values
+    // are the same bit for bit. A broadcast read by another op as well is left alone.
+    let ty = TensorType::new(&[1, 3, 1, 1], DType::F32);
+    let mut g = trace("mean_grad", std::slice::from_ref(&ty), |x| {
+        let wide = x[0].broadcast_to(&[4, 3, 5, 5])?;
+        Ok(vec![wide.cast(DType::BF16)?])
+    })
+    .unwrap();
+    let inputs = vec![Tensor::randn(&[1, 3, 1, 1], DType::F32, Some(9)).unwrap()];
+    let before = g.interpret(&inputs).unwrap();
+    assert!(Simplify.run(&mut g).unwrap());
+    Dce.run(&mut g).unwrap();
+    g.verify().unwrap();
+    let after = g.interpret(&inputs).unwrap();
+    let bits = |t: &Tensor| {
+        t.to_f64_vec()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(bits(&after.outputs[0]), bits(&before.outputs[0]));
+    assert_eq!(after.outputs[0].dtype(), DType::BF16);
+    let ir = g.to_ir();
+    assert!(
+        matches!(g.nodes[g.outputs[0]].op(), Some(Op::BroadcastTo(_))),
+        "{ir}"
+    );
+    assert!(
+        ir.contains("Cast(%0) {BF16} -> Tensor(BF16)[1, 3, 1, 1]"),
+        "{ir}"
+    );
+
+    let mut shared = trace("shared", &[ty], |x| {
+        let wide = x[0].broadcast_to(&[4, 3, 5, 5])?;
+        Ok(vec![wide.cast(DType::BF16)?, wide])
+    })
+    .unwrap();
+    assert!(!Simplify.run(&mut shared).unwrap(), "{}", shared.to_ir());
+}
+
+#[test]
 fn simplify_leaves_a_product_alone_while_something_else_reads_it() {
     // y = (xᵀ b) * 1 is an identity; y is also returned, so the product must survive as is
     // when the identity is removed and Transpose(y) is looked at.

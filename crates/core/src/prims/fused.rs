@@ -33,7 +33,7 @@ use spore_kernels::arena;
 use spore_kernels::elementwise::{
     binary_slice, binary_slice_over, mul_add_slice, mul_add_slice_over_addend, unary_slice,
 };
-use spore_kernels::{BinaryFn, Buffer, CompareFn, DType, Dims, Layout, Num, Strides};
+use spore_kernels::{BinaryFn, Buffer, CompareFn, DType, Dims, Layout, Num, Strides, bf16, f16};
 
 use super::broadcast_shapes;
 use super::in_place::EvalContext;
@@ -180,8 +180,11 @@ impl FusedProgram {
                 inputs.len()
             ));
         }
+        // A float32 program may round its result to 16 bits as it stores it (a narrowing
+        // cast fused into its loop, see the compiler's `narrowing_casts` stage).
+        let narrowed = self.out_dtype.is_half() && self.compute == DType::F32;
         if !self.compute.is_float()
-            || (self.out_dtype != self.compute && self.out_dtype != DType::Bool)
+            || (self.out_dtype != self.compute && self.out_dtype != DType::Bool && !narrowed)
         {
             return Err(format!(
                 "unsupported dtypes: compute {}, output {}",
@@ -207,8 +210,10 @@ impl FusedProgram {
                 return Err(format!("instruction {k} reads a register not yet written"));
             }
         }
-        if self.instrs.is_empty() {
-            return Err("empty program".into());
+        // No instructions: the result is the one input (a sum of a widened 16-bit value,
+        // see the compiler's `widening_casts` stage).
+        if self.instrs.is_empty() && self.num_inputs != 1 {
+            return Err("a program without instructions takes exactly one input".into());
         }
         Ok(TensorType {
             shape,
@@ -223,21 +228,24 @@ impl FusedProgram {
         ctx: &mut EvalContext,
     ) -> Result<Storage, String> {
         let lent = ctx.take_lent();
-        let buf = match self.compute {
-            DType::F32 => self.run::<f32>(inputs, &out.shape, lent)?,
-            DType::F64 => self.run::<f64>(inputs, &out.shape, lent)?,
-            // Registers in float32, each instruction's result rounded to 16 bits: the
-            // values the ops give run one by one (PyNative mode), in one loop.
-            // (A signalling NaN passed through, by a Select, comes back quiet.)
-            half @ (DType::F16 | DType::BF16) => match self.run::<f32>(inputs, &out.shape, lent)? {
-                wide @ Buffer::F32(_) => {
-                    let narrow = spore_kernels::half_float::narrow(&wide, half);
-                    arena::recycle(wide);
-                    narrow
-                }
-                flags => flags,
-            },
-            d => return Err(format!("compute dtype {d} is not a float")),
+        let buf = match (self.compute, self.out_dtype) {
+            // Registers in float32; a 16-bit program rounds each instruction's result to
+            // 16 bits (the values the ops give run one by one, in PyNative mode), and a
+            // 16-bit result is rounded chunk by chunk as it is stored. (A signalling NaN
+            // passed through, by a Select, comes back quiet.)
+            (_, DType::BF16) => {
+                self.run_narrowed(inputs, &out.shape, |wide, out: &mut [bf16]| {
+                    spore_kernels::half_float::round_to_bf16(wide, out)
+                })?
+            }
+            (_, DType::F16) => self.run_narrowed(inputs, &out.shape, |wide, out: &mut [f16]| {
+                spore_kernels::half_float::round_to_f16(wide, out)
+            })?,
+            (DType::F32 | DType::F16 | DType::BF16, _) => {
+                self.run::<f32>(inputs, &out.shape, lent)?
+            }
+            (DType::F64, _) => self.run::<f64>(inputs, &out.shape, lent)?,
+            (d, _) => return Err(format!("compute dtype {d} is not a float")),
         };
         Ok(Storage::contiguous(buf, &out.shape))
     }
@@ -293,6 +301,46 @@ impl FusedProgram {
         }
     }
 
+    /// [`Self::run`] in float32 for a 16-bit result `H`: each chunk is computed into a
+    /// float32 register and `narrow` rounds it into the result. Why: computed whole in
+    /// float32 and then rounded, the result was written twice and read once more, and a
+    /// mixed-precision step has such a loop beside every BatchNorm and activation.
+    fn run_narrowed<H: Num>(
+        &self,
+        inputs: &[&Tensor],
+        shape: &[usize],
+        narrow: impl Fn(&[f32], &mut [H]) + Sync,
+    ) -> Result<Buffer, String> {
+        let n: usize = shape.iter().product();
+        let mut operands = Operands::<f32>::load(inputs, shape, None);
+        operands.round_to = self.compute.is_half().then_some(self.compute);
+        let mut out = arena::for_overwrite::<H>(n);
+        // The program's registers, then the chunk of float32 results.
+        let n_regs = self.registers() + 1;
+        let (blocks, per_block) = thread_blocks(n);
+        let mut regs = arena::for_overwrite::<f32>(blocks * n_regs * CHUNK);
+        let run_block = |(b, (dst, regs)): (usize, (&mut [H], &mut [f32]))| {
+            let (regs, wide) = regs.split_at_mut((n_regs - 1) * CHUNK);
+            let mut regs: SmallVec<[&mut [f32]; 32]> = regs.chunks_mut(CHUNK).collect();
+            for (c, dst) in dst.chunks_mut(CHUNK).enumerate() {
+                let wide = &mut wide[..dst.len()];
+                self.eval_chunk(&operands, &mut regs, b * per_block + c * CHUNK, wide);
+                narrow(wide, dst);
+            }
+        };
+        if blocks > 1 {
+            out.par_chunks_mut(per_block)
+                .zip(regs.par_chunks_mut(n_regs * CHUNK))
+                .enumerate()
+                .for_each(run_block);
+        } else if n > 0 {
+            run_block((0, (&mut out[..], &mut regs[..])));
+        }
+        arena::recycle(Buffer::F32(regs));
+        operands.recycle();
+        Ok(H::into_buffer(out))
+    }
+
     /// How the last instruction reads input `r` when it is the only one to read it, once,
     /// and in a form that has a kernel reading it from the result (see [`LastRead`]).
     fn reads_lent_at_end(&self, r: usize) -> Option<LastRead> {
@@ -341,7 +389,18 @@ impl FusedProgram {
                 gather_range(vals, layout, start, &mut regs[r][..len], |v| v);
             }
         }
-        let last = self.instrs.len() - 1;
+        let Some(last) = self.instrs.len().checked_sub(1) else {
+            let (vals, layout) = &operands.loaded[0];
+            let input: &[T] = match (operands.repeated[0], operands.in_place[0]) {
+                (true, _) => &vals[..len],
+                (_, true) => &vals[layout.offset + start..][..len],
+                _ => &regs[0][..len],
+            };
+            if Some(0) != operands.lent_input {
+                dst.copy_from_slice(input);
+            }
+            return;
+        };
         for (k, ins) in self.instrs.iter().enumerate() {
             let (before, after) = regs.split_at_mut(self.num_inputs + k);
             let src = |r: usize| -> &[T] {

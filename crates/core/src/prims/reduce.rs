@@ -231,10 +231,16 @@ fn sums_in_16_bits(x: &Tensor) -> bool {
         || (x.dtype().is_float() && crate::autocast::compute_dtype().is_some_and(|d| d.is_half()))
 }
 
-/// `f` of `x` computed in float32, the result rounded back to `x`'s type. The
+/// `f` of `x` computed in float32, the result rounded back to `x`'s type, or kept in
+/// float32 where float32 is the compute dtype in force (a cell kept in float32 by mixed
+/// precision, such as O2's BatchNorm, whose other ops cast `x` to float32 too). The
 /// inner ops run with float32 as the compute dtype, so that mixed precision does not
 /// cast them back to 16 bits.
 fn in_f32(x: &Tensor, f: impl FnOnce(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
+    let keep_f32 = crate::autocast::compute_dtype() == Some(DType::F32);
     let wide = crate::autocast::with_compute_dtype(Some(DType::F32), || f(&x.cast(DType::F32)?))?;
-    wide.cast(x.dtype())
+    match keep_f32 {
+        true => Ok(wide),
+        false => wide.cast(x.dtype()),
+    }
 }

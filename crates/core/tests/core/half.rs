@@ -118,6 +118,30 @@ fn means_of_many_16_bit_values_do_not_overflow() {
     }
 }
 
+/// Under a float32 compute dtype (a cell that mixed precision keeps in float32, such as
+/// O2's BatchNorm) a 16-bit tensor's mean and variance are float32, as the cell's other
+/// ops cast the tensor to float32: not rounded to 16 bits (1/3 is not a bfloat16 value).
+#[test]
+fn means_of_16_bit_values_under_a_float32_compute_dtype_stay_float32() {
+    let x = Tensor::from_vec(vec![0.0f32, 0.0, 1.0], &[3]).unwrap();
+    for dtype in [DType::F16, DType::BF16] {
+        let x = x.cast(dtype).unwrap();
+        let f32_stats = spore_core::autocast::with_compute_dtype(Some(DType::F32), || {
+            Ok::<_, spore_core::Error>((x.mean(&[], false)?, x.var(&[], false, 0)?))
+        });
+        let (m, v) = f32_stats.unwrap();
+        assert_eq!((m.dtype(), v.dtype()), (DType::F32, DType::F32), "{dtype}");
+        assert_eq!(m.item().unwrap(), f64::from(1.0f32 / 3.0), "{dtype}");
+        let v = v.item().unwrap();
+        assert!((v - 2.0 / 9.0).abs() < 1e-6, "{dtype}: variance {v}");
+        assert_eq!(
+            x.mean(&[], false).unwrap().dtype(),
+            dtype,
+            "no compute dtype"
+        );
+    }
+}
+
 /// Products of transposed and sliced 16-bit views (widened as whole buffers, or the
 /// bfloat16 GEMM reading their strides) equal products of contiguous copies, and the
 /// float64 product of the same values rounded once.
