@@ -62,6 +62,11 @@ impl Pass for NarrowingCasts {
                 op: Op::Fused(program),
                 args: loop_args,
             };
+            // The loop keeps its own scope name and source line (profiles and dumps
+            // charge it to the cell that computed it, not to the next cell's cast).
+            let (name, location) = (g.nodes[source].name.clone(), g.nodes[source].location);
+            g.nodes[source].name = std::mem::replace(&mut g.nodes[i].name, name);
+            g.nodes[source].location = std::mem::replace(&mut g.nodes[i].location, location);
             changed = true;
         }
         Ok(changed)

@@ -159,6 +159,12 @@ fn cast_of_broadcast(g: &mut Graph, i: usize) -> bool {
         return false;
     };
     let (shape, x) = (shape.clone(), args[0]);
+    // A cast to the same type is an identity (`identity_of` removes it); a value the graph
+    // returns or assigns stays dense rather than becoming a broadcast view.
+    let returned = g.outputs.contains(&i) || g.updates.iter().any(|&(_, v)| v == i);
+    if dtype == g.nodes[b].ty().dtype || returned {
+        return false;
+    }
     // Counted now, not once per pass: other rewrites move uses around (matches are rare).
     if g.use_counts()[b] != 1 {
         return false;

@@ -227,7 +227,13 @@ impl FusedProgram {
         out: &TensorType,
         ctx: &mut EvalContext,
     ) -> Result<Storage, String> {
-        let lent = ctx.take_lent();
+        // A 16-bit result is never written over an input (see `in_place`); a buffer lent
+        // anyway stays with the context, for the executor to take back.
+        let lent = if self.out_dtype.is_half() {
+            None
+        } else {
+            ctx.take_lent()
+        };
         let buf = match (self.compute, self.out_dtype) {
             // Registers in float32; a 16-bit program rounds each instruction's result to
             // 16 bits (the values the ops give run one by one, in PyNative mode), and a

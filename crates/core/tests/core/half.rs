@@ -191,3 +191,59 @@ fn products_of_16_bit_views_equal_products_of_copies() {
         }
     }
 }
+
+/// bfloat16 convolutions (AVX512_BF16 dot products where this CPU has them, widened to
+/// float32 where not or where the float32 path is Winograd) and their gradients equal
+/// the float32 ones on the same values within one bfloat16 rounding: a strided layer
+/// (the native path) and a ResNet-like 3x3 layer (Winograd, widened).
+#[test]
+fn bf16_convolutions_and_their_gradients_match_float32_on_the_same_values() {
+    use spore_core::prims::conv::{Conv2dOptions, PadMode};
+    let cases = [
+        ([2, 4, 9, 9], [6, 4, 3, 3], 2),
+        ([4, 16, 8, 8], [16, 16, 3, 3], 1),
+    ];
+    for (k, (xs, ws, stride)) in cases.into_iter().enumerate() {
+        let opts = Conv2dOptions::default()
+            .stride(stride)
+            .pad_mode(PadMode::Same);
+        let half = |shape: &[usize], seed| {
+            let t = Tensor::randn(shape, DType::F32, Some(seed)).unwrap();
+            t.cast(DType::BF16).unwrap()
+        };
+        let (x, w) = (half(&xs, 10 + k as u64), half(&ws, 20 + k as u64));
+        let wide = |t: &Tensor| t.cast(DType::F32).unwrap();
+        let y32 = wide(&x).conv2d(&wide(&w), &opts).unwrap();
+        let r = half(y32.shape(), 30 + k as u64);
+        let (r16, r32) = (r.clone(), wide(&r));
+        let loss16 = move |a: &[Tensor]| {
+            a[0].conv2d(&a[1], &opts)?
+                .mul(&r16)?
+                .cast(DType::F32)?
+                .sum(&[], false)
+        };
+        let loss32 = move |a: &[Tensor]| a[0].conv2d(&a[1], &opts)?.mul(&r32)?.sum(&[], false);
+        let g16 = grad(loss16, &[0, 1])(&[x.clone(), w.clone()]).unwrap();
+        let g32 = grad(loss32, &[0, 1])(&[wide(&x), wide(&w)]).unwrap();
+        let y16 = x.conv2d(&w, &opts).unwrap();
+        let pairs = [
+            ("y", &y16, &y32),
+            ("dx", &g16[0], &g32[0]),
+            ("dw", &g16[1], &g32[1]),
+        ];
+        for (what, got, want) in pairs {
+            assert_eq!(got.dtype(), DType::BF16, "case {k} {what}");
+            let (got, want) = (
+                wide(got).to_vec::<f32>().unwrap(),
+                want.to_vec::<f32>().unwrap(),
+            );
+            assert_eq!(got.len(), want.len());
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (a - b).abs() <= b.abs() / 256.0 + 1e-4,
+                    "case {k} {what}[{i}]: {a} against {b}"
+                );
+            }
+        }
+    }
+}

@@ -40,6 +40,10 @@ pub(super) fn pack_a(
             pack_rows(panel, a, ma, i0, p0, kc);
             continue;
         }
+        if ma.row_stride == 1 && height == MR {
+            pack_columns(panel, a, ma, i0, p0, kc);
+            continue;
+        }
         for (pp, words) in panel.chunks_mut(MR).enumerate() {
             let p = p0 + 2 * pp;
             let has_hi = 2 * pp + 1 < kc;
@@ -69,6 +73,29 @@ fn pack_rows(panel: &mut [u32], a: &[u16], ma: MatRef, i0: usize, p0: usize, kc:
         }
         if let ([last], Some(w)) = (pairs.remainder(), words.next()) {
             *w = u32::from(*last);
+        }
+    }
+}
+
+/// [`pack_a`] for one full panel of a column-major A (a weight read as `Wᵀ`, as a
+/// convolution's input gradient reads its filters): each pair of depth steps is two runs
+/// of [`MR`] contiguous values, interleaved. Why: value by value, packing `Wᵀ` took
+/// longer than ResNet-50's narrow input-gradient products it fed.
+fn pack_columns(panel: &mut [u32], a: &[u16], ma: MatRef, i0: usize, p0: usize, kc: usize) {
+    for (pp, words) in panel.chunks_mut(MR).enumerate() {
+        let p = p0 + 2 * pp;
+        let lo = &a[at(ma, i0, p)..][..MR];
+        match (2 * pp + 1 < kc).then(|| &a[at(ma, i0, p + 1)..][..MR]) {
+            Some(hi) => {
+                for ((w, &l), &h) in words.iter_mut().zip(lo).zip(hi) {
+                    *w = u32::from(l) | u32::from(h) << 16;
+                }
+            }
+            None => {
+                for (w, &l) in words.iter_mut().zip(lo) {
+                    *w = u32::from(l);
+                }
+            }
         }
     }
 }

@@ -30,12 +30,12 @@ use super::batch::{batch_blocks, group_output_gradient, sum_partials};
 use super::general::{images_per_gemm, lower_images};
 use super::geometry::ConvGeometry;
 use super::lowering::col2im;
-use super::plan::{ConvPath, Pass, choose, inner_par, transposed_geometry};
+use super::plan::{ConvPath, Pass, choose, transposed_geometry};
 use crate::arena;
 use crate::bf16_gemm::{self, Path, gemm_bf16};
 use crate::buffer::Buffer;
 use crate::half_float::{round_to_bf16, widen_bf16};
-use crate::matmul::{MatRef, threads_of};
+use crate::matmul::MatRef;
 
 /// The path for `pass` of `g`: [`Path::Native`] where the CPU has AVX512_BF16 and the
 /// float32 path would not be Winograd (directly, or as the forward convolution that an
@@ -131,15 +131,24 @@ fn widened(a: &[bf16], b: &[bf16], f: impl FnOnce(&[f32], &[f32]) -> Vec<f32>) -
     out
 }
 
-/// Whether each image is its own column matrix (1x1 filter, stride 1, no padding): the
-/// products then read the images in place, one image per product, with no im2col copy.
-fn reads_images_in_place(g: &ConvGeometry) -> bool {
-    g.kh == 1 && g.kw == 1 && g.stride == [1, 1] && g.pads == [0; 4]
+/// Fewest positions per image for [`reads_images_in_place`]. Why: a product per image
+/// packs the filters again for each image, and with ResNet-50's 14x14 and 7x7 layers
+/// that packing outweighed the narrow products; there, im2col's copies (several images
+/// side by side per product) run 1.1-1.4x faster (`conv_micro r50 bf16`).
+const IN_PLACE_MIN_POSITIONS: usize = 256;
+
+/// Whether each image is its own column matrix (1x1 filter, stride 1, no padding) and
+/// wide enough to be a product of its own: the products then read the images in place,
+/// one image per product, with no im2col copy.
+pub(super) fn reads_images_in_place(g: &ConvGeometry) -> bool {
+    let one_by_one = g.kh == 1 && g.kw == 1 && g.stride == [1, 1] && g.pads == [0; 4];
+    one_by_one && g.ohw() >= IN_PLACE_MIN_POSITIONS
 }
 
 /// How the native passes split the batch: one block of `per` consecutive images per
-/// thread (`blocks` of them), `nb` images side by side per product, `threads` per product
-/// (all of them when the batch is one image).
+/// thread (`blocks` of them), `nb` images side by side per product, and the threads left
+/// over shared among the blocks' products (all of them for a batch of one image; two each
+/// for 8 images on 16 threads).
 struct Split {
     blocks: usize,
     per: usize,
@@ -155,7 +164,7 @@ impl Split {
         } else {
             images_per_gemm::<bf16>(g, per)
         };
-        let threads = threads_of(inner_par(g));
+        let threads = (rayon::current_num_threads() / blocks).max(1);
         Split {
             blocks,
             per,
@@ -240,29 +249,11 @@ fn native_forward(x: &[bf16], w: &[bf16], g: &ConvGeometry, y: &mut [bf16]) {
     arena::recycle(Buffer::F32(products));
 }
 
-/// Each group's `Wᵀ` ([ckk, og], row-major), one group after another. Why a copy: read
-/// as `Wᵀ` in place, the product's packing would gather every value with a stride of
-/// `ckk`, once per block of columns.
-fn transposed_filters(w: &[bf16], g: &ConvGeometry) -> Vec<bf16> {
-    let (og, ckk) = (g.og(), g.ckk());
-    let mut wt = arena::for_overwrite::<bf16>(g.groups * ckk * og);
-    for (group, dst) in wt.chunks_mut(ckk * og).enumerate() {
-        let wg = &w[group * og * ckk..][..og * ckk];
-        for (o, row) in wg.chunks(ckk).enumerate() {
-            for (t, &v) in row.iter().enumerate() {
-                dst[t * og + o] = v;
-            }
-        }
-    }
-    wt
-}
-
 fn native_input_gradient(dy: &[bf16], w: &[bf16], g: &ConvGeometry, dx: &mut [bf16]) {
     let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
     let chw = g.c * g.h * g.w;
     let s = Split::new(g);
     let in_place = reads_images_in_place(g);
-    let wt = transposed_filters(w, g);
     let (mut cols, cols_len) = per_block::<f32>(&s, if in_place { 0 } else { ckk * s.nb * ohw });
     let (mut images, images_len) = per_block::<f32>(&s, s.nb * chw);
     let (mut gathered, gathered_len) = per_block::<bf16>(&s, og * s.nb * ohw);
@@ -283,7 +274,12 @@ fn native_input_gradient(dy: &[bf16], w: &[bf16], g: &ConvGeometry, dx: &mut [bf
                 for group in 0..g.groups {
                     // cols (ckk x k*ohw) = W_gᵀ (ckk x og) * dY_g (og x k*ohw)
                     let (dyg, dm) = group_output_gradient(dy, g, (s0, k), group, gathered);
-                    let wtg = rows_of(group * ckk * og, og);
+                    // Wᵀ read in place (column-major): the packing reads its columns.
+                    let wtg = MatRef {
+                        offset: group * og * ckk,
+                        row_stride: 1,
+                        col_stride: ckk as isize,
+                    };
                     let dims = (ckk, ld, og);
                     if in_place {
                         let dst = &mut images[group * ckk * ohw..][..ckk * ohw];
@@ -292,7 +288,7 @@ fn native_input_gradient(dy: &[bf16], w: &[bf16], g: &ConvGeometry, dx: &mut [bf
                             dst,
                             false,
                             dims,
-                            (&wt, wtg),
+                            (w, wtg),
                             (dyg, dm),
                             s.threads,
                         );
@@ -304,7 +300,7 @@ fn native_input_gradient(dy: &[bf16], w: &[bf16], g: &ConvGeometry, dx: &mut [bf
                         cols,
                         false,
                         dims,
-                        (&wt, wtg),
+                        (w, wtg),
                         (dyg, dm),
                         s.threads,
                     );
@@ -319,7 +315,6 @@ fn native_input_gradient(dy: &[bf16], w: &[bf16], g: &ConvGeometry, dx: &mut [bf
         arena::recycle(Buffer::F32(v));
     }
     arena::recycle(Buffer::BF16(gathered));
-    arena::recycle(Buffer::BF16(wt));
 }
 
 fn native_filter_gradient(dy: &[bf16], x: &[bf16], g: &ConvGeometry) -> Vec<bf16> {

@@ -4,7 +4,7 @@
 
 use half::bf16;
 
-use super::bf16::{best_path, filter_gradient, forward, input_gradient};
+use super::bf16::{best_path, filter_gradient, forward, input_gradient, reads_images_in_place};
 use super::geometry::ConvGeometry;
 use super::plan::{ConvPath, Pass, choose};
 use super::sweep_tests::{Rng, draw, reference};
@@ -45,36 +45,49 @@ fn check(got: &[bf16], (want, scale): &(Vec<f64>, Vec<f64>), what: &str) {
     }
 }
 
+/// Every pass on every path this CPU has against the f64 loops.
+fn check_geometry(rng: &mut Rng, g: &ConvGeometry) {
+    let x = bf16_values(rng, g.n * g.c * g.h * g.w);
+    let w = bf16_values(rng, g.o * g.ckk());
+    let dy = bf16_values(rng, g.n * g.o * g.ohw());
+    let want = reference(g, &wide(&x), &wide(&w), &wide(&dy));
+    for path in paths() {
+        let what = |pass: &str| format!("{path:?} {pass} of {g:?}");
+        check(&forward(path, &x, &w, g, false), &want.y, &what("forward"));
+        check(
+            &input_gradient(path, &dy, &w, g),
+            &want.dx,
+            &what("input gradient"),
+        );
+        check(
+            &filter_gradient(path, &dy, &x, g),
+            &want.dw,
+            &what("filter gradient"),
+        );
+    }
+}
+
 #[test]
 fn bf16_convolutions_match_naive_f64_on_random_geometries() {
     let mut rng = Rng(0xBF16_C0DE_2026_1127);
     let mut cases = 0;
-    // Geometries the native path reads in place (1x1, stride 1, unpadded) and the rest.
-    let mut in_place = 0;
     while cases < 80 {
         let Some(g) = draw(&mut rng) else { continue };
         cases += 1;
-        in_place += usize::from(g.kh == 1 && g.kw == 1 && g.stride == [1, 1] && g.pads == [0; 4]);
-        let x = bf16_values(&mut rng, g.n * g.c * g.h * g.w);
-        let w = bf16_values(&mut rng, g.o * g.ckk());
-        let dy = bf16_values(&mut rng, g.n * g.o * g.ohw());
-        let want = reference(&g, &wide(&x), &wide(&w), &wide(&dy));
-        for path in paths() {
-            let what = |pass: &str| format!("{path:?} {pass} of {g:?}");
-            check(&forward(path, &x, &w, &g, false), &want.y, &what("forward"));
-            check(
-                &input_gradient(path, &dy, &w, &g),
-                &want.dx,
-                &what("input gradient"),
-            );
-            check(
-                &filter_gradient(path, &dy, &x, &g),
-                &want.dw,
-                &what("filter gradient"),
-            );
-        }
+        check_geometry(&mut rng, &g);
     }
-    assert!(in_place > 0, "no draw read its images in place");
+    // Images read in place (1x1, stride 1, unpadded, wide enough), with and without
+    // groups, and the same layer on smaller images, which takes im2col.
+    let fixed = [
+        ConvGeometry::new([3, 8, 16, 17], [12, 8, 1, 1], [1, 1], [1, 1], [0; 4], 1),
+        ConvGeometry::new([2, 8, 16, 16], [6, 4, 1, 1], [1, 1], [1, 1], [0; 4], 2),
+        ConvGeometry::new([3, 8, 7, 7], [12, 8, 1, 1], [1, 1], [1, 1], [0; 4], 1),
+    ];
+    assert!(reads_images_in_place(&fixed[0]) && reads_images_in_place(&fixed[1]));
+    assert!(!reads_images_in_place(&fixed[2]));
+    for g in &fixed {
+        check_geometry(&mut rng, g);
+    }
 }
 
 #[test]
