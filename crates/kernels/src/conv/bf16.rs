@@ -19,7 +19,8 @@
 //!   A 1x1 convolution with stride 1 and no padding reads its images as they lie.
 //! - **Widened**: inputs widened to float32, the float32 planner's path, output rounded.
 //!
-//! [`best_path`] takes the native form except where the float32 path is Winograd
+//! [`best_path`] takes the native form except for small products (LeNet's layers), where
+//! the float32 paths made for them win, and where the float32 path is Winograd
 //! F(4x4, 3x3): that form does 4x fewer multiply-adds than a direct convolution, more
 //! than the dot products' 2x can win back (ResNet's stride-1 3x3 layers).
 
@@ -37,9 +38,18 @@ use crate::buffer::Buffer;
 use crate::half_float::{round_to_bf16, widen_bf16};
 use crate::matmul::MatRef;
 
-/// The path for `pass` of `g`: [`Path::Native`] where the CPU has AVX512_BF16 and the
-/// float32 path would not be Winograd (directly, or as the forward convolution that an
-/// input gradient becomes); else [`Path::Widened`].
+/// Fewest rows of the product (output channels per group for the forward pass and the
+/// weight gradient, input taps per group for the input gradient) for the native path.
+/// Why: the microkernel's tiles are 8 rows by 32 columns, and below these the float32
+/// paths made for small layers win: LeNet's forward passes and weight gradients (6 and
+/// 16 output channels) ran 0.35-0.9x as fast natively, its input gradients (25 and 150
+/// taps) 1.2-2.4x faster (`conv_micro lenet bf16`).
+const NATIVE_MIN_ROWS: [usize; 2] = [32, 16];
+
+/// The path for `pass` of `g`: [`Path::Native`] where the CPU has AVX512_BF16, the
+/// product has at least [`NATIVE_MIN_ROWS`] rows, and the float32 path would not be
+/// Winograd (directly, or as the forward convolution that an input gradient becomes);
+/// else [`Path::Widened`].
 pub fn best_path(g: &ConvGeometry, pass: Pass) -> Path {
     let winograd = match pass {
         Pass::InputGradient => {
@@ -49,7 +59,11 @@ pub fn best_path(g: &ConvGeometry, pass: Pass) -> Path {
         }
         _ => choose(g, pass, true) == ConvPath::Winograd,
     };
-    if bf16_gemm::native_available() && !winograd {
+    let rows = match pass {
+        Pass::InputGradient => g.ckk() >= NATIVE_MIN_ROWS[1],
+        _ => g.og() >= NATIVE_MIN_ROWS[0],
+    };
+    if bf16_gemm::native_available() && rows && !winograd {
         Path::Native
     } else {
         Path::Widened

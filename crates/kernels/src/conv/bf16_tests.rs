@@ -110,9 +110,15 @@ fn bf16_forward_with_relu_is_the_relu_of_the_forward_pass() {
 }
 
 #[test]
-fn bf16_convolutions_leave_winograd_layers_to_float32_and_take_the_rest_natively() {
+fn bf16_convolutions_leave_winograd_and_small_layers_to_float32_and_take_the_rest_natively() {
     let resnet = ConvGeometry::new([4, 64, 16, 16], [64, 64, 3, 3], [1, 1], [1, 1], [1; 4], 1);
     let strided = ConvGeometry::new([4, 64, 16, 16], [128, 64, 3, 3], [2, 2], [1, 1], [1; 4], 1);
+    // LeNet's first layer: 6 output channels (a product too small for the native
+    // forward pass and weight gradient), 25 input taps (enough for the input gradient).
+    let lenet = ConvGeometry::new([4, 1, 12, 12], [6, 1, 5, 5], [1, 1], [1, 1], [0; 4], 1);
+    assert_eq!(best_path(&lenet, Pass::Forward), Path::Widened);
+    assert_eq!(best_path(&lenet, Pass::FilterGradient), Path::Widened);
+    assert_eq!(best_path(&lenet, Pass::InputGradient), Path::best());
     for pass in [Pass::Forward, Pass::InputGradient, Pass::FilterGradient] {
         assert_eq!(best_path(&strided, pass), Path::best(), "{pass:?}");
         if choose(&resnet, Pass::Forward, true) == ConvPath::Winograd {
