@@ -51,6 +51,9 @@ fn main() {
     let kernel = std::env::args().nth(2).unwrap_or_default();
     // Per network: milliseconds of forward, filter-gradient and input-gradient passes.
     let mut totals: Vec<(&str, [f64; 3])> = Vec::new();
+    // Per network with `bf16`: milliseconds of all passes in float32, in bfloat16 widened,
+    // and in bfloat16 on the path `best_path` takes.
+    let mut bf16_totals: Vec<(&str, [f64; 3])> = Vec::new();
     for (name, count, xs, ws, p, st) in CASES.into_iter().filter(|c| c.0.contains(&only)) {
         let g = ConvGeometry::new(xs, ws, [st, st], [1, 1], [p, p, p, p], 1);
         let x: Vec<f32> = (0..xs.iter().product::<usize>())
@@ -78,7 +81,18 @@ fn main() {
                 return;
             }
             if kernel == "bf16" {
-                compare_bf16(name, &g, (&x, &w, &dy));
+                let sums = compare_bf16(name, &g, (&x, &w, &dy));
+                let network = name.split(' ').next().unwrap_or(name);
+                let at = match bf16_totals.iter().position(|t| t.0 == network) {
+                    Some(at) => at,
+                    None => {
+                        bf16_totals.push((network, [0.0; 3]));
+                        bf16_totals.len() - 1
+                    }
+                };
+                for (sum, ms) in bf16_totals[at].1.iter_mut().zip(sums) {
+                    *sum += count as f64 * ms;
+                }
                 return;
             }
             let runs = |k: &str| kernel.is_empty() || kernel == k;
@@ -111,6 +125,12 @@ fn main() {
             }
         });
     }
+    for (network, [f32_ms, widened, best]) in bf16_totals {
+        println!(
+            "{network:8} per step: float32 {f32_ms:8.2} ms  bfloat16 widened {widened:8.2} ms  bfloat16 best path {best:8.2} ms  (float32 / best {:.2}x)",
+            f32_ms / best
+        );
+    }
     for (network, [f, bf, bi]) in totals {
         println!(
             "{network:8} per step: fwd {f:8.2} ms  dW {bf:8.2} ms  dX {bi:8.2} ms  total {:8.2} ms",
@@ -120,8 +140,10 @@ fn main() {
 }
 
 /// Each pass of `g` in float32 (what O0 runs) and on bfloat16 values widened to float32
-/// and native (AVX512_BF16 dot products), with the path `conv_bf16::best_path` takes.
-fn compare_bf16(name: &str, g: &ConvGeometry, (x, w, dy): (&[f32], &[f32], &[f32])) {
+/// and native (AVX512_BF16 dot products), with the path `conv_bf16::best_path` takes;
+/// returns the three passes' milliseconds summed: float32, widened, on the best path.
+fn compare_bf16(name: &str, g: &ConvGeometry, (x, w, dy): (&[f32], &[f32], &[f32])) -> [f64; 3] {
+    let mut sums = [0.0; 3];
     let half = |v: &[f32]| v.iter().map(|&v| bf16::from_f32(v)).collect::<Vec<_>>();
     let (xh, wh, dyh) = (half(x), half(w), half(dy));
     let native = spore_kernels::bf16_gemm::native_available();
@@ -138,6 +160,13 @@ fn compare_bf16(name: &str, g: &ConvGeometry, (x, w, dy): (&[f32], &[f32], &[f32
         };
         let widened = run(Path::Widened);
         let native_ms = if native { run(Path::Native) } else { f64::NAN };
+        let best = match conv_bf16::best_path(g, pass) {
+            Path::Native => native_ms,
+            Path::Widened => widened,
+        };
+        for (sum, ms) in sums.iter_mut().zip([f32_ms, widened, best]) {
+            *sum += ms;
+        }
         println!(
             "{name:19} {:>14} f32 {f32_ms:8.3}  bf16 widened {widened:8.3}  native {native_ms:8.3} ms  f32/native {:5.2}x  best: {:?}",
             format!("{pass:?}"),
@@ -145,6 +174,7 @@ fn compare_bf16(name: &str, g: &ConvGeometry, (x, w, dy): (&[f32], &[f32], &[f32
             conv_bf16::best_path(g, pass),
         );
     }
+    sums
 }
 
 /// (name: network first, count per step, input, filter, padding, stride).
