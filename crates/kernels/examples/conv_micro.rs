@@ -82,17 +82,7 @@ fn main() {
             }
             if kernel == "bf16" {
                 let sums = compare_bf16(name, &g, (&x, &w, &dy));
-                let network = name.split(' ').next().unwrap_or(name);
-                let at = match bf16_totals.iter().position(|t| t.0 == network) {
-                    Some(at) => at,
-                    None => {
-                        bf16_totals.push((network, [0.0; 3]));
-                        bf16_totals.len() - 1
-                    }
-                };
-                for (sum, ms) in bf16_totals[at].1.iter_mut().zip(sums) {
-                    *sum += count as f64 * ms;
-                }
+                add_to(&mut bf16_totals, name, count, sums);
                 return;
             }
             let runs = |k: &str| kernel.is_empty() || kernel == k;
@@ -112,17 +102,7 @@ fn main() {
                 path(Pass::FilterGradient),
                 path(Pass::InputGradient),
             );
-            let network = name.split(' ').next().unwrap_or(name);
-            let at = match totals.iter().position(|t| t.0 == network) {
-                Some(at) => at,
-                None => {
-                    totals.push((network, [0.0; 3]));
-                    totals.len() - 1
-                }
-            };
-            for (sum, ms) in totals[at].1.iter_mut().zip([f, bf, bi]) {
-                *sum += count as f64 * ms;
-            }
+            add_to(&mut totals, name, count, [f, bf, bi]);
         });
     }
     for (network, [f32_ms, widened, best]) in bf16_totals {
@@ -136,6 +116,26 @@ fn main() {
             "{network:8} per step: fwd {f:8.2} ms  dW {bf:8.2} ms  dX {bi:8.2} ms  total {:8.2} ms",
             f + bf + bi
         );
+    }
+}
+
+/// Adds `count` times `ms` to the sums of the network `name` starts with.
+fn add_to(
+    totals: &mut Vec<(&'static str, [f64; 3])>,
+    name: &'static str,
+    count: usize,
+    ms: [f64; 3],
+) {
+    let network = name.split(' ').next().unwrap_or(name);
+    let at = match totals.iter().position(|t| t.0 == network) {
+        Some(at) => at,
+        None => {
+            totals.push((network, [0.0; 3]));
+            totals.len() - 1
+        }
+    };
+    for (sum, ms) in totals[at].1.iter_mut().zip(ms) {
+        *sum += count as f64 * ms;
     }
 }
 

@@ -57,6 +57,25 @@ pub(crate) fn thread_blocks(n: usize) -> (usize, usize) {
     (blocks, chunks.div_ceil(blocks).max(1) * CHUNK)
 }
 
+/// `block` on each block of `per_block` result values with its `regs_len` registers
+/// (block index, its values, its registers), on several threads when there are several
+/// blocks.
+fn over_blocks<D: Send, R: Send>(
+    out: &mut [D],
+    regs: &mut [R],
+    (per_block, regs_len): (usize, usize),
+    block: impl Fn((usize, (&mut [D], &mut [R]))) + Sync + Send,
+) {
+    if out.len() > per_block {
+        out.par_chunks_mut(per_block)
+            .zip(regs.par_chunks_mut(regs_len))
+            .enumerate()
+            .for_each(block);
+    } else if !out.is_empty() {
+        block((0, (out, regs)));
+    }
+}
+
 /// A program's inputs prepared for evaluation over flat ranges of its result: values in
 /// the compute dtype (inputs already in it are borrowed, Bool conditions converted to
 /// 0/1 in a pooled vector), layouts broadcast to the result's shape, and which inputs are
@@ -288,14 +307,7 @@ impl FusedProgram {
                 self.eval_chunk(&operands, &mut regs, b * per_block + c * CHUNK, dst);
             }
         };
-        if blocks > 1 {
-            out.par_chunks_mut(per_block)
-                .zip(regs.par_chunks_mut(n_regs * CHUNK))
-                .enumerate()
-                .for_each(run_block);
-        } else if n > 0 {
-            run_block((0, (&mut out[..], &mut regs[..])));
-        }
+        over_blocks(&mut out, &mut regs, (per_block, n_regs * CHUNK), run_block);
         arena::recycle(T::into_buffer(regs));
         operands.recycle();
         if self.out_dtype == DType::Bool {
@@ -334,14 +346,7 @@ impl FusedProgram {
                 narrow(wide, dst);
             }
         };
-        if blocks > 1 {
-            out.par_chunks_mut(per_block)
-                .zip(regs.par_chunks_mut(n_regs * CHUNK))
-                .enumerate()
-                .for_each(run_block);
-        } else if n > 0 {
-            run_block((0, (&mut out[..], &mut regs[..])));
-        }
+        over_blocks(&mut out, &mut regs, (per_block, n_regs * CHUNK), run_block);
         arena::recycle(Buffer::F32(regs));
         operands.recycle();
         Ok(H::into_buffer(out))
