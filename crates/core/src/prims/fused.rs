@@ -258,19 +258,21 @@ impl FusedProgram {
             // 16 bits (the values the ops give run one by one, in PyNative mode), and a
             // 16-bit result is rounded chunk by chunk as it is stored. (A signalling NaN
             // passed through, by a Select, comes back quiet.)
-            (_, DType::BF16) => {
+            (DType::F32 | DType::BF16, DType::BF16) => {
                 self.run_narrowed(inputs, &out.shape, |wide, out: &mut [bf16]| {
                     spore_kernels::half_float::round_to_bf16(wide, out)
                 })?
             }
-            (_, DType::F16) => self.run_narrowed(inputs, &out.shape, |wide, out: &mut [f16]| {
-                spore_kernels::half_float::round_to_f16(wide, out)
-            })?,
-            (DType::F32 | DType::F16 | DType::BF16, _) => {
+            (DType::F32 | DType::F16, DType::F16) => {
+                self.run_narrowed(inputs, &out.shape, |wide, out: &mut [f16]| {
+                    spore_kernels::half_float::round_to_f16(wide, out)
+                })?
+            }
+            (DType::F32, DType::F32 | DType::Bool) | (DType::F16 | DType::BF16, DType::Bool) => {
                 self.run::<f32>(inputs, &out.shape, lent)?
             }
-            (DType::F64, _) => self.run::<f64>(inputs, &out.shape, lent)?,
-            (d, _) => return Err(format!("compute dtype {d} is not a float")),
+            (DType::F64, DType::F64 | DType::Bool) => self.run::<f64>(inputs, &out.shape, lent)?,
+            (d, o) => return Err(format!("unsupported dtypes: compute {d}, output {o}")),
         };
         Ok(Storage::contiguous(buf, &out.shape))
     }

@@ -16,7 +16,8 @@
 //! Two ways to compute each pass ([`Path`]):
 //! - **Native** (CPUs with AVX512_BF16): im2col copies bfloat16 windows (no widening), and
 //!   the products run on [`crate::bf16_gemm`]'s dot products, twice the float32 FMA rate.
-//!   A 1x1 convolution with stride 1 and no padding reads its images as they lie.
+//!   A 1x1 convolution with stride 1 and no padding reads its images as they lie when
+//!   they have at least 256 positions.
 //! - **Widened**: inputs widened to float32, the float32 planner's path, output rounded.
 //!
 //! [`best_path`] takes the native form except for small products (LeNet's layers), where
