@@ -22,8 +22,9 @@
 //!
 //! [`best_path`] takes the native form except for small products (LeNet's layers), where
 //! the float32 paths made for them win, and where the float32 path is Winograd
-//! F(4x4, 3x3): that form does 4x fewer multiply-adds than a direct convolution, more
-//! than the dot products' 2x can win back (ResNet's stride-1 3x3 layers).
+//! F(4x4, 3x3) on images of 8x8 and more: that form does 4x fewer multiply-adds than a
+//! direct convolution, more than the dot products' 2x can win back (ResNet's stride-1
+//! 3x3 layers but the last stage's).
 
 use half::bf16;
 use rayon::prelude::*;
@@ -47,19 +48,32 @@ use crate::matmul::MatRef;
 /// taps) 1.2-2.4x faster (`conv_micro lenet bf16`).
 const NATIVE_MIN_ROWS: [usize; 2] = [32, 16];
 
+/// Output positions per image below which the native path beats Winograd, and above
+/// which it does for the weight gradient too. Why: on small images Winograd's
+/// transforms outweigh its savings: ResNet-50's 7x7 layers ran 1.3-1.6x faster natively
+/// in all three passes, ResNet-18's 4x4 ones 1.0-1.4x in the forward pass and the input
+/// gradient but 0.80-0.94x in the weight gradient, and 8x8 ones 0.5-0.85x
+/// (`conv_micro "3x3" bf16`).
+const NATIVE_BEATS_WINOGRAD: (usize, usize) = (64, 16);
+
 /// The path for `pass` of `g`: [`Path::Native`] where the CPU has AVX512_BF16, the
 /// product has at least [`NATIVE_MIN_ROWS`] rows, and the float32 path would not be
-/// Winograd (directly, or as the forward convolution that an input gradient becomes);
-/// else [`Path::Widened`].
+/// Winograd (directly, or as the forward convolution that an input gradient becomes)
+/// on images large enough for Winograd to win ([`NATIVE_BEATS_WINOGRAD`]); else
+/// [`Path::Widened`].
 pub fn best_path(g: &ConvGeometry, pass: Pass) -> Path {
-    let winograd = match pass {
-        Pass::InputGradient => {
-            choose(g, pass, true) == ConvPath::AsForward
-                && transposed_geometry(g)
-                    .is_some_and(|gt| choose(&gt, Pass::Forward, true) == ConvPath::Winograd)
-        }
-        _ => choose(g, pass, true) == ConvPath::Winograd,
-    };
+    let (below, weight_gradient_above) = NATIVE_BEATS_WINOGRAD;
+    let small_image =
+        g.ohw() < below && (pass != Pass::FilterGradient || g.ohw() > weight_gradient_above);
+    let winograd = !small_image
+        && match pass {
+            Pass::InputGradient => {
+                choose(g, pass, true) == ConvPath::AsForward
+                    && transposed_geometry(g)
+                        .is_some_and(|gt| choose(&gt, Pass::Forward, true) == ConvPath::Winograd)
+            }
+            _ => choose(g, pass, true) == ConvPath::Winograd,
+        };
     let rows = match pass {
         Pass::InputGradient => g.ckk() >= NATIVE_MIN_ROWS[1],
         _ => g.og() >= NATIVE_MIN_ROWS[0],

@@ -110,7 +110,7 @@ fn bf16_forward_with_relu_is_the_relu_of_the_forward_pass() {
 }
 
 #[test]
-fn bf16_convolutions_leave_winograd_and_small_layers_to_float32_and_take_the_rest_natively() {
+fn bf16_convolutions_leave_winograd_and_small_products_to_float32_and_take_the_rest_natively() {
     let resnet = ConvGeometry::new([4, 64, 16, 16], [64, 64, 3, 3], [1, 1], [1, 1], [1; 4], 1);
     let strided = ConvGeometry::new([4, 64, 16, 16], [128, 64, 3, 3], [2, 2], [1, 1], [1; 4], 1);
     // LeNet's first layer: 6 output channels (a product too small for the native
@@ -119,7 +119,22 @@ fn bf16_convolutions_leave_winograd_and_small_layers_to_float32_and_take_the_res
     assert_eq!(best_path(&lenet, Pass::Forward), Path::Widened);
     assert_eq!(best_path(&lenet, Pass::FilterGradient), Path::Widened);
     assert_eq!(best_path(&lenet, Pass::InputGradient), Path::best());
+    // Winograd layers on small images: ResNet-50's 7x7 ones go native in every pass,
+    // ResNet-18's 4x4 ones in all but the weight gradient.
+    let r50_l4 = ConvGeometry::new([4, 64, 7, 7], [64, 64, 3, 3], [1, 1], [1, 1], [1; 4], 1);
+    let r18_l4 = ConvGeometry::new([16, 64, 4, 4], [64, 64, 3, 3], [1, 1], [1, 1], [1; 4], 1);
+    if choose(&r50_l4, Pass::Forward, true) == ConvPath::Winograd {
+        assert_eq!(
+            choose(&r18_l4, Pass::FilterGradient, true),
+            ConvPath::Winograd
+        );
+        assert_eq!(best_path(&r18_l4, Pass::FilterGradient), Path::Widened);
+    }
+    for pass in [Pass::Forward, Pass::InputGradient] {
+        assert_eq!(best_path(&r18_l4, pass), Path::best(), "{pass:?}");
+    }
     for pass in [Pass::Forward, Pass::InputGradient, Pass::FilterGradient] {
+        assert_eq!(best_path(&r50_l4, pass), Path::best(), "{pass:?}");
         assert_eq!(best_path(&strided, pass), Path::best(), "{pass:?}");
         if choose(&resnet, Pass::Forward, true) == ConvPath::Winograd {
             assert_eq!(best_path(&resnet, pass), Path::Widened, "{pass:?}");
