@@ -4,8 +4,8 @@
 use spore_compile::jit;
 use spore_core::{DType, Tensor, value_and_grad};
 
-use super::assert_close;
 use super::table::{make_inputs, rows};
+use super::{assert_close, bits};
 
 #[test]
 fn every_row_compiled_equals_eager() {
@@ -43,13 +43,6 @@ fn every_row_in_f16_and_bf16_compiled_equals_eager_exactly() {
                 .call(&ts)
                 .unwrap_or_else(|e| panic!("{name} ({float}): {e}"));
             assert_eq!(compiled[0].dtype(), eager.dtype(), "{name} ({float})");
-            let bits = |t: &Tensor| {
-                t.to_f64_vec()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.to_bits())
-                    .collect::<Vec<_>>()
-            };
             assert_eq!(bits(&compiled[0]), bits(&eager), "{name} ({float})");
         }
     }
@@ -104,10 +97,6 @@ fn a_16_bit_elementwise_chain_fuses_and_equals_eager_exactly() {
         let eager = chain(&ts).unwrap();
         let f = jit("half_chain", move |x: &[Tensor]| Ok(vec![chain(x)?]));
         let compiled = f.call(&ts).unwrap();
-        let bits = |t: &Tensor| {
-            let v = t.to_f64_vec().unwrap();
-            v.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-        };
         assert_eq!(compiled[0].dtype(), float);
         assert_eq!(bits(&compiled[0]), bits(&eager), "{float}");
         let types: Vec<_> = ts.iter().map(|t| t.tensor_type().clone()).collect();
@@ -144,10 +133,6 @@ fn widening_casts_are_read_inside_loops_and_equal_eager_exactly() {
         let f = jit("widening", move |x: &[Tensor]| step(x));
         let compiled = f.call(&ts).unwrap();
         for (c, e) in compiled.iter().zip(&eager) {
-            let bits = |t: &Tensor| {
-                let v = t.to_f64_vec().unwrap();
-                v.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-            };
             assert_eq!(bits(c), bits(e), "{float}");
         }
         let types: Vec<_> = ts.iter().map(|t| t.tensor_type().clone()).collect();
@@ -192,10 +177,6 @@ fn narrowing_casts_are_stored_by_loops_and_equal_eager_exactly() {
         let f = jit("narrowing", move |x: &[Tensor]| step(x, half));
         let compiled = f.call(&ts).unwrap();
         for (k, (c, e)) in compiled.iter().zip(&eager).enumerate() {
-            let bits = |t: &Tensor| {
-                let v = t.to_f64_vec().unwrap();
-                v.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-            };
             assert_eq!(c.dtype(), e.dtype(), "{half} output {k}");
             assert_eq!(bits(c), bits(e), "{half} output {k}");
         }

@@ -49,3 +49,13 @@ pub fn assert_close(a: &spore_core::Tensor, b: &spore_core::Tensor, tol: f64, wh
         );
     }
 }
+
+/// The bit patterns of a tensor's values (as float64), for checks that two results are
+/// equal bit for bit.
+pub fn bits(t: &spore_core::Tensor) -> Vec<u64> {
+    t.to_f64_vec()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_bits())
+        .collect()
+}

@@ -9,7 +9,7 @@ use spore_core::trace::trace;
 use spore_core::{DType, Result, Tensor, TensorType};
 use spore_kernels::UnaryFn;
 
-use super::assert_close;
+use super::{assert_close, bits};
 
 /// A graph with something for every pass: a duplicate, an unused value, identities, a
 /// foldable constant expression and an elementwise chain.
@@ -206,13 +206,6 @@ fn simplify_casts_before_broadcasting() {
     Dce.run(&mut g).unwrap();
     g.verify().unwrap();
     let after = g.interpret(&inputs).unwrap();
-    let bits = |t: &Tensor| {
-        t.to_f64_vec()
-            .unwrap()
-            .iter()
-            .map(|v| v.to_bits())
-            .collect::<Vec<_>>()
-    };
     assert_eq!(bits(&after.outputs[0]), bits(&before.outputs[0]));
     let ir = g.to_ir();
     assert!(
