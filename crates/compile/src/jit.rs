@@ -179,7 +179,9 @@ impl Jit {
         }
         let started = Instant::now();
         let f = self.f.clone();
-        let mut graph = trace::trace(&self.name, types, move |x| f(x))?;
+        // Whole softmax, GELU and LayerNorm operators in the graph (see `spore_core::eager`).
+        let mut graph =
+            spore_core::eager::in_traces(|| trace::trace(&self.name, types, move |x| f(x)))?;
         let ctx = get_context();
         let n = self.compiles.fetch_add(1, Ordering::Relaxed);
         let save_dir: Option<PathBuf> =

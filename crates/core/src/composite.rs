@@ -35,7 +35,7 @@ impl Tensor {
     pub fn softmax(&self, axis: isize) -> Result<Tensor> {
         let rank = self.rank() as isize;
         let last = rank > 0 && (axis == -1 || axis == rank - 1);
-        if last && self.numel() > 0 && crate::eager::applies(&[self]) {
+        if last && self.numel() > 0 && crate::eager::applies_traced(&[self]) {
             return crate::eager::softmax_last_axis(self);
         }
         let shifted = self.sub(&self.max(&[axis], true)?.stop_gradient()?)?;

@@ -18,11 +18,22 @@
 //! mixed-precision compute dtype is in force. Their gradient operators are made only in a
 //! backward pass that is not itself recorded; a recorded one (for a higher derivative)
 //! writes the same gradient with differentiable primitives.
+//!
+//! Softmax, GELU and LayerNorm also stand in inside a trace that [`in_traces`] runs (`jit`
+//! traces the graphs it executes that way), where [`applies_traced`] holds. Why: fusion
+//! cannot merge a sum over a row with the loops around it, so their composites still took
+//! four to seven passes over memory per operator in Graph mode (softmax: max, exp, sum,
+//! divide), and GELU's stored `1 + erf` one more; the whole operators take one, and none
+//! of their neighbours could join their loops anyway (products and sums surround them).
+//! ReLU's gradient and BatchNorm keep their primitives in graphs, where fusion merges them
+//! into convolutions, products and pooling. Traces made for export (ONNX, C code,
+//! sharding plans) never set the flag and see only primitives.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::sync::Arc;
 
-use spore_kernels::{DType, activation};
+use spore_kernels::{DType, activation, arena};
 
 use crate::error::{Error, Result};
 use crate::op::custom::{CustomOp, CustomPrimitive};
@@ -35,6 +46,36 @@ pub fn applies(tensors: &[&Tensor]) -> bool {
         && tensors
             .iter()
             .all(|t| t.dtype() == DType::F32 && !t.is_symbolic())
+}
+
+thread_local! {
+    /// Whether the active trace lets whole operators stand in (see [`in_traces`]).
+    static IN_TRACES: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f`, typically a trace whose graph will be executed, letting softmax, GELU and
+/// LayerNorm record as whole operators in it (see the module docs).
+pub fn in_traces<R>(f: impl FnOnce() -> R) -> R {
+    /// Restores the previous setting however `f` ends.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            IN_TRACES.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(IN_TRACES.with(|c| c.replace(true)));
+    f()
+}
+
+/// Whether softmax, GELU or LayerNorm may run as a whole operator on these tensors: as
+/// [`applies`] eagerly, or inside a trace that [`in_traces`] runs, on float32 values and
+/// with no mixed-precision compute dtype in force.
+pub fn applies_traced(tensors: &[&Tensor]) -> bool {
+    let traced = crate::trace::is_tracing() && IN_TRACES.with(Cell::get);
+    applies(tensors)
+        || (traced
+            && crate::autocast::compute_dtype().is_none_or(|d| d == DType::F32)
+            && tensors.iter().all(|t| t.dtype() == DType::F32))
 }
 
 /// The float32 values of a concrete tensor in row-major order, borrowed when contiguous.
@@ -105,7 +146,8 @@ impl CustomPrimitive for Eager {
         let x = f32_values(inputs[0])?;
         let shape = inputs[0].shape();
         let row = shape.last().copied().unwrap_or(1);
-        let mut out = vec![0.0f32; x.len()];
+        // Every kernel below writes each element, so a pooled buffer's old values never show.
+        let mut out = arena::for_overwrite::<f32>(x.len());
         match self.0 {
             Kernel::Softmax => activation::softmax_rows(&x, row, &mut out),
             Kernel::Gelu => activation::gelu_erf(&x, &mut out),

@@ -1,6 +1,7 @@
 //! Softmax over the last axis and GELU (erf form), forward and gradient, and ReLU's
 //! gradient, each one sweep over memory. PyNative mode runs them as whole operators (`spore-core`'s
-//! `eager` module); a compiled graph keeps their primitives and fuses those.
+//! `eager` module), and so do `jit` graphs for softmax and GELU; ReLU's gradient keeps its
+//! primitives there, which fusion merges into products and pooling.
 //!
 //! ```
 //! use spore_kernels::activation;

@@ -1,7 +1,8 @@
 //! Normalisation loops: BatchNorm over the channels of an `[n, c, l]` tensor and LayerNorm
 //! over the rows of an `[r, d]` one, each forward pass and gradient in one or two sweeps
 //! over memory. PyNative mode runs them as whole operators (`spore-nn`'s eager norms);
-//! a compiled graph keeps the normalisations as primitives and fuses those instead.
+//! `jit` graphs run LayerNorm whole too, and keep BatchNorm's primitives, which fusion
+//! merges with the ReLU, residual addition and pooling around them.
 //!
 //! ```
 //! use spore_kernels::norm;

@@ -364,7 +364,7 @@ impl Tensor {
                 .add(&self.mul(self)?.mul(self)?.mul_scalar(0.044715)?)?
                 .mul_scalar((2.0 / std::f64::consts::PI).sqrt())?;
             self.mul(&inner.tanh()?.add_scalar(1.0)?)?.mul_scalar(0.5)
-        } else if self.numel() > 0 && crate::eager::applies(&[self]) {
+        } else if self.numel() > 0 && crate::eager::applies_traced(&[self]) {
             crate::eager::gelu_erf(self)
         } else {
             let cdf = self

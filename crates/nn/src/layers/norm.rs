@@ -389,7 +389,7 @@ impl Cell for LayerNorm {
             )));
         }
         let (gamma, beta) = (self.gamma.value(), self.beta.value());
-        if bn == bp && spore_core::eager::applies(&[x, &gamma, &beta]) {
+        if bn == bp && spore_core::eager::applies_traced(&[x, &gamma, &beta]) {
             return Ok(vec![norm_eager::layer_norm(
                 x,
                 &gamma,

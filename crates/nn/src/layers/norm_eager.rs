@@ -14,12 +14,14 @@
 //! assert_eq!(ln.call1(&x).unwrap().grad_fn().unwrap().op.name(), "LayerNorm"); // one operator
 //! ```
 //!
-//! The layers take this path only when `spore_core::eager::applies`: nothing is being
-//! traced (a compiled graph keeps the composites, whose primitives its fusion pass
-//! merges), every value is float32 and no mixed-precision compute dtype is in force (so
-//! not under AMP's O2, whose BatchNorm reads 16-bit inputs); LayerNorm also needs its
-//! normalised axes to be gamma's (`begin_norm_axis == begin_params_axis`). The gradient operators run only
-//! in a backward pass that is not itself recorded; a recorded one (for a higher derivative)
+//! BatchNorm takes this path only when `spore_core::eager::applies`: nothing is being
+//! traced (a compiled graph keeps the composite, whose primitives its fusion pass
+//! merges with the ReLU and additions around them); LayerNorm when
+//! `spore_core::eager::applies_traced`, also inside a `jit` trace. Either needs every
+//! value float32 and no mixed-precision compute dtype in force (so not under AMP's O2,
+//! whose BatchNorm reads 16-bit inputs); LayerNorm also needs its normalised axes to be
+//! gamma's (`begin_norm_axis == begin_params_axis`). The gradient operators run only in a
+//! backward pass that is not itself recorded; a recorded one (for a higher derivative)
 //! writes the same gradient with differentiable primitives instead.
 
 use std::sync::Arc;
@@ -27,7 +29,7 @@ use std::sync::Arc;
 use spore_core::eager::f32_values as values;
 use spore_core::prims::custom::{CustomOp, CustomPrimitive};
 use spore_core::{DType, Error, Result, Tensor, TensorType};
-use spore_kernels::norm;
+use spore_kernels::{arena, norm};
 
 /// Which eager operator, with its attributes.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -177,7 +179,7 @@ impl CustomPrimitive for Eager {
             }
             Kernel::LayerNorm { eps } => {
                 let x = values(inputs[0])?;
-                let mut out = vec![0.0f32; x.len()];
+                let mut out = arena::for_overwrite::<f32>(x.len());
                 norm::row_norm(&x, &values(inputs[1])?, &values(inputs[2])?, eps, &mut out);
                 tensor(out, inputs[0].shape())
             }
@@ -189,7 +191,7 @@ impl CustomPrimitive for Eager {
             }
             Kernel::LayerNormInputGrad { eps } => {
                 let (dy, x) = (values(inputs[0])?, values(inputs[1])?);
-                let mut dx = vec![0.0f32; x.len()];
+                let mut dx = arena::for_overwrite::<f32>(x.len());
                 norm::row_norm_input_grad(&dy, &x, &values(inputs[2])?, eps, &mut dx);
                 tensor(dx, inputs[1].shape())
             }

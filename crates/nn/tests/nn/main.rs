@@ -11,6 +11,7 @@ mod checkpoint_integrity;
 mod checkpoints;
 mod concurrency;
 mod eager_norm;
+mod graph_whole_ops;
 mod init;
 mod layers;
 mod losses;

@@ -1,0 +1,136 @@
+//! Softmax, GELU and LayerNorm inside a `jit` graph run as whole operators, as in PyNative
+//! mode, with the values and gradients of the float64 composites; a trace made outside
+//! `jit` (as ONNX export and code generation make theirs) keeps the primitives.
+
+use std::sync::Arc;
+
+use spore_compile::jit;
+use spore_core::trace::trace;
+use spore_core::{DType, Result, Tensor, TensorType, value_and_grad};
+use spore_nn::prelude::*;
+
+use super::serial;
+
+/// Values in about [-2, 2] with an offset per column, so that no row is centred already.
+fn data(shape: &[usize], salt: u64) -> Vec<f64> {
+    let n: usize = shape.iter().product();
+    let cols = *shape.last().unwrap_or(&1);
+    (0..n as u64)
+        .map(|i| {
+            let h = i.wrapping_mul(2_654_435_761).wrapping_add(salt * 97);
+            ((h >> 8) % 4000) as f64 / 1000.0 - 2.0 + (i % cols as u64) as f64 * 0.1
+        })
+        .collect()
+}
+
+/// A LayerNorm over the last axis with gamma and beta in `dtype`.
+fn layer_norm(d: usize, dtype: DType) -> Arc<LayerNorm> {
+    let ln = LayerNorm::new(&[d]).unwrap();
+    ln.gamma
+        .store(Tensor::from_f64(&data(&[d], 3), &[d], dtype).unwrap());
+    ln.beta
+        .store(Tensor::from_f64(&data(&[d], 4), &[d], dtype).unwrap());
+    ln
+}
+
+/// `Σ softmax(gelu(LayerNorm(x))) · w` and its gradients for `x`, gamma and beta.
+fn step(ln: Arc<LayerNorm>, w: Tensor) -> impl Fn(&[Tensor]) -> Result<Vec<Tensor>> + Clone {
+    move |inputs: &[Tensor]| {
+        let params: Vec<Tensor> = [&ln.gamma, &ln.beta].iter().map(|p| p.value()).collect();
+        let (ln, w) = (ln.clone(), w.clone());
+        let loss = move |x: &[Tensor]| -> Result<Vec<Tensor>> {
+            let y = ln.call1(&x[0])?.gelu(false)?.softmax(-1)?;
+            Ok(vec![y.mul(&w)?.sum(&[], false)?])
+        };
+        let out = value_and_grad(loss, Some(&[0]), &params, false)(inputs)?;
+        let mut all = vec![out.value, out.input_grads[0].clone()];
+        all.extend(out.weight_grads);
+        Ok(all)
+    }
+}
+
+fn op_names(g: &spore_core::ir::Graph) -> Vec<String> {
+    g.nodes
+        .iter()
+        .filter_map(|n| n.op().map(|op| op.name()))
+        .collect()
+}
+
+#[test]
+fn softmax_gelu_and_layer_norm_are_whole_operators_in_a_jit_graph() {
+    let _s = serial();
+    let shape = [3, 5, 24];
+    let x64 = Tensor::from_f64(&data(&shape, 1), &shape, DType::F64).unwrap();
+    let w64 = Tensor::from_f64(&data(&shape, 2), &shape, DType::F64).unwrap();
+    let (x, w) = (x64.cast(DType::F32).unwrap(), w64.cast(DType::F32).unwrap());
+
+    let compiled = jit("whole_ops", step(layer_norm(24, DType::F32), w.clone()));
+    let got = compiled.call(std::slice::from_ref(&x)).unwrap();
+    let graph = compiled
+        .graph_for(&[TensorType::new(&shape, DType::F32)])
+        .expect("compiled once");
+    let names = op_names(&graph);
+    for op in [
+        "LayerNorm",
+        "GeLU",
+        "Softmax",
+        "LayerNormGrad",
+        "LayerNormGradParams",
+        "GeLUGrad",
+        "SoftmaxGrad",
+    ] {
+        assert!(names.iter().any(|n| n == op), "{op} missing from {names:?}");
+    }
+    assert!(
+        !names.iter().any(|n| n == "Erf" || n == "ReduceMax"),
+        "a composite was traced: {names:?}"
+    );
+
+    // The float64 composites, eagerly (whole operators take float32 only).
+    let want = step(layer_norm(24, DType::F64), w64)(std::slice::from_ref(&x64)).unwrap();
+    let what = ["loss", "dx", "dgamma", "dbeta"];
+    assert_eq!(got.len(), what.len());
+    for ((name, g), r) in what.iter().zip(&got).zip(&want) {
+        let (g, r) = (g.to_f64_vec().unwrap(), r.to_f64_vec().unwrap());
+        let scale = r.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
+        for (i, (a, b)) in g.iter().zip(&r).enumerate() {
+            assert!(
+                (a - b).abs() <= 2e-5 * scale,
+                "{name}[{i}]: graph float32 {a} vs float64 composite {b}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_trace_outside_jit_keeps_the_primitives() {
+    let _s = serial();
+    let ln = layer_norm(8, DType::F32);
+    let g = trace("export", &[TensorType::new(&[2, 8], DType::F32)], |x| {
+        Ok(vec![ln.call1(&x[0])?.gelu(false)?.softmax(-1)?])
+    })
+    .unwrap();
+    let names = op_names(&g);
+    for whole in ["LayerNorm", "GeLU", "Softmax"] {
+        assert!(!names.iter().any(|n| n == whole), "{whole} in {names:?}");
+    }
+    assert!(names.iter().any(|n| n == "Erf") && names.iter().any(|n| n == "ReduceMax"));
+}
+
+#[test]
+fn mixed_precision_keeps_the_composites_in_a_jit_graph() {
+    let _s = serial();
+    let x = Tensor::from_f64(&data(&[2, 8], 5), &[2, 8], DType::F16).unwrap();
+    let compiled = jit("half", |x: &[Tensor]| {
+        Ok(vec![x[0].gelu(false)?.softmax(-1)?])
+    });
+    compiled.call(std::slice::from_ref(&x)).unwrap();
+    let graph = compiled
+        .graph_for(&[TensorType::new(&[2, 8], DType::F16)])
+        .unwrap();
+    let names = op_names(&graph);
+    assert!(
+        !names.iter().any(|n| n == "GeLU" || n == "Softmax"),
+        "{names:?}"
+    );
+}
