@@ -197,11 +197,13 @@ const GRAD_BLOCK_ROWS: usize = 64;
 pub fn row_norm_param_grads(dy: &[f32], x: &[f32], d: usize, eps: f32) -> Vec<f32> {
     debug_assert!(d > 0 && dy.len() == x.len() && x.len().is_multiple_of(d));
     let block = GRAD_BLOCK_ROWS * d.max(1);
-    let partials: Vec<Vec<f32>> = x
-        .par_chunks(block)
-        .zip(dy.par_chunks(block))
-        .map(|(src, grad)| {
-            let mut acc = vec![0.0f32; 2 * d];
+    // One pooled buffer of every block's partial sums: a compiled graph's steady state
+    // then allocates nothing here.
+    let mut partials = crate::arena::zeroed::<f32>(x.len().div_ceil(block) * 2 * d);
+    partials
+        .par_chunks_mut(2 * d)
+        .zip(x.par_chunks(block).zip(dy.par_chunks(block)))
+        .for_each(|(acc, (src, grad))| {
             for (row, g) in src.chunks(d).zip(grad.chunks(d)) {
                 let (mean, rstd) = row_moments(row, eps);
                 let (dgamma, dbeta) = acc.split_at_mut(d);
@@ -210,14 +212,13 @@ pub fn row_norm_param_grads(dy: &[f32], x: &[f32], d: usize, eps: f32) -> Vec<f3
                     dbeta[j] += g[j];
                 }
             }
-            acc
-        })
-        .collect();
+        });
     let mut sums = vec![0.0f64; 2 * d];
-    for p in &partials {
+    for p in partials.chunks(2 * d) {
         for (s, &v) in sums.iter_mut().zip(p) {
             *s += v as f64;
         }
     }
-    sums.iter().map(|&s| s as f32).collect()
+    crate::arena::recycle(crate::Buffer::F32(partials));
+    crate::arena::collect_exact(2 * d, sums.iter().map(|&s| s as f32))
 }
