@@ -76,9 +76,8 @@ fn reduce_leading<T: Num>(f: ReduceFn, s: &[T], l: &Layout, axes: &[usize]) -> O
     let fold = |range: std::ops::Range<usize>, acc: &mut [T]| {
         acc.copy_from_slice(&data[range.start * inner..][..inner]);
         for row in data[(range.start + 1) * inner..range.end * inner].chunks_exact(inner) {
-            for (o, &x) in acc.iter_mut().zip(row) {
-                *o = o.binary(op, x);
-            }
+            // One loop per function, which vectorises; a match inside the loop did not.
+            crate::elementwise::binary_slice_over(op, row, true, acc);
         }
     };
     let mut out = crate::arena::for_overwrite::<T>(inner);
@@ -105,9 +104,7 @@ fn reduce_leading<T: Num>(f: ReduceFn, s: &[T], l: &Layout, axes: &[usize]) -> O
         .for_each(|(b, acc)| fold(b * per..((b + 1) * per).min(rows), acc));
     out.copy_from_slice(&partials[..inner]);
     for partial in partials.chunks_exact(inner).skip(1) {
-        for (o, &x) in out.iter_mut().zip(partial) {
-            *o = o.binary(op, x);
-        }
+        crate::elementwise::binary_slice_over(op, partial, true, &mut out);
     }
     crate::arena::recycle(T::into_buffer(partials));
     Some(out)
