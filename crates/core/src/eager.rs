@@ -13,9 +13,8 @@
 //! assert!((p.to_vec::<f32>().unwrap().iter().sum::<f32>() - 1.0).abs() < 1e-6);
 //! ```
 //!
-//! An eager operator stands in only when [`applies`]: nothing is being traced (a compiled
-//! graph keeps the primitives, which its fusion pass merges), every value is float32 and no
-//! mixed-precision compute dtype is in force. Their gradient operators are made only in a
+//! In PyNative mode an eager operator stands in when [`applies`]: nothing is being traced,
+//! every value is float32 and no mixed-precision compute dtype is in force. Their gradient operators are made only in a
 //! backward pass that is not itself recorded; a recorded one (for a higher derivative)
 //! writes the same gradient with differentiable primitives.
 //!
@@ -76,6 +75,13 @@ pub fn applies_traced(tensors: &[&Tensor]) -> bool {
         || (traced
             && crate::autocast::compute_dtype().is_none_or(|d| d == DType::F32)
             && tensors.iter().all(|t| t.dtype() == DType::F32))
+}
+
+/// Gives a copy that [`f32_values`] made (of a strided input) back to the buffer pool.
+pub fn recycle_values(values: Cow<'_, [f32]>) {
+    if let Cow::Owned(v) = values {
+        arena::recycle(spore_kernels::Buffer::F32(v));
+    }
 }
 
 /// The float32 values of a concrete tensor in row-major order, borrowed when contiguous.
@@ -142,21 +148,32 @@ impl CustomPrimitive for Eager {
         Ok(inputs[0].clone())
     }
 
+    /// Inputs were checked by `infer` (float32, one shape), and no value makes a kernel
+    /// fail: a compiled step may write parameters in place before these ops.
+    fn may_fail_on_values(&self) -> bool {
+        false
+    }
+
     fn eval(&self, inputs: &[&Tensor]) -> std::result::Result<Tensor, String> {
         let x = f32_values(inputs[0])?;
         let shape = inputs[0].shape();
         let row = shape.last().copied().unwrap_or(1);
         // Every kernel below writes each element, so a pooled buffer's old values never show.
         let mut out = arena::for_overwrite::<f32>(x.len());
+        let second = match self.0 {
+            Kernel::Softmax | Kernel::Gelu => None,
+            _ => Some(f32_values(inputs[1])?),
+        };
+        let y = second.as_deref().unwrap_or(&[]);
         match self.0 {
             Kernel::Softmax => activation::softmax_rows(&x, row, &mut out),
             Kernel::Gelu => activation::gelu_erf(&x, &mut out),
-            Kernel::SoftmaxGrad => {
-                activation::softmax_rows_grad(&x, &f32_values(inputs[1])?, row, &mut out)
-            }
-            Kernel::GeluGrad => activation::gelu_erf_grad(&x, &f32_values(inputs[1])?, &mut out),
-            Kernel::ReluGrad => activation::relu_grad(&x, &f32_values(inputs[1])?, &mut out),
+            Kernel::SoftmaxGrad => activation::softmax_rows_grad(&x, y, row, &mut out),
+            Kernel::GeluGrad => activation::gelu_erf_grad(&x, y, &mut out),
+            Kernel::ReluGrad => activation::relu_grad(&x, y, &mut out),
         }
+        recycle_values(x);
+        second.map(recycle_values);
         Tensor::from_vec(out, shape).map_err(|e| e.to_string())
     }
 
@@ -188,7 +205,7 @@ impl CustomPrimitive for Eager {
     }
 }
 
-/// Softmax over the last axis as one operator (the caller checked [`applies`]).
+/// Softmax over the last axis as one operator (the caller checked [`applies_traced`]).
 #[track_caller]
 pub(crate) fn softmax_last_axis(x: &Tensor) -> Result<Tensor> {
     x.custom(&op(Kernel::Softmax), &[])
@@ -201,7 +218,7 @@ pub(crate) fn relu_grad(g: &Tensor, y: &Tensor) -> Result<Tensor> {
     g.custom(&op(Kernel::ReluGrad), &[y])
 }
 
-/// GELU (erf form) as one operator (the caller checked [`applies`]).
+/// GELU (erf form) as one operator (the caller checked [`applies_traced`]).
 #[track_caller]
 pub(crate) fn gelu_erf(x: &Tensor) -> Result<Tensor> {
     x.custom(&op(Kernel::Gelu), &[])

@@ -16,8 +16,9 @@
 //! value's buffer back to it after the value's last use (the liveness plan says when), so
 //! the next op of the same size and dtype reuses it: the pool is the arena, and liveness
 //! decides reuse. After the first run every buffer a step's kernels take from the pool is
-//! there ([`BufferPool::end_run`] keeps exactly what a run asked for); only custom ops'
-//! kernels may still allocate their own outputs (see ARCHITECTURE.md).
+//! there ([`BufferPool::end_run`] keeps exactly what a run asked for); custom ops'
+//! kernels may still allocate their own outputs (Spore's own whole operators, such as
+//! LayerNorm, take them from the pool; see ARCHITECTURE.md).
 //!
 //! Why a per-thread slot and not an argument: kernels stay plain functions returning
 //! vectors, eager mode pays nothing, and a pool is only ever touched by the thread that

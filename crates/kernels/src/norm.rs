@@ -152,7 +152,10 @@ fn row_moments(row: &[f32], eps: f32) -> (f32, f32) {
 /// LayerNorm of each `d`-long row of `x`: `(x - mean) / sqrt(var + eps) · gamma + beta`.
 pub fn row_norm(x: &[f32], gamma: &[f32], beta: &[f32], eps: f32, out: &mut [f32]) {
     let d = gamma.len();
-    debug_assert!(d > 0 && beta.len() == d && x.len() == out.len() && x.len().is_multiple_of(d));
+    debug_assert!(beta.len() == d && x.len() == out.len() && x.len().is_multiple_of(d));
+    if d == 0 {
+        return; // no rows to normalise (and `chunks(0)` would panic)
+    }
     let chunk = chunk_len(x.len() / d.max(1), d);
     out.par_chunks_mut(chunk)
         .zip(x.par_chunks(chunk))
@@ -170,7 +173,10 @@ pub fn row_norm(x: &[f32], gamma: &[f32], beta: &[f32], eps: f32, out: &mut [f32
 /// row, `dx = rstd · (g - mean(g) - x̂ · mean(g · x̂))`.
 pub fn row_norm_input_grad(dy: &[f32], x: &[f32], gamma: &[f32], eps: f32, dx: &mut [f32]) {
     let d = gamma.len();
-    debug_assert!(d > 0 && dy.len() == x.len() && dx.len() == x.len() && x.len().is_multiple_of(d));
+    debug_assert!(dy.len() == x.len() && dx.len() == x.len() && x.len().is_multiple_of(d));
+    if d == 0 {
+        return;
+    }
     let chunk = chunk_len(x.len() / d.max(1), d);
     dx.par_chunks_mut(chunk)
         .zip(x.par_chunks(chunk).zip(dy.par_chunks(chunk)))
@@ -195,8 +201,11 @@ const GRAD_BLOCK_ROWS: usize = 64;
 /// LayerNorm's parameter gradients over all rows: `[Σ dy · x̂ (d values), Σ dy (d values)]`,
 /// summed in float32 within blocks of [`GRAD_BLOCK_ROWS`] rows and in float64 across them.
 pub fn row_norm_param_grads(dy: &[f32], x: &[f32], d: usize, eps: f32) -> Vec<f32> {
-    debug_assert!(d > 0 && dy.len() == x.len() && x.len().is_multiple_of(d));
-    let block = GRAD_BLOCK_ROWS * d.max(1);
+    debug_assert!(dy.len() == x.len() && x.len().is_multiple_of(d));
+    if d == 0 {
+        return Vec::new();
+    }
+    let block = GRAD_BLOCK_ROWS * d;
     // One pooled buffer of every block's partial sums: a compiled graph's steady state
     // then allocates nothing here.
     let mut partials = crate::arena::zeroed::<f32>(x.len().div_ceil(block) * 2 * d);

@@ -33,6 +33,12 @@ pub trait CustomPrimitive: Send + Sync + fmt::Debug {
     fn has_side_effect(&self) -> bool {
         false
     }
+    /// False for an op whose run cannot fail once `infer` accepted its inputs' types: a
+    /// compiled step may then write parameter updates in place before it (see
+    /// `Op::may_fail_on_values`). User ops are assumed to fail on values.
+    fn may_fail_on_values(&self) -> bool {
+        true
+    }
 }
 
 /// A shared handle to a custom primitive; equal when name and attributes are equal.

@@ -205,14 +205,13 @@ impl Op {
     /// parameters in place only after the last of these, so that a failed step leaves
     /// every parameter as it was.
     pub fn may_fail_on_values(&self) -> bool {
-        matches!(
-            self,
-            Op::Gather { .. }
-                | Op::ScatterAdd { .. }
-                | Op::OneHot { .. }
-                | Op::Print(_)
-                | Op::Custom(_)
-        )
+        match self {
+            Op::Custom(c) => c.0.may_fail_on_values(),
+            _ => matches!(
+                self,
+                Op::Gather { .. } | Op::ScatterAdd { .. } | Op::OneHot { .. } | Op::Print(_)
+            ),
+        }
     }
 
     /// Number of inputs (the op table's), or `None` where it varies (the family checks).

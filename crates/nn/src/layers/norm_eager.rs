@@ -26,7 +26,7 @@
 
 use std::sync::Arc;
 
-use spore_core::eager::f32_values as values;
+use spore_core::eager::{f32_values as values, recycle_values};
 use spore_core::prims::custom::{CustomOp, CustomPrimitive};
 use spore_core::{DType, Error, Result, Tensor, TensorType};
 use spore_kernels::{arena, norm};
@@ -95,6 +95,12 @@ impl CustomPrimitive for Eager {
 
     fn attributes(&self) -> String {
         format!("{:?}", self.0)
+    }
+
+    /// `infer` checked every shape and dtype; no value makes a kernel fail, so a compiled
+    /// step may write parameters in place before these ops.
+    fn may_fail_on_values(&self) -> bool {
+        false
     }
 
     fn infer(&self, inputs: &[&TensorType]) -> std::result::Result<TensorType, String> {
@@ -177,22 +183,29 @@ impl CustomPrimitive for Eager {
             Kernel::BatchNormInputGrad { eps, batch_stats } => {
                 batch_norm_input_grad(inputs, eps, batch_stats)
             }
+            // LayerNorm runs in compiled graphs too, where a copy of a strided input goes
+            // back to the step's buffer pool.
             Kernel::LayerNorm { eps } => {
                 let x = values(inputs[0])?;
                 let mut out = arena::for_overwrite::<f32>(x.len());
                 norm::row_norm(&x, &values(inputs[1])?, &values(inputs[2])?, eps, &mut out);
+                recycle_values(x);
                 tensor(out, inputs[0].shape())
             }
             Kernel::LayerNormParamGrads { eps } => {
                 let d = inputs[2].numel();
-                let sums =
-                    norm::row_norm_param_grads(&values(inputs[0])?, &values(inputs[1])?, d, eps);
+                let (dy, x) = (values(inputs[0])?, values(inputs[1])?);
+                let sums = norm::row_norm_param_grads(&dy, &x, d, eps);
+                recycle_values(dy);
+                recycle_values(x);
                 tensor(sums, &[2, d])
             }
             Kernel::LayerNormInputGrad { eps } => {
                 let (dy, x) = (values(inputs[0])?, values(inputs[1])?);
                 let mut dx = arena::for_overwrite::<f32>(x.len());
                 norm::row_norm_input_grad(&dy, &x, &values(inputs[2])?, eps, &mut dx);
+                recycle_values(dy);
+                recycle_values(x);
                 tensor(dx, inputs[1].shape())
             }
         }
