@@ -53,6 +53,16 @@ fn main() {
         ("pipe b32 dy.W", 32, 2048, 2048, false, false, 1),
         ("pipe b128 dyT.x", 2048, 2048, 128, true, false, 1),
         ("pipe b32 dyT.x", 2048, 2048, 32, true, false, 1),
+        // The BERT encoder's products (2048 tokens, hidden 256, feed-forward 1024):
+        // projections x.Wt, input gradients dy.W, weight gradients dyT.x.
+        ("bert qkv x.Wt", 2048, 256, 256, false, true, 2),
+        ("bert ffn1 x.Wt", 2048, 1024, 256, false, true, 2),
+        ("bert ffn2 x.Wt", 2048, 256, 1024, false, true, 2),
+        ("bert qkv dy.W", 2048, 256, 256, false, false, 2),
+        ("bert ffn2 dy.W", 2048, 1024, 256, false, false, 2),
+        ("bert qkv dyT.x", 256, 256, 2048, true, false, 2),
+        ("bert ffn1 dyT.x", 1024, 256, 2048, true, false, 2),
+        ("bert ffn2 dyT.x", 256, 1024, 2048, true, false, 2),
     ];
     for (name, m, n, k, ta, tb, threads) in cases.into_iter().filter(|c| c.0.contains(&only)) {
         let a: Vec<f32> = (0..m * k).map(|i| (i % 13) as f32 * 0.1).collect();
