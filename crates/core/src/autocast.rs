@@ -33,17 +33,10 @@ thread_local! {
 /// Runs `f` with float ops computing in `dtype` (`None`: inherit the enclosing one);
 /// restored after `f`, also when it panics.
 pub fn with_compute_dtype<R>(dtype: Option<DType>, f: impl FnOnce() -> R) -> R {
-    let Some(d) = dtype else {
-        return f();
-    };
-    struct Restore(Option<DType>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            COMPUTE.with(|c| c.set(self.0));
-        }
+    match dtype {
+        Some(d) => crate::scoped::with_cell(&COMPUTE, Some(d), f),
+        None => f(),
     }
-    let _restore = Restore(COMPUTE.with(|c| c.replace(Some(d))));
-    f()
 }
 
 /// The compute dtype in force on this thread, if any.

@@ -32,14 +32,7 @@ pub fn is_grad_enabled() -> bool {
 /// Runs `f` with gradient recording switched on or off, restoring the previous state after
 /// (also when `f` panics).
 pub fn with_grad_enabled<R>(enabled: bool, f: impl FnOnce() -> R) -> R {
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            GRAD_ENABLED.with(|g| g.set(self.0));
-        }
-    }
-    let _restore = Restore(GRAD_ENABLED.with(|g| g.replace(enabled)));
-    f()
+    crate::scoped::with_cell(&GRAD_ENABLED, enabled, f)
 }
 
 /// Runs `f` without recording gradients (PyTorch's `torch.no_grad()`).

@@ -55,15 +55,7 @@ thread_local! {
 /// Runs `f`, typically a trace whose graph will be executed, letting softmax, GELU and
 /// LayerNorm record as whole operators in it (see the module docs).
 pub fn in_traces<R>(f: impl FnOnce() -> R) -> R {
-    /// Restores the previous setting however `f` ends.
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            IN_TRACES.with(|c| c.set(self.0));
-        }
-    }
-    let _restore = Restore(IN_TRACES.with(|c| c.replace(true)));
-    f()
+    crate::scoped::with_cell(&IN_TRACES, true, f)
 }
 
 /// Whether softmax, GELU or LayerNorm may run as a whole operator on these tensors: as

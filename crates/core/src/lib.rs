@@ -40,6 +40,7 @@ pub mod prims;
 pub mod relu_rule;
 pub mod rng;
 mod scope;
+pub mod scoped;
 pub mod tensor;
 pub mod threads;
 pub mod trace;

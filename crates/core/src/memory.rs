@@ -76,14 +76,7 @@ thread_local! {
 /// Runs `f` (a trace for planning) with sizes checked only for overflow: its shapes are
 /// a whole cluster's tensors, which no process ever allocates whole.
 pub fn with_global_shapes<R>(f: impl FnOnce() -> R) -> R {
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            GLOBAL_SHAPES.with(|g| g.set(self.0));
-        }
-    }
-    let _restore = Restore(GLOBAL_SHAPES.with(|g| g.replace(true)));
-    f()
+    crate::scoped::with_cell(&GLOBAL_SHAPES, true, f)
 }
 
 /// Checks that a tensor of `shape` and `dtype` can be allocated: its size does not

@@ -41,12 +41,5 @@ pub fn relu_backward() -> ReluBackward {
 
 /// Runs `f` with `rule`, restoring the previous rule after (also when `f` panics).
 pub fn with_relu_backward<R>(rule: ReluBackward, f: impl FnOnce() -> R) -> R {
-    struct Restore(ReluBackward);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            RULE.with(|r| r.set(self.0));
-        }
-    }
-    let _restore = Restore(RULE.with(|r| r.replace(rule)));
-    f()
+    crate::scoped::with_cell(&RULE, rule, f)
 }

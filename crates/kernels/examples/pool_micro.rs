@@ -2,41 +2,19 @@
 //! 3x3 stride-2 padded pool (batch 8 and 1), with outputs recycled through a buffer pool
 //! as in a compiled graph.
 //! Run: `cargo run --release -p spore-kernels --example pool_micro [-- threads]` (2 by default)
-use std::time::Instant;
+#[path = "micro/mod.rs"]
+mod micro;
 
 use spore_kernels::Buffer;
-use spore_kernels::arena::{self, BufferPool};
 use spore_kernels::pool::{PoolGeometry, max_pool2d, max_pool2d_backward};
 
 /// Best of 200 calls after 20 warm-up calls, in ms.
 fn time(mut f: impl FnMut() -> Vec<f32>) -> f64 {
-    let mut pool = BufferPool::default();
-    arena::with_pool(&mut pool, || {
-        let mut f = || arena::recycle(Buffer::F32(f()));
-        for _ in 0..20 {
-            f();
-        }
-        (0..200)
-            .map(|_| {
-                let t = Instant::now();
-                f();
-                t.elapsed().as_secs_f64() * 1e3
-            })
-            .fold(f64::INFINITY, f64::min)
-    })
+    micro::best_ms(20, 200, || Buffer::F32(f()))
 }
 
 fn main() {
-    // The main thread as worker 0, as Spore runs kernels (`spore_core::threads`).
-    let threads = std::env::args()
-        .nth(1)
-        .and_then(|t| t.parse::<usize>().ok())
-        .unwrap_or(2);
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .use_current_thread()
-        .build_global()
-        .ok();
+    micro::start_threads();
     for (name, input, k, p) in [
         ("lenet pool1", [32, 6, 28, 28], 2, 0),
         ("lenet pool2", [32, 16, 10, 10], 2, 0),

@@ -3,41 +3,14 @@
 //! per-channel sum (`[8, 256, 56, 56]` over N, H and W), with outputs recycled through a
 //! buffer pool as in a compiled graph, and the bandwidth each reaches.
 //! Run: `cargo run --release -p spore-kernels --example reduce_micro [-- threads]` (2 by default)
-use std::time::Instant;
+#[path = "micro/mod.rs"]
+mod micro;
 
-use spore_kernels::arena::{self, BufferPool};
 use spore_kernels::reduce::reduce;
 use spore_kernels::{Buffer, Layout, ReduceFn};
 
-/// Best of 100 calls after 10 warm-up calls, in ms.
-fn time(mut f: impl FnMut() -> Buffer) -> f64 {
-    let mut pool = BufferPool::default();
-    arena::with_pool(&mut pool, || {
-        let mut f = || arena::recycle(f());
-        for _ in 0..10 {
-            f();
-        }
-        (0..100)
-            .map(|_| {
-                let t = Instant::now();
-                f();
-                t.elapsed().as_secs_f64() * 1e3
-            })
-            .fold(f64::INFINITY, f64::min)
-    })
-}
-
 fn main() {
-    // The main thread as worker 0, as Spore runs kernels (`spore_core::threads`).
-    let threads = std::env::args()
-        .nth(1)
-        .and_then(|t| t.parse::<usize>().ok())
-        .unwrap_or(2);
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .use_current_thread()
-        .build_global()
-        .ok();
+    let threads = micro::start_threads();
     for (name, shape, axes) in [
         ("bias grad 2048x1024", &[2048usize, 1024][..], &[0usize][..]),
         ("bias grad 2048x256", &[2048, 256][..], &[0][..]),
@@ -46,7 +19,10 @@ fn main() {
         let len: usize = shape.iter().product();
         let x = Buffer::F32((0..len).map(|i| (i % 97) as f32 * 0.01).collect());
         let layout = Layout::contiguous(shape);
-        let ms = time(|| reduce(ReduceFn::Sum, &x, &layout, axes).unwrap());
+        // Best of 100 calls after 10 warm-up calls.
+        let ms = micro::best_ms(10, 100, || {
+            reduce(ReduceFn::Sum, &x, &layout, axes).unwrap()
+        });
         let gbps = len as f64 * 4.0 / (ms * 1e-3) / 1e9;
         println!("{name:22} {ms:8.3} ms  {gbps:6.1} GB/s read ({threads} threads)");
     }

@@ -44,14 +44,7 @@ thread_local! {
 /// assert_eq!(y.shape(), &[1, 1]);
 /// ```
 pub fn run_eagerly<R>(f: impl FnOnce() -> R) -> R {
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            FORCE_EAGER.with(|e| e.set(self.0));
-        }
-    }
-    let _restore = Restore(FORCE_EAGER.with(|e| e.replace(true)));
-    f()
+    spore_core::scoped::with_cell(&FORCE_EAGER, true, f)
 }
 
 /// Runs `cell`'s `construct` as a root call (no scope of its own) whose children name

@@ -39,14 +39,7 @@ static CACHE: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
 /// Runs `f` with convolutions on this thread treating their weights as fixed (a cell in
 /// evaluation mode); restored after `f`, also when it panics.
 pub fn with_frozen_weights<R>(f: impl FnOnce() -> R) -> R {
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            FROZEN.with(|c| c.set(self.0));
-        }
-    }
-    let _restore = Restore(FROZEN.with(|c| c.replace(true)));
-    f()
+    crate::scoped::with_cell(&FROZEN, true, f)
 }
 
 /// Whether this thread is inside [`with_frozen_weights`].
