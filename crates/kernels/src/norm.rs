@@ -18,22 +18,33 @@
 
 use rayon::prelude::*;
 
+use crate::widest::widest;
+
 /// Lanes of the float32 partial sums: enough independent adds to fill both FMA ports.
 const LANES: usize = 16;
 
-/// `Σ f(i)` over `0..len` in [`LANES`] float32 lanes, returned in float64.
+/// `Σ f(a[i], b[i], c[i])` over slices of one length, in [`LANES`] float32 lanes (lane
+/// `k` takes `i ≡ k mod LANES`), returned in float64. Why slices and whole blocks of
+/// `LANES`: indexing through a closure kept a bounds check per value, and the lanes then
+/// ran as scalar adds; blocks of a known length vectorise.
 #[inline(always)]
-fn lane_sum(len: usize, f: impl Fn(usize) -> f32) -> f64 {
+fn lane_sum(a: &[f32], b: &[f32], c: &[f32], f: impl Fn(f32, f32, f32) -> f32) -> f64 {
+    let len = a.len();
+    let (b, c) = (&b[..len], &c[..len]);
     let mut acc = [0.0f32; LANES];
     let whole = len - len % LANES;
-    for base in (0..whole).step_by(LANES) {
-        for (lane, a) in acc.iter_mut().enumerate() {
-            *a += f(base + lane);
+    let blocks = a[..whole]
+        .chunks_exact(LANES)
+        .zip(b[..whole].chunks_exact(LANES))
+        .zip(c[..whole].chunks_exact(LANES));
+    for ((xa, xb), xc) in blocks {
+        for k in 0..LANES {
+            acc[k] += f(xa[k], xb[k], xc[k]);
         }
     }
-    let mut total: f64 = acc.iter().map(|&a| a as f64).sum();
+    let mut total: f64 = acc.iter().map(|&v| v as f64).sum();
     for i in whole..len {
-        total += f(i) as f64;
+        total += f(a[i], b[i], c[i]) as f64;
     }
     total
 }
@@ -62,12 +73,14 @@ pub fn channel_moments(x: &[f32], n: usize, c: usize, l: usize) -> Vec<f32> {
     let count = (n * l).max(1) as f64;
     per_channel_pairs(c, |ch| {
         let run = |i: usize| &x[(i * c + ch) * l..(i * c + ch + 1) * l];
-        let sum: f64 = (0..n).map(|i| lane_sum(l, |j| run(i)[j])).sum();
+        let sum: f64 = (0..n)
+            .map(|i| lane_sum(run(i), run(i), run(i), |v, _, _| v))
+            .sum();
         let mean = (sum / count) as f32;
         let sq: f64 = (0..n)
             .map(|i| {
                 let r = run(i);
-                lane_sum(l, |j| (r[j] - mean) * (r[j] - mean))
+                lane_sum(r, r, r, |v, _, _| (v - mean) * (v - mean))
             })
             .sum();
         (mean, (sq / count) as f32)
@@ -90,8 +103,8 @@ pub fn channel_grad_sums(
         for i in 0..n {
             let at = (i * c + ch) * l;
             let (g, v) = (&dy[at..at + l], &x[at..at + l]);
-            s += lane_sum(l, |j| g[j]);
-            sx += lane_sum(l, |j| g[j] * (v[j] - m));
+            s += lane_sum(g, g, g, |gv, _, _| gv);
+            sx += lane_sum(g, v, v, |gv, xv, _| gv * (xv - m));
         }
         (s as f32, sx as f32)
     })
@@ -141,11 +154,11 @@ pub fn channel_affine(
 }
 
 /// Mean and `1 / sqrt(var + eps)` of one row.
-#[inline]
+#[inline(always)]
 fn row_moments(row: &[f32], eps: f32) -> (f32, f32) {
     let d = row.len().max(1) as f64;
-    let mean = (lane_sum(row.len(), |j| row[j]) / d) as f32;
-    let var = (lane_sum(row.len(), |j| (row[j] - mean) * (row[j] - mean)) / d) as f32;
+    let mean = (lane_sum(row, row, row, |v, _, _| v) / d) as f32;
+    let var = (lane_sum(row, row, row, |v, _, _| (v - mean) * (v - mean)) / d) as f32;
     (mean, 1.0 / (var + eps).sqrt())
 }
 
@@ -159,14 +172,57 @@ pub fn row_norm(x: &[f32], gamma: &[f32], beta: &[f32], eps: f32, out: &mut [f32
     let chunk = chunk_len(x.len() / d.max(1), d);
     out.par_chunks_mut(chunk)
         .zip(x.par_chunks(chunk))
-        .for_each(|(dst, src)| {
-            for (y, row) in dst.chunks_mut(d).zip(src.chunks(d)) {
-                let (mean, rstd) = row_moments(row, eps);
-                for j in 0..d {
-                    y[j] = (row[j] - mean) * rstd * gamma[j] + beta[j];
-                }
+        .for_each(|(dst, src)| norm_rows(src, gamma, beta, eps, dst));
+}
+
+// The row loops below are compiled per vector width (`widest!`): the rows sit in L1, so
+// they are bound by arithmetic, which the baseline's 4-lane vectors left at a quarter of
+// AVX-512's rate (`norm_micro`, BENCHMARKS.md). The arithmetic, and so the bits, are the
+// same at every width.
+widest! {
+    /// [`row_norm`] of the whole rows of `src` into `dst`.
+    fn norm_rows(src: &[f32], gamma: &[f32], beta: &[f32], eps: f32, dst: &mut [f32]) {
+        let d = gamma.len();
+        for (y, row) in dst.chunks_mut(d).zip(src.chunks(d)) {
+            let (mean, rstd) = row_moments(row, eps);
+            for ((y, &v), (&g, &b)) in y.iter_mut().zip(row).zip(gamma.iter().zip(beta)) {
+                *y = (v - mean) * rstd * g + b;
             }
-        });
+        }
+    }
+}
+
+widest! {
+    /// [`row_norm_input_grad`] of the whole rows of `src` (`x`) and `grad` (`dy`) into `dst`.
+    fn norm_rows_input_grad(grad: &[f32], src: &[f32], gamma: &[f32], eps: f32, dst: &mut [f32]) {
+        let d = gamma.len();
+        for ((out, row), g) in dst.chunks_mut(d).zip(src.chunks(d)).zip(grad.chunks(d)) {
+            let (mean, rstd) = row_moments(row, eps);
+            let s = lane_sum(g, gamma, gamma, |gv, w, _| gv * w) / d as f64;
+            let sx = lane_sum(g, gamma, row, |gv, w, v| gv * w * (v - mean) * rstd) / d as f64;
+            let (s, sx) = (s as f32, sx as f32);
+            for ((o, &v), (&g, &w)) in out.iter_mut().zip(row).zip(g.iter().zip(gamma)) {
+                let xhat = (v - mean) * rstd;
+                *o = rstd * (g * w - s - xhat * sx);
+            }
+        }
+    }
+}
+
+widest! {
+    /// Adds the rows of `src` (`x`) and `grad` (`dy`) into `acc`: `[Σ dy · x̂, Σ dy]`.
+    fn norm_rows_param_grads(grad: &[f32], src: &[f32], d: usize, eps: f32, acc: &mut [f32]) {
+        let (dgamma, dbeta) = acc.split_at_mut(d);
+        for (row, g) in src.chunks(d).zip(grad.chunks(d)) {
+            let (mean, rstd) = row_moments(row, eps);
+            for ((dg, &v), &gv) in dgamma.iter_mut().zip(row).zip(g) {
+                *dg += gv * (v - mean) * rstd;
+            }
+            for (db, &gv) in dbeta.iter_mut().zip(g) {
+                *db += gv;
+            }
+        }
+    }
 }
 
 /// LayerNorm's input gradient, row by row: with `g = dy · gamma` and `x̂` the normalised
@@ -180,18 +236,7 @@ pub fn row_norm_input_grad(dy: &[f32], x: &[f32], gamma: &[f32], eps: f32, dx: &
     let chunk = chunk_len(x.len() / d.max(1), d);
     dx.par_chunks_mut(chunk)
         .zip(x.par_chunks(chunk).zip(dy.par_chunks(chunk)))
-        .for_each(|(dst, (src, grad))| {
-            for ((out, row), g) in dst.chunks_mut(d).zip(src.chunks(d)).zip(grad.chunks(d)) {
-                let (mean, rstd) = row_moments(row, eps);
-                let s = lane_sum(d, |j| g[j] * gamma[j]) / d as f64;
-                let sx = lane_sum(d, |j| g[j] * gamma[j] * (row[j] - mean) * rstd) / d as f64;
-                let (s, sx) = (s as f32, sx as f32);
-                for j in 0..d {
-                    let xhat = (row[j] - mean) * rstd;
-                    out[j] = rstd * (g[j] * gamma[j] - s - xhat * sx);
-                }
-            }
-        });
+        .for_each(|(dst, (src, grad))| norm_rows_input_grad(grad, src, gamma, eps, dst));
 }
 
 /// Rows per block of LayerNorm's parameter gradients: fixed, so that the blocks, and the
@@ -212,16 +257,7 @@ pub fn row_norm_param_grads(dy: &[f32], x: &[f32], d: usize, eps: f32) -> Vec<f3
     partials
         .par_chunks_mut(2 * d)
         .zip(x.par_chunks(block).zip(dy.par_chunks(block)))
-        .for_each(|(acc, (src, grad))| {
-            for (row, g) in src.chunks(d).zip(grad.chunks(d)) {
-                let (mean, rstd) = row_moments(row, eps);
-                let (dgamma, dbeta) = acc.split_at_mut(d);
-                for j in 0..d {
-                    dgamma[j] += g[j] * (row[j] - mean) * rstd;
-                    dbeta[j] += g[j];
-                }
-            }
-        });
+        .for_each(|(acc, (src, grad))| norm_rows_param_grads(grad, src, d, eps, acc));
     let mut sums = vec![0.0f64; 2 * d];
     for p in partials.chunks(2 * d) {
         for (s, &v) in sums.iter_mut().zip(p) {
