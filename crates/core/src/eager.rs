@@ -14,9 +14,9 @@
 //! ```
 //!
 //! In PyNative mode an eager operator stands in when [`applies`]: nothing is being traced,
-//! every value is float32 and no mixed-precision compute dtype is in force. Their gradient operators are made only in a
-//! backward pass that is not itself recorded; a recorded one (for a higher derivative)
-//! writes the same gradient with differentiable primitives.
+//! every value is float32 and no mixed-precision compute dtype is in force. Their gradient
+//! operators are made only in a backward pass that is not itself recorded; a recorded one
+//! (for a higher derivative) writes the same gradient with differentiable primitives.
 //!
 //! Softmax, GELU and LayerNorm also stand in inside a trace that [`in_traces`] runs (`jit`
 //! traces the graphs it executes that way), where [`applies_traced`] holds. Why: fusion
@@ -165,7 +165,9 @@ impl CustomPrimitive for Eager {
             Kernel::ReluGrad => activation::relu_grad(&x, y, &mut out),
         }
         recycle_values(x);
-        second.map(recycle_values);
+        if let Some(y) = second {
+            recycle_values(y);
+        }
         Tensor::from_vec(out, shape).map_err(|e| e.to_string())
     }
 
