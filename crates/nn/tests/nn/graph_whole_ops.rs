@@ -1,6 +1,7 @@
 //! Softmax, GELU and LayerNorm inside a `jit` graph run as whole operators, as in PyNative
 //! mode, with the values and gradients of the float64 composites; a trace made outside
-//! `jit` (as ONNX export and code generation make theirs) keeps the primitives.
+//! `jit` (as ONNX export and code generation make theirs) keeps the primitives; and since
+//! they cannot fail on values, a parameter update before one is still written in place.
 
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ use spore_nn::prelude::*;
 
 use super::serial;
 
-/// Values in about [-2, 2] with an offset per column, so that no row is centred already.
+/// Values in about [-2, 2] plus an offset per column, so that no row is centred already.
 fn data(shape: &[usize], salt: u64) -> Vec<f64> {
     let n: usize = shape.iter().product();
     let cols = *shape.last().unwrap_or(&1);
