@@ -40,11 +40,14 @@ use crate::tensor::{Tensor, TensorType};
 
 /// Whether an eager operator may stand in for a composite on these tensors.
 pub fn applies(tensors: &[&Tensor]) -> bool {
-    !crate::trace::is_tracing()
-        && crate::autocast::compute_dtype().is_none_or(|d| d == DType::F32)
-        && tensors
-            .iter()
-            .all(|t| t.dtype() == DType::F32 && !t.is_symbolic())
+    !crate::trace::is_tracing() && float32_work(tensors) && tensors.iter().all(|t| !t.is_symbolic())
+}
+
+/// Every value float32, and no mixed-precision compute dtype in force: what every whole
+/// operator needs, eager or traced.
+fn float32_work(tensors: &[&Tensor]) -> bool {
+    crate::autocast::compute_dtype().is_none_or(|d| d == DType::F32)
+        && tensors.iter().all(|t| t.dtype() == DType::F32)
 }
 
 thread_local! {
@@ -63,10 +66,7 @@ pub fn in_traces<R>(f: impl FnOnce() -> R) -> R {
 /// with no mixed-precision compute dtype in force.
 pub fn applies_traced(tensors: &[&Tensor]) -> bool {
     let traced = crate::trace::is_tracing() && IN_TRACES.with(Cell::get);
-    applies(tensors)
-        || (traced
-            && crate::autocast::compute_dtype().is_none_or(|d| d == DType::F32)
-            && tensors.iter().all(|t| t.dtype() == DType::F32))
+    applies(tensors) || (traced && float32_work(tensors))
 }
 
 /// Gives a copy that [`f32_values`] made (of a strided input) back to the buffer pool.

@@ -28,7 +28,7 @@ const LANES: usize = 16;
 /// `LANES`: indexing through a closure kept a bounds check per value, and the lanes then
 /// ran as scalar adds; blocks of a known length vectorise.
 #[inline(always)]
-fn lane_sum(a: &[f32], b: &[f32], c: &[f32], f: impl Fn(f32, f32, f32) -> f32) -> f64 {
+fn lane_sum3(a: &[f32], b: &[f32], c: &[f32], f: impl Fn(f32, f32, f32) -> f32) -> f64 {
     let len = a.len();
     let (b, c) = (&b[..len], &c[..len]);
     let mut acc = [0.0f32; LANES];
@@ -47,6 +47,18 @@ fn lane_sum(a: &[f32], b: &[f32], c: &[f32], f: impl Fn(f32, f32, f32) -> f32) -
         total += f(a[i], b[i], c[i]) as f64;
     }
     total
+}
+
+/// [`lane_sum3`] over one slice: `Σ f(a[i])`.
+#[inline(always)]
+fn lane_sum1(a: &[f32], f: impl Fn(f32) -> f32) -> f64 {
+    lane_sum3(a, a, a, |x, _, _| f(x))
+}
+
+/// [`lane_sum3`] over two slices of one length: `Σ f(a[i], b[i])`.
+#[inline(always)]
+fn lane_sum2(a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f32) -> f64 {
+    lane_sum3(a, b, b, |x, y, _| f(x, y))
 }
 
 /// Chunks of about a quarter of a thread's share, in whole runs of `run` values.
@@ -73,14 +85,12 @@ pub fn channel_moments(x: &[f32], n: usize, c: usize, l: usize) -> Vec<f32> {
     let count = (n * l).max(1) as f64;
     per_channel_pairs(c, |ch| {
         let run = |i: usize| &x[(i * c + ch) * l..(i * c + ch + 1) * l];
-        let sum: f64 = (0..n)
-            .map(|i| lane_sum(run(i), run(i), run(i), |v, _, _| v))
-            .sum();
+        let sum: f64 = (0..n).map(|i| lane_sum1(run(i), |v| v)).sum();
         let mean = (sum / count) as f32;
         let sq: f64 = (0..n)
             .map(|i| {
                 let r = run(i);
-                lane_sum(r, r, r, |v, _, _| (v - mean) * (v - mean))
+                lane_sum1(r, |v| (v - mean) * (v - mean))
             })
             .sum();
         (mean, (sq / count) as f32)
@@ -103,8 +113,8 @@ pub fn channel_grad_sums(
         for i in 0..n {
             let at = (i * c + ch) * l;
             let (g, v) = (&dy[at..at + l], &x[at..at + l]);
-            s += lane_sum(g, g, g, |gv, _, _| gv);
-            sx += lane_sum(g, v, v, |gv, xv, _| gv * (xv - m));
+            s += lane_sum1(g, |gv| gv);
+            sx += lane_sum2(g, v, |gv, xv| gv * (xv - m));
         }
         (s as f32, sx as f32)
     })
@@ -157,8 +167,8 @@ pub fn channel_affine(
 #[inline(always)]
 fn row_moments(row: &[f32], eps: f32) -> (f32, f32) {
     let d = row.len().max(1) as f64;
-    let mean = (lane_sum(row, row, row, |v, _, _| v) / d) as f32;
-    let var = (lane_sum(row, row, row, |v, _, _| (v - mean) * (v - mean)) / d) as f32;
+    let mean = (lane_sum1(row, |v| v) / d) as f32;
+    let var = (lane_sum1(row, |v| (v - mean) * (v - mean)) / d) as f32;
     (mean, 1.0 / (var + eps).sqrt())
 }
 
@@ -169,7 +179,7 @@ pub fn row_norm(x: &[f32], gamma: &[f32], beta: &[f32], eps: f32, out: &mut [f32
     if d == 0 {
         return; // no rows to normalise (and `chunks(0)` would panic)
     }
-    let chunk = chunk_len(x.len() / d.max(1), d);
+    let chunk = chunk_len(x.len() / d, d);
     out.par_chunks_mut(chunk)
         .zip(x.par_chunks(chunk))
         .for_each(|(dst, src)| norm_rows(src, gamma, beta, eps, dst));
@@ -198,8 +208,8 @@ widest! {
         let d = gamma.len();
         for ((out, row), g) in dst.chunks_mut(d).zip(src.chunks(d)).zip(grad.chunks(d)) {
             let (mean, rstd) = row_moments(row, eps);
-            let s = lane_sum(g, gamma, gamma, |gv, w, _| gv * w) / d as f64;
-            let sx = lane_sum(g, gamma, row, |gv, w, v| gv * w * (v - mean) * rstd) / d as f64;
+            let s = lane_sum2(g, gamma, |gv, w| gv * w) / d as f64;
+            let sx = lane_sum3(g, gamma, row, |gv, w, v| gv * w * (v - mean) * rstd) / d as f64;
             let (s, sx) = (s as f32, sx as f32);
             for ((o, &v), (&g, &w)) in out.iter_mut().zip(row).zip(g.iter().zip(gamma)) {
                 let xhat = (v - mean) * rstd;
@@ -233,7 +243,7 @@ pub fn row_norm_input_grad(dy: &[f32], x: &[f32], gamma: &[f32], eps: f32, dx: &
     if d == 0 {
         return;
     }
-    let chunk = chunk_len(x.len() / d.max(1), d);
+    let chunk = chunk_len(x.len() / d, d);
     dx.par_chunks_mut(chunk)
         .zip(x.par_chunks(chunk).zip(dy.par_chunks(chunk)))
         .for_each(|(dst, (src, grad))| norm_rows_input_grad(grad, src, gamma, eps, dst));
