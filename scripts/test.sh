@@ -61,3 +61,11 @@ python3 -m doctest bench/report_host.py
 # tests build them in, so that the https path and the multi-process tests (which launch
 # themselves through mpirun) run.
 cargo test --workspace --features spore-data/https,spore-parallel/mpi,spore/mpi
+
+# The kernels, operators and compiled graphs again with the vector instructions capped
+# (`SPORE_MAX_ISA`, crates/kernels/src/isa.rs), so that the AVX2-only and plain paths are
+# tested on an AVX-512 machine too.
+for isa in avx2 baseline; do
+    echo "tests with SPORE_MAX_ISA=$isa"
+    SPORE_MAX_ISA=$isa cargo test -p spore-kernels -p spore-core -p spore-compile
+done

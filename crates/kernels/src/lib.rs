@@ -22,6 +22,7 @@ pub mod dtype;
 pub mod elementwise;
 pub mod half_float;
 pub mod index;
+pub mod isa;
 pub mod layout;
 pub mod matmul;
 pub mod matmul_epilogue;

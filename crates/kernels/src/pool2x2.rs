@@ -22,18 +22,9 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-/// Whether the vector kernels can run (AVX2, checked once).
+/// Whether the vector kernels may run (AVX2: [`crate::isa`]).
 pub(crate) fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::sync::OnceLock;
-        static HAS: OnceLock<bool> = OnceLock::new();
-        *HAS.get_or_init(|| std::arch::is_x86_feature_detected!("avx2"))
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    crate::isa::allows(crate::isa::Isa::Avx2)
 }
 
 /// Whether the vector kernels take planes whose outputs are `ow` wide (AVX2, `ow >= 8`).

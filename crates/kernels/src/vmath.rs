@@ -128,12 +128,12 @@ macro_rules! slice_fn {
                 fn narrow(src: &[f32], dst: &mut [f32]) {
                     each(src, dst)
                 }
-                if std::arch::is_x86_feature_detected!("avx512f") {
-                    // SAFETY: the CPU has AVX-512F (checked above).
+                if crate::isa::allows(crate::isa::Isa::Avx512) {
+                    // SAFETY: the CPU has AVX-512F (`isa` checked it).
                     return unsafe { wide(src, dst) };
                 }
-                if std::arch::is_x86_feature_detected!("avx2") {
-                    // SAFETY: the CPU has AVX2 (checked above).
+                if crate::isa::allows(crate::isa::Isa::Avx2) {
+                    // SAFETY: the CPU has AVX2 (`isa` checked it).
                     return unsafe { narrow(src, dst) };
                 }
             }

@@ -28,12 +28,12 @@ macro_rules! widest {
                 fn narrow($($arg: $ty),*) {
                     each($($arg),*)
                 }
-                if std::arch::is_x86_feature_detected!("avx512f") {
-                    // SAFETY: the CPU has AVX-512F (checked above).
+                if crate::isa::allows(crate::isa::Isa::Avx512) {
+                    // SAFETY: the CPU has AVX-512F (`isa` checked it).
                     return unsafe { wide($($arg),*) };
                 }
-                if std::arch::is_x86_feature_detected!("avx2") {
-                    // SAFETY: the CPU has AVX2 (checked above).
+                if crate::isa::allows(crate::isa::Isa::Avx2) {
+                    // SAFETY: the CPU has AVX2 (`isa` checked it).
                     return unsafe { narrow($($arg),*) };
                 }
             }

@@ -76,23 +76,16 @@ impl Path {
     }
 }
 
-/// True when this CPU has AVX512F and AVX512_BF16 (checked once) and the environment does
-/// not set `SPORE_BF16_NATIVE=0` (to measure or test the float32 path on such a CPU).
+/// True when AVX-512 with AVX512_BF16 may run ([`crate::isa`]) and the environment does
+/// not set `SPORE_BF16_NATIVE=0` (to measure or test the float32 path on such a CPU);
+/// checked once.
 pub fn native_available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::sync::OnceLock;
-        static HAS: OnceLock<bool> = OnceLock::new();
-        *HAS.get_or_init(|| {
-            std::env::var("SPORE_BF16_NATIVE").as_deref() != Ok("0")
-                && std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512bf16")
-        })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    use std::sync::OnceLock;
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| {
+        std::env::var("SPORE_BF16_NATIVE").as_deref() != Ok("0")
+            && crate::isa::allows(crate::isa::Isa::Avx512Bf16)
+    })
 }
 
 /// `C[m x n] (+)= A[m x k] * B[k x n]` for `(m, n, k) = dims`, C row-major with row stride

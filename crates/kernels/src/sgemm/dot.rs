@@ -48,10 +48,7 @@ impl TileKernel {
         use std::sync::OnceLock;
         static BEST: OnceLock<TileKernel> = OnceLock::new();
         *BEST.get_or_init(|| {
-            #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512vl")
-            {
+            if crate::isa::allows(crate::isa::Isa::Avx512) {
                 return TileKernel::Avx512;
             }
             TileKernel::Avx2
@@ -482,6 +479,7 @@ mod tests {
     #[test]
     fn every_tile_kernel_matches_naive() {
         if !super::super::available() {
+            eprintln!("SKIPPED every_tile_kernel_matches_naive: no AVX2 and FMA kernels here");
             return;
         }
         let mut kernels = vec![TileKernel::Avx2];

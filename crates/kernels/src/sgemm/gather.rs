@@ -216,6 +216,7 @@ mod tests {
     #[test]
     fn gathered_product_matches_naive_for_edge_tiles_and_depth_blocks() {
         if !super::super::available() {
+            eprintln!("SKIPPED gathered_product_matches_naive: no AVX2 and FMA kernels here");
             return;
         }
         // 13 rows (a short last tile), 21 columns (a short last panel), depth 300 (one

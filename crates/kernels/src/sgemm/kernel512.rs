@@ -47,21 +47,10 @@ pub fn force_pairs() {
     FORCED.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// Whether this CPU has the instructions [`tile_pair`] uses (checked once).
+/// Whether [`tile_pair`]'s instructions may run here ([`crate::isa`]: the CPU has them and
+/// `SPORE_MAX_ISA` does not rule them out).
 pub fn runs_here() -> bool {
-    use std::sync::OnceLock;
-    static RUNS: OnceLock<bool> = OnceLock::new();
-    *RUNS.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512dq")
-                && std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        false
-    })
+    crate::isa::allows(crate::isa::Isa::Avx512)
 }
 
 /// `C[12 x 16] (+)= [A0; A1] * B_panel`, then each half's epilogue: `a0` and `a1` are two

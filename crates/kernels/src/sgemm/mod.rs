@@ -146,23 +146,15 @@ pub(crate) fn reserve_scratch(depth: usize) {
     }
 }
 
-/// True when this machine can run the AVX2/FMA microkernel (checked once) and the
-/// environment does not ask for the `gemm` crate (`SPORE_GEMM=crate`, to compare the two).
+/// True when the AVX2/FMA microkernel may run ([`crate::isa`]) and the environment does
+/// not ask for the `gemm` crate (`SPORE_GEMM=crate`, to compare the two); checked once.
 pub(crate) fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::sync::OnceLock;
-        static HAS: OnceLock<bool> = OnceLock::new();
-        *HAS.get_or_init(|| {
-            std::env::var("SPORE_GEMM").as_deref() != Ok("crate")
-                && std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-        })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    use std::sync::OnceLock;
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| {
+        std::env::var("SPORE_GEMM").as_deref() != Ok("crate")
+            && crate::isa::allows(crate::isa::Isa::Avx2)
+    })
 }
 
 /// A raw pointer to C that may cross threads: every thread writes a disjoint set of tiles.
