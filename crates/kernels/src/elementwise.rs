@@ -226,10 +226,24 @@ fn f32_unary_run(f: UnaryFn, src: &[f32], dst: &mut [f32]) {
     }
 }
 
-/// float16 and bfloat16 compute each step in float32 and round the result once.
+/// float16 and bfloat16 compute each step in float32 and round the result once. A run of
+/// values is widened, computed and rounded a block at a time, on vector loops (the same
+/// bits as value by value). Why: the per-value conversions test the CPU on each call and
+/// keep the loop scalar; float16 ReLUs of a ResNet-18 step took ten times as long as
+/// bfloat16 ones that way.
 macro_rules! impl_num_half {
-    ($t:ty) => {
+    ($t:ty, $widen:path, $narrow:path) => {
         impl Num for $t {
+            fn unary_run(f: UnaryFn, src: &[Self], dst: &mut [Self]) {
+                const BLOCK: usize = 256;
+                let (mut wide, mut out) = ([0.0f32; BLOCK], [0.0f32; BLOCK]);
+                for (s, d) in src.chunks(BLOCK).zip(dst.chunks_mut(BLOCK)) {
+                    let (w, o) = (&mut wide[..s.len()], &mut out[..s.len()]);
+                    $widen(s, w);
+                    f32::unary_run(f, w, o);
+                    $narrow(o, d);
+                }
+            }
             #[inline(always)]
             fn unary(self, f: UnaryFn) -> Self {
                 <$t>::from_f32(self.to_f32().unary(f))
@@ -241,8 +255,16 @@ macro_rules! impl_num_half {
         }
     };
 }
-impl_num_half!(half::f16);
-impl_num_half!(half::bf16);
+impl_num_half!(
+    half::f16,
+    crate::f16_convert::widen,
+    crate::f16_convert::narrow
+);
+impl_num_half!(
+    half::bf16,
+    crate::half_float::widen_bf16,
+    crate::half_float::round_to_bf16
+);
 
 macro_rules! impl_num_int {
     ($t:ty) => {

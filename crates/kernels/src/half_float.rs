@@ -43,14 +43,12 @@ pub fn through_f32(
 }
 
 /// [`crate::elementwise::cast`] between float32 and a 16-bit type over a contiguous view:
-/// the same values, from conversion loops the compiler vectorizes (float16 through F16C
-/// where the CPU has it, via the `half` crate's slice conversions), threaded over large
-/// buffers. `None` for any other pair of types or a strided view.
+/// the same values, from vector loops (bfloat16 compiled per vector width, float16 on the
+/// CPU's conversion instructions: [`crate::f16_convert`]), threaded over large buffers. `None` for any other pair of types or a strided view.
 ///
 /// Why: a per-value conversion through float64 made the casts around every 16-bit op of
 /// a mixed-precision step cost more than the ops themselves.
 pub(crate) fn fast_cast(src: &Buffer, layout: &Layout, dtype: DType) -> Option<Buffer> {
-    use half::slice::HalfFloatSliceExt;
     if !layout.is_contiguous() {
         return None;
     }
@@ -68,7 +66,7 @@ pub(crate) fn fast_cast(src: &Buffer, layout: &Layout, dtype: DType) -> Option<B
         }
         (Buffer::F16(s), DType::F32) => {
             let mut out = crate::arena::for_overwrite::<f32>(range.len());
-            chunked(&s[range], &mut out, |s, o| s.convert_to_f32_slice(o));
+            chunked(&s[range], &mut out, crate::f16_convert::widen);
             Buffer::F32(out)
         }
         (Buffer::F32(s), DType::F16) => {
@@ -120,11 +118,11 @@ pub fn round_to_bf16(src: &[f32], dst: &mut [bf16]) {
     chunked(src, dst, round_bf16_run);
 }
 
-/// `src` rounded to float16 into `dst` (equal lengths), as `cast` rounds (F16C where the
-/// CPU has it); threaded over large buffers.
+/// `src` rounded to float16 into `dst` (equal lengths), as `cast` rounds (the CPU's
+/// conversion instructions where it has them: [`crate::f16_convert`]); threaded over
+/// large buffers.
 pub fn round_to_f16(src: &[f32], dst: &mut [f16]) {
-    use half::slice::HalfFloatSliceExt;
-    chunked(src, dst, |s, o| o.convert_from_f32_slice(s));
+    chunked(src, dst, crate::f16_convert::narrow);
 }
 
 /// Values from which a conversion is split among the threads (a 64 x 512 product's
@@ -162,7 +160,6 @@ pub fn f32_to_bf16_bits(v: f32) -> u16 {
 /// type: what storing them in a `dtype` tensor and reading them back gives. Float32
 /// values take the vectorized conversions; a `dtype` that is not 16-bit changes nothing.
 pub fn round_in_place<T: crate::Num>(dtype: DType, values: &mut [T]) {
-    use half::slice::HalfFloatSliceExt;
     let Some(values) = crate::operand::as_f32_mut(values) else {
         use crate::buffer::Element;
         for v in values.iter_mut() {
@@ -177,28 +174,20 @@ pub fn round_in_place<T: crate::Num>(dtype: DType, values: &mut [T]) {
     };
     match dtype {
         DType::BF16 => round_bf16_in_place(values),
-        DType::F16 => {
-            let mut narrow = [f16::ZERO; 256];
-            for chunk in values.chunks_mut(narrow.len()) {
-                let n = &mut narrow[..chunk.len()];
-                n.convert_from_f32_slice(chunk);
-                n.convert_to_f32_slice(chunk);
-            }
-        }
+        DType::F16 => crate::f16_convert::round_in_place(values),
         _ => {}
     }
 }
 
 /// Widens `dst.len()` values of a float16 or bfloat16 buffer, from `start`, into `dst`
-/// (exactly); vectorized for float32 (F16C for float16 where the CPU has it). Other
+/// (exactly); vectorized for float32 ([`crate::f16_convert`] for float16). Other
 /// buffers leave `dst` as it is.
 pub fn widen_run<T: crate::Num>(src: &Buffer, start: usize, dst: &mut [T]) {
-    use half::slice::HalfFloatSliceExt;
     let end = start + dst.len();
     if let Some(out) = crate::operand::as_f32_mut(dst) {
         match src {
             Buffer::BF16(v) => widen_bf16_run(&v[start..end], out),
-            Buffer::F16(v) => v[start..end].convert_to_f32_slice(out),
+            Buffer::F16(v) => crate::f16_convert::widen(&v[start..end], out),
             _ => {}
         }
         return;

@@ -20,6 +20,7 @@ pub mod buffer;
 pub mod conv;
 pub mod dtype;
 pub mod elementwise;
+pub mod f16_convert;
 pub mod half_float;
 pub mod index;
 pub mod isa;
