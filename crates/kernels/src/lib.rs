@@ -21,6 +21,7 @@ pub mod conv;
 pub mod dtype;
 pub mod elementwise;
 pub mod f16_convert;
+pub mod finite;
 pub mod half_float;
 pub mod index;
 pub mod isa;

@@ -22,7 +22,6 @@
 use std::sync::Mutex;
 
 use spore_core::{Error, Result, Tensor};
-use spore_kernels::Buffer;
 
 /// Decides the loss scale of each step and whether an overflowed step updates.
 pub trait LossScaleManager: Send + Sync {
@@ -222,33 +221,13 @@ impl LossScaleManager for DynamicLossScaleManager {
 }
 
 /// Whether every value of every tensor is finite, in one pass over the buffers that
-/// stops at the first infinity or NaN (the overflow check of a loss-scaled step).
+/// stops at the first infinity or NaN (the overflow check of a loss-scaled step; inside a
+/// compiled step, [`super::all_finite_tensor`] is the same check as an operator).
 pub fn all_finite(tensors: &[Tensor]) -> Result<bool> {
-    for t in tensors {
-        let Some(s) = t.storage() else {
-            return Err(Error::invalid(
-                "all_finite: a traced value has no numbers to check (run the check outside compiled graphs)",
-            ));
-        };
-        let whole = s.layout.offset == 0 && s.layout.is_contiguous() && s.buffer.len() == t.numel();
-        if !whole {
-            // A view of part of a buffer: only its own values count.
-            if t.to_f64_vec()?.iter().any(|x| !x.is_finite()) {
-                return Ok(false);
-            }
-            continue;
-        }
-        let finite = match &*s.buffer {
-            Buffer::F32(v) => v.iter().all(|x| x.is_finite()),
-            Buffer::F64(v) => v.iter().all(|x| x.is_finite()),
-            Buffer::F16(v) => v.iter().all(|x| x.is_finite()),
-            Buffer::BF16(v) => v.iter().all(|x| x.is_finite()),
-            // Integers and booleans cannot overflow to infinity.
-            _ => true,
-        };
-        if !finite {
-            return Ok(false);
-        }
-    }
-    Ok(true)
+    let refs: Vec<&Tensor> = tensors.iter().collect();
+    super::all_finite_op::values_finite(&refs).map_err(|e| {
+        Error::invalid(format!(
+            "{e} (run the check outside compiled graphs, or use all_finite_tensor)"
+        ))
+    })
 }

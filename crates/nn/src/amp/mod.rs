@@ -32,6 +32,7 @@
 //! and their gradients come back through the casts as float32. `auto` is `O0` on CPUs:
 //! MindSpore picks O2 for GPUs and O3 for Ascend, and names no CPU level.
 
+mod all_finite_op;
 pub mod loss_scale;
 mod scale_params;
 mod scaled_grads;
@@ -44,6 +45,7 @@ use spore_core::{DType, Error, Result};
 use crate::cell::Cell;
 use crate::optim::Optimizer;
 use crate::wrap::{TrainOneStepCell, WithLossCell};
+pub use all_finite_op::all_finite_tensor;
 pub use loss_scale::{
     DynamicLossScaleManager, FixedLossScaleManager, LossScaleManager, LossScaleState, all_finite,
 };

@@ -1,9 +1,9 @@
 //! The two compiled halves of a loss-scaled training step ([`super::TrainOneStepWithLossScaleCell`]):
 //! [`ScaledGradients`] runs the network, differentiates the scaled loss, unscales the
-//! gradients and sums `g * 0` over all of them (NaN exactly when some gradient holds an
-//! infinity or a NaN); `ApplyGradients` (`crate::wrap`) runs the optimizer's update. Between them the
-//! step reads that one number on the host and asks the loss-scale manager whether to
-//! apply the update: the only value that leaves the graphs.
+//! gradients and checks all of them for an infinity or a NaN in one operator (`AllFinite`);
+//! `ApplyGradients` (`crate::wrap`) runs the optimizer's update. Between them the step
+//! reads that one boolean on the host and asks the loss-scale manager whether to apply
+//! the update: the only value that leaves the graphs.
 //!
 //! Why two graphs and not one: the update is conditional on a value computed in the
 //! step, and Spore's graphs have no control flow yet. Each half compiles in Graph mode
@@ -19,7 +19,7 @@ use spore_core::{DType, Error, Result, Tensor, no_grad, value_and_grad};
 use crate::cell::{Cell, CellBase, CellCall, CellExt};
 use crate::optim::Optimizer;
 
-/// `call(&[data.., scale])` → `[loss, overflow_sum, unscaled gradients..]`, the loss in
+/// `call(&[data.., scale])` → `[loss, all_finite, unscaled gradients..]`, the loss in
 /// float32 and the gradients in the order of the optimizer's parameters.
 pub(super) struct ScaledGradients {
     base: CellBase,
@@ -88,12 +88,7 @@ impl Cell for ScaledGradients {
             .detach();
         no_grad(|| {
             let mut grads = Vec::with_capacity(out.weight_grads.len());
-            let mut overflow = Tensor::zeros(&[], DType::F32)?;
             for g in &out.weight_grads {
-                // `g * 0` is 0 for every finite value and NaN for an infinity or a NaN;
-                // checked on the scaled gradient, which overflowed if anything did.
-                let nan_if_not_finite = g.mul_scalar(0.0)?.sum(&[], false)?.cast(DType::F32)?;
-                overflow = overflow.add(&nan_if_not_finite)?;
                 // Unscaled in float32: a scale above float16's range (the default 2^24)
                 // would be an infinity in the gradient's own type.
                 let unscaled = match g.dtype() {
@@ -102,7 +97,12 @@ impl Cell for ScaledGradients {
                 };
                 grads.push(unscaled);
             }
-            Ok([vec![loss, overflow], grads].concat())
+            // Checked after unscaling, as MindSpore's cell checks: an infinity or a NaN
+            // in a scaled gradient stays one, and the check reads the values the update
+            // will. (Before unscaling it would read each gradient's widening cast, which
+            // the unscaling loop otherwise reads in place, and so keep it in memory.)
+            let finite = super::all_finite_tensor(&grads)?;
+            Ok([vec![loss, finite], grads].concat())
         })
     }
     fn cells(&self) -> Vec<(String, Arc<dyn Cell>)> {

@@ -108,8 +108,8 @@ impl TrainOneStepWithLossScaleCell {
     }
 
     /// The two cells a step runs (see [`super::scaled_grads`]): the gradients (inputs: the
-    /// data, then the loss scale as a float32 scalar; outputs: the loss, the overflow sum,
-    /// the unscaled gradients) and the update (inputs: the gradients). In Graph mode each
+    /// data, then the loss scale as a float32 scalar; outputs: the loss, whether every
+    /// gradient is finite (a boolean), the unscaled gradients) and the update (inputs: the gradients). In Graph mode each
     /// compiles (the update in PyNative mode too); their graphs show what a step
     /// computes and holds.
     pub fn stages(&self) -> (Arc<dyn Cell>, Arc<dyn Cell>) {
@@ -137,7 +137,7 @@ impl Cell for TrainOneStepWithLossScaleCell {
         // Under no_grad: nothing differentiates the step itself, and a compiled call that
         // updates state (BatchNorm's statistics) runs eagerly where gradients may flow.
         let mut out = no_grad(|| self.gradients.call(&args))?.into_iter();
-        let (Some(loss), Some(overflow_sum)) = (out.next(), out.next()) else {
+        let (Some(loss), Some(all_finite)) = (out.next(), out.next()) else {
             return Err(Error::invalid(
                 "TrainOneStepWithLossScaleCell: the gradient graph returned too few outputs",
             ));
@@ -146,8 +146,8 @@ impl Cell for TrainOneStepWithLossScaleCell {
         // Every rank of a distributed job takes the same decision (see
         // `Distributed::overflow_anywhere`), so their scales and parameters stay in step.
         let step = self.steps.fetch_add(1, Ordering::Relaxed);
-        let overflow =
-            crate::distributed::overflow_anywhere(no_grad(|| overflow_sum.item())?.is_nan(), step)?;
+        let finite = no_grad(|| all_finite.item())? != 0.0;
+        let overflow = crate::distributed::overflow_anywhere(!finite, step)?;
         let apply = self.manager.update(overflow);
         // Saved before the update runs: the parameters follow the manager even when the
         // update then fails.

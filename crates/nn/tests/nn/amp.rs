@@ -9,7 +9,7 @@ use spore_core::context::Mode;
 use spore_core::{DType, Tensor};
 use spore_nn::amp::{
     AmpLevel, DynamicLossScaleManager, FixedLossScaleManager, LossScaleManager,
-    TrainOneStepWithLossScaleCell, auto_mixed_precision,
+    TrainOneStepWithLossScaleCell, all_finite, all_finite_tensor, auto_mixed_precision,
 };
 use spore_nn::prelude::*;
 
@@ -455,4 +455,67 @@ fn direct_changes_to_a_shared_manager_stand_and_scales_stay_float32() {
     let big = DynamicLossScaleManager::new(f64::from(f32::MAX), 2.0, 1).unwrap();
     assert!(big.update(false) && big.update(false));
     assert_eq!(big.loss_scale(), f64::from(f32::MAX));
+}
+
+/// The overflow check is one operator over all the gradients, in PyNative mode and in a
+/// compiled graph alike: it finds an infinity or a NaN in any of them, of any float type
+/// and in a strided view, and nothing outside a view counts.
+#[test]
+fn one_all_finite_operator_checks_every_gradient() {
+    let _s = serial();
+    let grads = |bad: Option<(usize, f32)>| -> Vec<Tensor> {
+        let mut values = [vec![0.5f32; 40], vec![-2.0f32; 3], vec![1e4f32; 6]];
+        if let Some((which, v)) = bad {
+            let last = values[which].len() - 1;
+            values[which][last] = v;
+        }
+        vec![
+            Tensor::from_vec(values[0].clone(), &[8, 5]).unwrap(),
+            Tensor::from_vec(values[1].clone(), &[3])
+                .unwrap()
+                .cast(DType::BF16)
+                .unwrap(),
+            Tensor::from_vec(values[2].clone(), &[2, 3])
+                .unwrap()
+                .cast(DType::F16)
+                .unwrap(),
+        ]
+    };
+    let compiled = spore_compile::jit("check", |t: &[Tensor]| Ok(vec![all_finite_tensor(t)?]));
+    let mut cases = vec![(None, true)];
+    for which in 0..3 {
+        for v in [f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
+            cases.push((Some((which, v)), false));
+        }
+    }
+    // 1e5 is finite in float32 and bfloat16 but overflows float16 (largest 65504).
+    cases.push((Some((1, 1e5)), true));
+    cases.push((Some((2, 1e5)), false));
+    for (bad, want) in cases {
+        let g = grads(bad);
+        let eager = all_finite_tensor(&g).unwrap();
+        assert_eq!(eager.dtype(), DType::Bool);
+        assert_eq!(eager.item().unwrap() != 0.0, want, "PyNative, {bad:?}");
+        assert_eq!(all_finite(&g).unwrap(), want, "host check, {bad:?}");
+        let graph = compiled.call(&g).unwrap();
+        assert_eq!(graph[0].item().unwrap() != 0.0, want, "Graph mode, {bad:?}");
+    }
+    let types: Vec<_> = grads(None)
+        .iter()
+        .map(|t| t.tensor_type().clone())
+        .collect();
+    let graph = compiled.graph_for(&types).expect("compiled");
+    let checks = graph
+        .nodes
+        .iter()
+        .filter(|n| n.op().is_some_and(|op| op.name() == "AllFinite"));
+    assert_eq!(checks.count(), 1, "{}", graph.to_ir());
+    // Views: the transposed matrix is read through its strides; a slice ignores the rest.
+    let mut m = vec![1.0f32; 12];
+    m[7] = f32::NAN;
+    let m = Tensor::from_vec(m, &[3, 4]).unwrap();
+    assert!(!all_finite(&[m.transpose().unwrap()]).unwrap());
+    assert!(all_finite(&[m.narrow(0, 2, 1).unwrap()]).unwrap());
+    assert!(!all_finite(&[m.narrow(0, 1, 1).unwrap()]).unwrap());
+    assert!(all_finite_tensor(&[]).is_err());
 }
