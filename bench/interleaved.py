@@ -92,7 +92,10 @@ def cpu_name():
     except OSError:
         return "unknown CPU"
     isa = "AVX-512" if " avx512f" in flags else ("AVX2-only" if " avx2" in flags else "no AVX2")
-    return f"{name}, {isa}, {os.cpu_count()} logical CPUs"
+    # Spore's kernels capped below the CPU (crates/kernels/src/isa.rs) are said so.
+    cap = os.environ.get("SPORE_MAX_ISA")
+    capped = f", Spore capped at SPORE_MAX_ISA={cap}" if cap else ""
+    return f"{name}, {isa}{capped}, {os.cpu_count()} logical CPUs"
 
 
 def run(argv, env, timeout):

@@ -52,6 +52,10 @@ def machine():
     except OSError:
         pass
     isa = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile") if f in flags]
+    # Spore's kernels capped below the CPU (crates/kernels/src/isa.rs): said beside the
+    # flags, so that such figures are not taken for the CPU's own.
+    if os.environ.get("SPORE_MAX_ISA"):
+        isa.append(f"Spore capped at SPORE_MAX_ISA={os.environ['SPORE_MAX_ISA']}")
     return model, os.cpu_count(), mem, isa
 
 

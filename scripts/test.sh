@@ -66,6 +66,7 @@ cargo test --workspace --features spore-data/https,spore-parallel/mpi,spore/mpi
 # (`SPORE_MAX_ISA`, crates/kernels/src/isa.rs), so that the AVX2-only and plain paths are
 # tested on an AVX-512 machine too.
 for isa in avx2 baseline; do
-    echo "tests with SPORE_MAX_ISA=$isa"
+    echo "tests with SPORE_MAX_ISA=$isa (a cap above what the CPU has changes nothing;"
+    echo "isa::tests::the_cap_in_the_environment_is_the_level prints the level reached)"
     SPORE_MAX_ISA=$isa cargo test -p spore-kernels -p spore-core -p spore-compile
 done

@@ -1,6 +1,7 @@
 //! float16 ↔ float32 conversions of whole slices on the CPU's conversion instructions:
 //! AVX-512F's 16-lane `vcvtph2ps` / `vcvtps2ph`, or F16C's 8-lane forms on AVX2 CPUs,
-//! chosen by [`crate::isa`]; elsewhere the `half` crate's conversions. The bits are those
+//! chosen by [`crate::isa`]; below AVX2, the `half` crate's software conversions (which
+//! `SPORE_MAX_ISA=baseline` thus tests on any machine). The bits are those
 //! of `half`'s `f16::from_f32` and `f16::to_f32`: widening is exact, narrowing rounds to
 //! nearest with ties to even (overflow to infinity, subnormals kept, a NaN made quiet
 //! with its sign and upper payload).
@@ -29,16 +30,30 @@ use crate::isa::{Isa, allows};
 
 /// `dst[i] = src[i]` as float32 (exact), over the shorter of the two slices' lengths.
 pub fn widen(src: &[f16], dst: &mut [f32]) {
+    debug_assert_eq!(src.len(), dst.len(), "f16_convert::widen: lengths");
     let len = src.len().min(dst.len());
     let (src, dst) = (&src[..len], &mut dst[..len]);
+    if !allows(Isa::Avx2) {
+        dst.iter_mut()
+            .zip(src)
+            .for_each(|(d, s)| *d = s.to_f32_const());
+        return;
+    }
     let done = vector::widen(src, dst);
     src[done..].convert_to_f32_slice(&mut dst[done..]);
 }
 
 /// `dst[i] = src[i]` rounded to float16, over the shorter of the two slices' lengths.
 pub fn narrow(src: &[f32], dst: &mut [f16]) {
+    debug_assert_eq!(src.len(), dst.len(), "f16_convert::narrow: lengths");
     let len = src.len().min(dst.len());
     let (src, dst) = (&src[..len], &mut dst[..len]);
+    if !allows(Isa::Avx2) {
+        dst.iter_mut()
+            .zip(src)
+            .for_each(|(d, &s)| *d = f16::from_f32_const(s));
+        return;
+    }
     let done = vector::narrow(src, dst);
     dst[done..].convert_from_f32_slice(&src[done..]);
 }
@@ -46,6 +61,12 @@ pub fn narrow(src: &[f32], dst: &mut [f16]) {
 /// Each value rounded to the nearest float16 value, kept as float32: what storing it in
 /// a float16 tensor and reading it back gives.
 pub fn round_in_place(values: &mut [f32]) {
+    if !allows(Isa::Avx2) {
+        values
+            .iter_mut()
+            .for_each(|v| *v = f16::from_f32_const(*v).to_f32_const());
+        return;
+    }
     let done = vector::round_in_place(values);
     for v in &mut values[done..] {
         *v = f16::from_f32(*v).to_f32();
@@ -53,7 +74,8 @@ pub fn round_in_place(values: &mut [f32]) {
 }
 
 /// The vector loops: each converts a prefix of whole vectors and returns its length (0
-/// where the instructions may not run), leaving the rest to the caller.
+/// where the instructions may not run), leaving the rest to the caller (`half`'s
+/// per-value conversions, which use F16C where the CPU has it: the same bits).
 mod vector {
     use half::f16;
 

@@ -122,6 +122,7 @@ pub fn round_to_bf16(src: &[f32], dst: &mut [bf16]) {
 /// conversion instructions where it has them: [`crate::f16_convert`]); threaded over
 /// large buffers.
 pub fn round_to_f16(src: &[f32], dst: &mut [f16]) {
+    debug_assert_eq!(src.len(), dst.len(), "round_to_f16: lengths");
     chunked(src, dst, crate::f16_convert::narrow);
 }
 

@@ -3,7 +3,7 @@
 //!
 //! ```
 //! use spore_kernels::isa::{self, Isa};
-//! // On any machine the level is at most what was detected, and every kernel asks here.
+//! // On any machine the level is at most what was detected; Spore's kernels ask here.
 //! assert!(isa::level() <= isa::detected());
 //! if isa::allows(Isa::Avx2) {
 //!     // AVX2 and FMA kernels may run.
@@ -15,8 +15,10 @@
 //! AVX2 kernels on an AVX-512 machine, for the tests of those paths and for measuring what
 //! an AVX2-only CPU would run (the same code; not the same clock or caches). It works like
 //! oneDNN's `ONEDNN_MAX_CPU_ISA`. Values: `avx512_bf16`, `avx512`, `avx2`, `baseline`
-//! (case-insensitive). The `gemm` crate, which the products fall back on below AVX2,
-//! detects its own instructions.
+//! (case-insensitive). Two libraries detect their own instructions and are not capped:
+//! the `gemm` crate, which the products fall back on below AVX2, and the `half` crate's
+//! per-value float16 conversions (F16C where the CPU has it; below AVX2 Spore's own
+//! float16 loops take `half`'s software conversions instead).
 
 use std::sync::OnceLock;
 
@@ -138,5 +140,21 @@ mod tests {
         assert!(Isa::Avx512 < Isa::Avx512Bf16);
         assert!(level() <= detected());
         assert!(allows(Isa::Baseline));
+    }
+
+    /// Under `SPORE_MAX_ISA` (as `scripts/test.sh` runs the kernels' tests), the cap took
+    /// effect: a misspelt cap fails here instead of rerunning the widest paths unseen.
+    #[test]
+    fn the_cap_in_the_environment_is_the_level() {
+        let Ok(asked) = std::env::var("SPORE_MAX_ISA") else {
+            return;
+        };
+        let cap = Isa::parse(&asked).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(level(), cap.min(detected()));
+        eprintln!(
+            "SPORE_MAX_ISA={asked}: kernels at {} (CPU: {})",
+            level().name(),
+            detected().name()
+        );
     }
 }

@@ -19,7 +19,7 @@ const CHAINS: usize = 12;
 
 /// Runs `iterations` rounds of `CHAINS` 8-lane FMAs on each of `threads` threads at once
 /// and returns the FLOP done (2 per lane per FMA), or `None` where the CPU has no AVX2 and
-/// FMA (the rate is then not measurable this way).
+/// FMA or `SPORE_MAX_ISA` rules them out (the rate is then not measurable this way).
 pub fn fma_flops(threads: usize, iterations: u64) -> Option<f64> {
     if !available() {
         return None;

@@ -1,5 +1,5 @@
 //! `widest!`: a function compiled once per x86-64 vector width (AVX-512, AVX2, the
-//! baseline) and dispatched by run-time detection, so a plain loop in its body
+//! baseline) and dispatched by run-time detection ([`crate::isa`]), so a plain loop in its body
 //! vectorises as wide as the CPU allows. The arithmetic is the same in each copy (no
 //! fused multiply-adds are formed), so results do not depend on the machine.
 //!

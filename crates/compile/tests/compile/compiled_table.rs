@@ -111,8 +111,8 @@ fn a_16_bit_elementwise_chain_fuses_and_equals_eager_exactly() {
     }
 }
 
-/// Casts from 16 bits to float32 read only by float32 loops (amp O2's unscale and
-/// overflow sum) disappear into the loops, which widen their 16-bit inputs as they load
+/// Casts from 16 bits to float32 read only by float32 loops (amp O2's unscale, and a
+/// sum over a widened gradient) disappear into the loops, which widen their 16-bit inputs as they load
 /// them: the results equal eager mode's bit for bit.
 #[test]
 fn widening_casts_are_read_inside_loops_and_equal_eager_exactly() {
