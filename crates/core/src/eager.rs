@@ -24,9 +24,11 @@
 //! four to seven passes over memory per operator in Graph mode (softmax: max, exp, sum,
 //! divide), and GELU's stored `1 + erf` one more; the whole operators take one, and none
 //! of their neighbours could join their loops anyway (products and sums surround them).
-//! ReLU's gradient and BatchNorm keep their primitives in graphs, where fusion merges them
-//! into convolutions, products and pooling. Traces made for export (ONNX, C code,
-//! sharding plans) never set the flag and see only primitives.
+//! (`spore-nn`'s BatchNorm takes its whole operators there too, when training; in
+//! evaluation its composite is one multiply-add that fusion merges with what follows.)
+//! ReLU's gradient keeps its primitives in graphs, where fusion merges it into
+//! convolutions, products and pooling. Traces made for export (ONNX, C code, sharding
+//! plans) never set the flag and see only primitives.
 
 use std::borrow::Cow;
 use std::cell::Cell;
@@ -55,15 +57,16 @@ thread_local! {
     static IN_TRACES: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Runs `f`, typically a trace whose graph will be executed, letting softmax, GELU and
-/// LayerNorm record as whole operators in it (see the module docs).
+/// Runs `f`, typically a trace whose graph will be executed, letting softmax, GELU,
+/// LayerNorm and a training BatchNorm record as whole operators in it (see the module
+/// docs).
 pub fn in_traces<R>(f: impl FnOnce() -> R) -> R {
     crate::scoped::with_cell(&IN_TRACES, true, f)
 }
 
-/// Whether softmax, GELU or LayerNorm may run as a whole operator on these tensors: as
-/// [`applies`] eagerly, or inside a trace that [`in_traces`] runs, on float32 values and
-/// with no mixed-precision compute dtype in force.
+/// Whether softmax, GELU, LayerNorm or a training BatchNorm may run as a whole operator
+/// on these tensors: as [`applies`] eagerly, or inside a trace that [`in_traces`] runs,
+/// on float32 values and with no mixed-precision compute dtype in force.
 pub fn applies_traced(tensors: &[&Tensor]) -> bool {
     let traced = crate::trace::is_tracing() && IN_TRACES.with(Cell::get);
     applies(tensors) || (traced && float32_work(tensors))

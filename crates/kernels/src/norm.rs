@@ -1,8 +1,9 @@
 //! Normalisation loops: BatchNorm over the channels of an `[n, c, l]` tensor and LayerNorm
 //! over the rows of an `[r, d]` one, each forward pass and gradient in one or two sweeps
 //! over memory. PyNative mode runs them as whole operators (`spore-nn`'s eager norms);
-//! `jit` graphs run LayerNorm whole too, and keep BatchNorm's primitives, which fusion
-//! merges with the ReLU, residual addition and pooling around them.
+//! `jit` graphs run LayerNorm whole too, and BatchNorm when training (in evaluation they
+//! keep its composite, one multiply-add that fusion merges with the ReLU and residual
+//! addition after it).
 //!
 //! ```
 //! use spore_kernels::norm;

@@ -199,7 +199,18 @@ impl BatchNormState {
         }
         let (gamma, beta) = (self.gamma.value(), self.beta.value());
         let moving = (self.moving_mean.value(), self.moving_variance.value());
-        if spore_core::eager::applies(&[x, &gamma, &beta, &moving.0, &moving.1]) {
+        // Whole operators in PyNative mode, and inside `jit` traces when training: there
+        // the batch's statistics are sums that fusion cannot merge with the loops around
+        // them, and the composite took about a dozen passes forward and back. Evaluation
+        // in a trace keeps the composite: with the moving statistics it is one multiply-
+        // add per value, which fusion merges with the ReLU and residual addition after it.
+        let values = [x, &gamma, &beta, &moving.0, &moving.1];
+        let whole = if batch_stats {
+            spore_core::eager::applies_traced(&values)
+        } else {
+            spore_core::eager::applies(&values)
+        };
+        if whole {
             let moments = if batch_stats {
                 let moments = norm_eager::moments(x)?;
                 let row = |r| moments.narrow(0, r, 1)?.reshape(&[c]);

@@ -14,10 +14,11 @@
 //! assert_eq!(ln.call1(&x).unwrap().grad_fn().unwrap().op.name(), "LayerNorm"); // one operator
 //! ```
 //!
-//! BatchNorm takes this path only when `spore_core::eager::applies`: nothing is being
-//! traced (a compiled graph keeps the composite, whose primitives its fusion pass
-//! merges with the ReLU and additions around them); LayerNorm when
-//! `spore_core::eager::applies_traced`, also inside a `jit` trace. Either needs every
+//! LayerNorm takes this path when `spore_core::eager::applies_traced`, also inside a
+//! `jit` trace; BatchNorm too when it normalises with the batch's statistics (training),
+//! and with the moving ones only when `spore_core::eager::applies` (nothing is being
+//! traced: a compiled evaluation keeps the composite, one multiply-add per value that
+//! fusion merges with the ReLU and additions after it). Either needs every
 //! value float32 and no mixed-precision compute dtype in force (so not under AMP's O2,
 //! whose BatchNorm reads 16-bit inputs); LayerNorm also needs its normalised axes to be
 //! gamma's (`begin_norm_axis == begin_params_axis`). The gradient operators run only in a

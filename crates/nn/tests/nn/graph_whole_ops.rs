@@ -1,5 +1,5 @@
-//! Softmax, GELU and LayerNorm inside a `jit` graph run as whole operators, as in PyNative
-//! mode, with the values and gradients of the float64 composites; a trace made outside
+//! Softmax, GELU, LayerNorm and a training BatchNorm inside a `jit` graph run as whole
+//! operators, as in PyNative mode, with the values and gradients of the float64 composites; a trace made outside
 //! `jit` (as ONNX export and code generation make theirs) keeps the primitives; and since
 //! they cannot fail on values, a parameter update before one is still written in place.
 
@@ -170,4 +170,100 @@ fn an_update_before_a_whole_operator_is_written_in_place() {
         // Three steps of p / 2 + 1.
         assert!((got - (s / 8.0 + 1.75)).abs() <= 1e-6 * s.abs().max(1.0));
     }
+}
+
+/// A training BatchNorm inside a `jit` graph runs as the whole operators (statistics,
+/// normalisation and both gradients), with PyNative mode's values, gradients and moving
+/// statistics; in evaluation the graph keeps the composite, one multiply-add per value
+/// that fusion merges with what follows.
+#[test]
+fn batch_norm_is_whole_when_training_and_a_composite_in_evaluation() {
+    let _s = serial();
+    let shape = [4, 3, 5, 5];
+    let x = Tensor::from_f64(&data(&shape, 6), &shape, DType::F32).unwrap();
+    let make = || {
+        let bn = BatchNorm2d::new(3).unwrap();
+        bn.state
+            .gamma
+            .store(Tensor::from_f64(&data(&[3], 7), &[3], DType::F32).unwrap());
+        bn.state
+            .beta
+            .store(Tensor::from_f64(&data(&[3], 8), &[3], DType::F32).unwrap());
+        bn.set_train(true);
+        bn
+    };
+    let run = |bn: Arc<BatchNorm2d>| {
+        move |inputs: &[Tensor]| -> Result<Vec<Tensor>> {
+            let params: Vec<Tensor> = [&bn.state.gamma, &bn.state.beta]
+                .iter()
+                .map(|p| p.value())
+                .collect();
+            let bn = bn.clone();
+            let loss = move |x: &[Tensor]| -> Result<Vec<Tensor>> {
+                let y = bn.call1(&x[0])?.relu()?;
+                Ok(vec![y.mul(&y)?.sum(&[], false)?])
+            };
+            let out = value_and_grad(loss, Some(&[0]), &params, false)(inputs)?;
+            let mut all = vec![out.value, out.input_grads[0].clone()];
+            all.extend(out.weight_grads);
+            Ok(all)
+        }
+    };
+    let (eager_bn, graph_bn) = (make(), make());
+    let want = run(eager_bn.clone())(std::slice::from_ref(&x)).unwrap();
+    let compiled = jit("bn_train", run(graph_bn.clone()));
+    let got = compiled.call(std::slice::from_ref(&x)).unwrap();
+    // Equal up to float32 rounding: fusion computes the loss's gradient in one loop.
+    let close = |g: &Tensor, w: &Tensor, what: &str| {
+        let (g, w) = (g.to_vec::<f32>().unwrap(), w.to_vec::<f32>().unwrap());
+        assert_eq!(g.len(), w.len(), "{what}");
+        for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-6 * (1.0 + b.abs()),
+                "{what}[{i}]: {a} vs {b}"
+            );
+        }
+    };
+    let names = ["loss", "dx", "dgamma", "dbeta"];
+    for (name, (g, w)) in names.iter().zip(got.iter().zip(&want)) {
+        close(g, w, name);
+    }
+    let (graph_state, eager_state) = (&graph_bn.state, &eager_bn.state);
+    close(
+        &graph_state.moving_mean.value(),
+        &eager_state.moving_mean.value(),
+        "mean",
+    );
+    let variances = (&graph_state.moving_variance, &eager_state.moving_variance);
+    close(&variances.0.value(), &variances.1.value(), "variance");
+    let graph = compiled
+        .graph_for(&[TensorType::new(&shape, DType::F32)])
+        .unwrap();
+    let names = op_names(&graph);
+    for op in [
+        "BatchNormMoments",
+        "BatchNorm",
+        "BatchNormGrad",
+        "BatchNormGradParams",
+    ] {
+        assert!(names.iter().any(|n| n == op), "{op} missing from {names:?}");
+    }
+
+    graph_bn.set_train(false);
+    let bn = graph_bn.clone();
+    let infer = jit("bn_eval", move |x: &[Tensor]| {
+        Ok(vec![bn.call1(&x[0])?.relu()?])
+    });
+    let got = infer.call(std::slice::from_ref(&x)).unwrap();
+    eager_bn.set_train(false);
+    let want = eager_bn.call1(&x).unwrap().relu().unwrap();
+    close(&got[0], &want, "evaluation");
+    let graph = infer
+        .graph_for(&[TensorType::new(&shape, DType::F32)])
+        .unwrap();
+    let names = op_names(&graph);
+    assert!(
+        !names.iter().any(|n| n.starts_with("BatchNorm")),
+        "{names:?}"
+    );
 }
