@@ -55,39 +55,25 @@ fn blocks_finite<T: Sync>(values: &[T], block_has_non_finite: fn(&[T], &mut bool
     }
 }
 
-// One loop per type: an OR of "all exponent bits set" over the block's bit patterns,
-// compiled per vector width.
-widest! {
-    fn f32_block(values: &[f32], found: &mut bool) {
-        const EXPONENT: u32 = 0x7f80_0000;
-        let any = values.iter().fold(0u32, |a, v| a | u32::from(v.to_bits() & EXPONENT == EXPONENT));
-        *found = any != 0;
-    }
+/// `$name(values, found)`: whether some value of `values` has all the exponent bits
+/// `$exponent` of its `$bits` pattern set, as an OR over the whole block (no early exit,
+/// so that it vectorizes), compiled per vector width.
+macro_rules! block_check {
+    ($name:ident, $t:ty, $bits:ty, $exponent:expr) => {
+        widest! {
+            fn $name(values: &[$t], found: &mut bool) {
+                const EXPONENT: $bits = $exponent;
+                let hit = |v: &$t| <$bits>::from(v.to_bits() & EXPONENT == EXPONENT);
+                *found = values.iter().fold(0, |any, v| any | hit(v)) != 0;
+            }
+        }
+    };
 }
 
-widest! {
-    fn f64_block(values: &[f64], found: &mut bool) {
-        const EXPONENT: u64 = 0x7ff0_0000_0000_0000;
-        let any = values.iter().fold(0u64, |a, v| a | u64::from(v.to_bits() & EXPONENT == EXPONENT));
-        *found = any != 0;
-    }
-}
-
-widest! {
-    fn f16_block(values: &[f16], found: &mut bool) {
-        const EXPONENT: u16 = 0x7c00;
-        let any = values.iter().fold(0u16, |a, v| a | u16::from(v.to_bits() & EXPONENT == EXPONENT));
-        *found = any != 0;
-    }
-}
-
-widest! {
-    fn bf16_block(values: &[bf16], found: &mut bool) {
-        const EXPONENT: u16 = 0x7f80;
-        let any = values.iter().fold(0u16, |a, v| a | u16::from(v.to_bits() & EXPONENT == EXPONENT));
-        *found = any != 0;
-    }
-}
+block_check!(f32_block, f32, u32, 0x7f80_0000);
+block_check!(f64_block, f64, u64, 0x7ff0_0000_0000_0000);
+block_check!(f16_block, f16, u16, 0x7c00);
+block_check!(bf16_block, bf16, u16, 0x7f80);
 
 #[cfg(test)]
 mod tests {
