@@ -28,7 +28,8 @@ use half::slice::HalfFloatSliceExt;
 
 use crate::isa::{Isa, allows};
 
-/// `dst[i] = src[i]` as float32 (exact), over the shorter of the two slices' lengths.
+/// `dst[i] = src[i]` as float32 (exact). The slices have equal lengths (checked in debug
+/// builds; a release build converts the shorter length).
 pub fn widen(src: &[f16], dst: &mut [f32]) {
     debug_assert_eq!(src.len(), dst.len(), "f16_convert::widen: lengths");
     let len = src.len().min(dst.len());
@@ -43,7 +44,7 @@ pub fn widen(src: &[f16], dst: &mut [f32]) {
     src[done..].convert_to_f32_slice(&mut dst[done..]);
 }
 
-/// `dst[i] = src[i]` rounded to float16, over the shorter of the two slices' lengths.
+/// `dst[i] = src[i]` rounded to float16; lengths as in [`widen`].
 pub fn narrow(src: &[f32], dst: &mut [f16]) {
     debug_assert_eq!(src.len(), dst.len(), "f16_convert::narrow: lengths");
     let len = src.len().min(dst.len());
