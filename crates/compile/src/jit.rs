@@ -179,7 +179,8 @@ impl Jit {
         }
         let started = Instant::now();
         let f = self.f.clone();
-        // Whole softmax, GELU and LayerNorm operators in the graph (see `spore_core::eager`).
+        // Whole softmax, GELU, LayerNorm and training BatchNorm operators in the graph (see
+        // `spore_core::eager`).
         let mut graph =
             spore_core::eager::in_traces(|| trace::trace(&self.name, types, move |x| f(x)))?;
         let ctx = get_context();

@@ -161,9 +161,15 @@ impl CustomPrimitive for Eager {
 
     fn eval(&self, inputs: &[&Tensor]) -> std::result::Result<Tensor, String> {
         match self.0 {
+            // BatchNorm (when training) and LayerNorm run in compiled graphs too, where
+            // outputs come from the step's buffer pool and a copy of a strided input goes
+            // back to it.
             Kernel::Moments => {
                 let (n, c, l) = channels(inputs[0].shape());
-                tensor(norm::channel_moments(&values(inputs[0])?, n, c, l), &[2, c])
+                let x = values(inputs[0])?;
+                let moments = norm::channel_moments(&x, n, c, l);
+                recycle_values(x);
+                tensor(moments, &[2, c])
             }
             Kernel::BatchNorm { eps, .. } => batch_norm_forward(inputs, eps),
             Kernel::BatchNormParamGrads { eps } => {
@@ -171,7 +177,10 @@ impl CustomPrimitive for Eager {
                 let (n, c, l) = channels(x.shape());
                 let moments = values(inputs[2])?;
                 let (mean, var) = moments.split_at(c);
-                let mut sums = norm::channel_grad_sums(&values(dy)?, &values(x)?, mean, n, c, l);
+                let (dy, x) = (values(dy)?, values(x)?);
+                let mut sums = norm::channel_grad_sums(&dy, &x, mean, n, c, l);
+                recycle_values(dy);
+                recycle_values(x);
                 // [Σ dy, Σ dy·(x - mean)] → [Σ dy·x̂, Σ dy]
                 let (sum_dy, sum_dyx) = sums.split_at_mut(c);
                 for ch in 0..c {
@@ -184,8 +193,6 @@ impl CustomPrimitive for Eager {
             Kernel::BatchNormInputGrad { eps, batch_stats } => {
                 batch_norm_input_grad(inputs, eps, batch_stats)
             }
-            // LayerNorm runs in compiled graphs too, where a copy of a strided input goes
-            // back to the step's buffer pool.
             Kernel::LayerNorm { eps } => {
                 let x = values(inputs[0])?;
                 let mut out = arena::for_overwrite::<f32>(x.len());
@@ -239,8 +246,10 @@ fn batch_norm_forward(inputs: &[&Tensor], eps: f32) -> std::result::Result<Tenso
         .map(|ch| 1.0 / (var[ch] + eps).sqrt() * gamma[ch])
         .collect();
     let shift: Vec<f32> = (0..c).map(|ch| beta[ch] - mean[ch] * scale[ch]).collect();
-    let mut out = vec![0.0f32; x.numel()];
-    norm::channel_affine(&values(x)?, None, &scale, &shift, (n, c, l), &mut out);
+    let mut out = arena::for_overwrite::<f32>(x.numel());
+    let values_x = values(x)?;
+    norm::channel_affine(&values_x, None, &scale, &shift, (n, c, l), &mut out);
+    recycle_values(values_x);
     tensor(out, x.shape())
 }
 
@@ -261,7 +270,8 @@ fn batch_norm_input_grad(
     let m = (n * l).max(1) as f32;
     let rstd: Vec<f32> = var.iter().map(|v| 1.0 / (v + eps).sqrt()).collect();
     let a: Vec<f32> = (0..c).map(|ch| gamma[ch] * rstd[ch]).collect();
-    let mut dx = vec![0.0f32; x.numel()];
+    // `channel_affine` writes every value.
+    let mut dx = arena::for_overwrite::<f32>(x.numel());
     let dy = values(dy)?;
     if batch_stats {
         let b: Vec<f32> = (0..c)
@@ -270,11 +280,13 @@ fn batch_norm_input_grad(
         let k: Vec<f32> = (0..c)
             .map(|ch| -b[ch] * mean[ch] - a[ch] * dbeta[ch] / m)
             .collect();
-        let x = values(x)?;
-        norm::channel_affine(&dy, Some((&x, &b)), &a, &k, (n, c, l), &mut dx);
+        let values_x = values(x)?;
+        norm::channel_affine(&dy, Some((&values_x, &b)), &a, &k, (n, c, l), &mut dx);
+        recycle_values(values_x);
     } else {
         norm::channel_affine(&dy, None, &a, &vec![0.0; c], (n, c, l), &mut dx);
     }
+    recycle_values(dy);
     tensor(dx, x.shape())
 }
 

@@ -1,7 +1,9 @@
 //! Softmax, GELU, LayerNorm and a training BatchNorm inside a `jit` graph run as whole
-//! operators, as in PyNative mode, with the values and gradients of the float64 composites; a trace made outside
-//! `jit` (as ONNX export and code generation make theirs) keeps the primitives; and since
-//! they cannot fail on values, a parameter update before one is still written in place.
+//! operators, as in PyNative mode: the first three with the values and gradients of the
+//! float64 composites, BatchNorm with PyNative's (its kernels are checked against float64
+//! in `eager_norm.rs`); a trace made outside `jit` (as ONNX export and code generation
+//! make theirs) and mixed precision keep the primitives; and since the whole operators
+//! cannot fail on values, a parameter update before one is still written in place.
 
 use std::sync::Arc;
 
@@ -109,12 +111,21 @@ fn softmax_gelu_and_layer_norm_are_whole_operators_in_a_jit_graph() {
 fn a_trace_outside_jit_keeps_the_primitives() {
     let _s = serial();
     let ln = layer_norm(8, DType::F32);
+    let bn = BatchNorm2d::new(2).unwrap();
+    bn.set_train(true);
     let g = trace("export", &[TensorType::new(&[2, 8], DType::F32)], |x| {
-        Ok(vec![ln.call1(&x[0])?.gelu(false)?.softmax(-1)?])
+        let normed = bn.call1(&x[0].reshape(&[2, 2, 2, 2])?)?.reshape(&[2, 8])?;
+        Ok(vec![ln.call1(&normed)?.gelu(false)?.softmax(-1)?])
     })
     .unwrap();
     let names = op_names(&g);
-    for whole in ["LayerNorm", "GeLU", "Softmax"] {
+    for whole in [
+        "LayerNorm",
+        "GeLU",
+        "Softmax",
+        "BatchNormMoments",
+        "BatchNorm",
+    ] {
         assert!(!names.iter().any(|n| n == whole), "{whole} in {names:?}");
     }
     assert!(names.iter().any(|n| n == "Erf") && names.iter().any(|n| n == "ReduceMax"));
@@ -126,9 +137,17 @@ fn mixed_precision_keeps_the_composites_in_a_jit_graph() {
     // 16-bit values, and float32 values under a 16-bit compute dtype (AMP).
     for (dtype, compute) in [(DType::F16, None), (DType::F32, Some(DType::BF16))] {
         let x = Tensor::from_f64(&data(&[2, 8], 5), &[2, 8], dtype).unwrap();
+        let bn = BatchNorm2d::new(2).unwrap();
+        bn.set_train(true);
         let compiled = jit("half", move |x: &[Tensor]| {
             spore_core::autocast::with_compute_dtype(compute, || {
-                Ok(vec![x[0].gelu(false)?.softmax(-1)?])
+                // BatchNorm under AMP (its float32 parameters take float32 inputs only
+                // there, where it casts them).
+                let normed = match compute {
+                    Some(_) => bn.call1(&x[0].reshape(&[2, 2, 2, 2])?)?.reshape(&[2, 8])?,
+                    None => x[0].clone(),
+                };
+                Ok(vec![normed.gelu(false)?.softmax(-1)?])
             })
         });
         compiled.call(std::slice::from_ref(&x)).unwrap();
@@ -137,7 +156,9 @@ fn mixed_precision_keeps_the_composites_in_a_jit_graph() {
             .unwrap();
         let names = op_names(&graph);
         assert!(
-            !names.iter().any(|n| n == "GeLU" || n == "Softmax"),
+            !names
+                .iter()
+                .any(|n| n == "GeLU" || n == "Softmax" || n.starts_with("BatchNorm")),
             "{dtype} under {compute:?}: {names:?}"
         );
         assert!(graph.to_ir().contains("Erf"), "{dtype} under {compute:?}");
@@ -210,9 +231,7 @@ fn batch_norm_is_whole_when_training_and_a_composite_in_evaluation() {
         }
     };
     let (eager_bn, graph_bn) = (make(), make());
-    let want = run(eager_bn.clone())(std::slice::from_ref(&x)).unwrap();
     let compiled = jit("bn_train", run(graph_bn.clone()));
-    let got = compiled.call(std::slice::from_ref(&x)).unwrap();
     // Equal up to float32 rounding: fusion computes the loss's gradient in one loop.
     let close = |g: &Tensor, w: &Tensor, what: &str| {
         let (g, w) = (g.to_vec::<f32>().unwrap(), w.to_vec::<f32>().unwrap());
@@ -224,18 +243,27 @@ fn batch_norm_is_whole_when_training_and_a_composite_in_evaluation() {
             );
         }
     };
-    let names = ["loss", "dx", "dgamma", "dbeta"];
-    for (name, (g, w)) in names.iter().zip(got.iter().zip(&want)) {
-        close(g, w, name);
+    // Three calls: each reads the moving statistics the one before wrote (over their own
+    // buffers: two updates per call written in place).
+    let types = [TensorType::new(&shape, DType::F32)];
+    for call in 1..=3 {
+        let want = run(eager_bn.clone())(std::slice::from_ref(&x)).unwrap();
+        let got = compiled.call(std::slice::from_ref(&x)).unwrap();
+        let names = ["loss", "dx", "dgamma", "dbeta"];
+        for (name, (g, w)) in names.iter().zip(got.iter().zip(&want)) {
+            close(g, w, &format!("call {call}, {name}"));
+        }
+        let (graph_state, eager_state) = (&graph_bn.state, &eager_bn.state);
+        let means = (&graph_state.moving_mean, &eager_state.moving_mean);
+        close(&means.0.value(), &means.1.value(), "moving mean");
+        let variances = (&graph_state.moving_variance, &eager_state.moving_variance);
+        close(
+            &variances.0.value(),
+            &variances.1.value(),
+            "moving variance",
+        );
+        assert_eq!(compiled.in_place_updates_for(&types), Some(2 * call));
     }
-    let (graph_state, eager_state) = (&graph_bn.state, &eager_bn.state);
-    close(
-        &graph_state.moving_mean.value(),
-        &eager_state.moving_mean.value(),
-        "mean",
-    );
-    let variances = (&graph_state.moving_variance, &eager_state.moving_variance);
-    close(&variances.0.value(), &variances.1.value(), "variance");
     let graph = compiled
         .graph_for(&[TensorType::new(&shape, DType::F32)])
         .unwrap();
