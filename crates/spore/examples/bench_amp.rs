@@ -102,6 +102,9 @@ fn time_level(
     steps: usize,
 ) -> Result<(f64, f64, Option<usize>)> {
     set_context(ContextUpdate::new().mode(Mode::Graph).seed(1))?;
+    // The pipeline's shuffle too, so that every run and level sees the same batches and
+    // the losses printed beside the times compare.
+    spore::data::config::set_seed(1);
     let warm = 3;
     let (net, rows) = workload(model, steps + warm)?;
     let loss = SoftmaxCrossEntropyWithLogits::new(true, Reduction::Mean);
