@@ -74,61 +74,39 @@ pub fn round_in_place(values: &mut [f32]) {
     }
 }
 
-/// The vector loops: each converts a prefix of whole vectors and returns its length (0
-/// where the instructions may not run), leaving the rest to the caller (`half`'s
-/// per-value conversions, which use F16C where the CPU has it: the same bits).
+/// The vector loops: each converts a prefix of whole vectors and returns its length,
+/// leaving the rest to the caller (`half`'s per-value conversions, which use F16C where
+/// the CPU has it: the same bits). Callers run them only where [`Isa::Avx2`] is allowed.
 mod vector {
     use half::f16;
 
     use super::{Isa, allows};
 
-    pub(super) fn widen(src: &[f16], dst: &mut [f32]) -> usize {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if allows(Isa::Avx512) {
-                // SAFETY: the CPU has AVX-512F (`isa` checked it).
-                return unsafe { x86::widen_512(src, dst) };
+    /// `$name(args)`: the 16-lane loop where AVX-512 is allowed, else the 8-lane one.
+    macro_rules! widest_of {
+        ($name:ident($($arg:ident: $ty:ty),*) => $wide:ident, $narrow:ident) => {
+            pub(super) fn $name($($arg: $ty),*) -> usize {
+                #[cfg(target_arch = "x86_64")]
+                {
+                    debug_assert!(allows(Isa::Avx2));
+                    // SAFETY: the callers checked `Isa::Avx2` (AVX2, FMA and F16C); the
+                    // 16-lane loop runs only where `Isa::Avx512` (AVX-512F) is allowed.
+                    return unsafe {
+                        if allows(Isa::Avx512) { x86::$wide($($arg),*) } else { x86::$narrow($($arg),*) }
+                    };
+                }
+                #[allow(unreachable_code)]
+                {
+                    let _ = ($($arg),*);
+                    0
+                }
             }
-            if allows(Isa::Avx2) {
-                // SAFETY: the CPU has F16C and AVX (`Isa::Avx2` includes them).
-                return unsafe { x86::widen_256(src, dst) };
-            }
-        }
-        let _ = (src, dst);
-        0
+        };
     }
 
-    pub(super) fn narrow(src: &[f32], dst: &mut [f16]) -> usize {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if allows(Isa::Avx512) {
-                // SAFETY: as in `widen`.
-                return unsafe { x86::narrow_512(src, dst) };
-            }
-            if allows(Isa::Avx2) {
-                // SAFETY: as in `widen`.
-                return unsafe { x86::narrow_256(src, dst) };
-            }
-        }
-        let _ = (src, dst);
-        0
-    }
-
-    pub(super) fn round_in_place(values: &mut [f32]) -> usize {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if allows(Isa::Avx512) {
-                // SAFETY: as in `widen`.
-                return unsafe { x86::round_512(values) };
-            }
-            if allows(Isa::Avx2) {
-                // SAFETY: as in `widen`.
-                return unsafe { x86::round_256(values) };
-            }
-        }
-        let _ = values;
-        0
-    }
+    widest_of!(widen(src: &[f16], dst: &mut [f32]) => widen_512, widen_256);
+    widest_of!(narrow(src: &[f32], dst: &mut [f16]) => narrow_512, narrow_256);
+    widest_of!(round_in_place(values: &mut [f32]) => round_512, round_256);
 
     /// The loops themselves. Each reads and writes only whole vectors inside both slices
     /// (`len / LANES * LANES` values), with unaligned loads and stores.

@@ -44,7 +44,8 @@ pub fn through_f32(
 
 /// [`crate::elementwise::cast`] between float32 and a 16-bit type over a contiguous view:
 /// the same values, from vector loops (bfloat16 compiled per vector width, float16 on the
-/// CPU's conversion instructions: [`crate::f16_convert`]), threaded over large buffers. `None` for any other pair of types or a strided view.
+/// CPU's conversion instructions: [`crate::f16_convert`]), threaded over large buffers.
+/// `None` for any other pair of types or a strided view.
 ///
 /// Why: a per-value conversion through float64 made the casts around every 16-bit op of
 /// a mixed-precision step cost more than the ops themselves.
