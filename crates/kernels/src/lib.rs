@@ -33,6 +33,7 @@ mod operand;
 pub mod peak;
 pub mod pool;
 mod pool2x2;
+mod pool_half;
 pub mod random;
 pub mod reduce;
 mod scratch;

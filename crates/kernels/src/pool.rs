@@ -1,4 +1,5 @@
-//! 2-D max and average pooling over NCHW tensors, and their gradients.
+//! 2-D max and average pooling over NCHW tensors, and their gradients. float16 and
+//! bfloat16 max pooling widens each plane to float32 as it goes (`pool_half`).
 //!
 //! ```
 //! use spore_kernels::pool::{max_pool2d, PoolGeometry};
@@ -11,7 +12,7 @@ use rayon::prelude::*;
 use crate::elementwise::{BinaryFn, Num};
 use crate::layout::PARALLEL_THRESHOLD;
 use crate::matmul::{as_f32, as_f32_mut};
-use crate::pool2x2;
+use crate::{pool_half, pool2x2};
 
 /// Sizes of a pooling window over [N, C, H, W]; pads are top, bottom, left, right.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -124,8 +125,15 @@ impl PoolGeometry {
     }
 
     /// 2x2 windows, stride 2, no padding: the shape [`pool2x2`]'s vector kernels take.
-    fn is_2x2(&self) -> bool {
+    pub(crate) fn is_2x2(&self) -> bool {
         self.kernel == [2, 2] && self.stride == [2, 2] && self.unpadded()
+    }
+
+    /// Whether [`pool2x2`]'s backward kernel takes these planes: 2x2 windows that cover
+    /// each plane whole (no row or column left over), so it writes every cell and the
+    /// gradient need not be cleared first.
+    pub(crate) fn covered_by_2x2_vectors(&self) -> bool {
+        self.is_2x2() && self.h == 2 * self.oh && self.w == 2 * self.ow && pool2x2::applies(self.ow)
     }
 }
 
@@ -201,7 +209,7 @@ fn argmax_unpadded<T: Num>(plane: &[T], g: &PoolGeometry, oy: usize, ox: usize) 
 
 /// Output rows (`.0`) and columns (`.1`) whose windows lie wholly inside the image:
 /// there the window's cells are read without clipping.
-fn interior(g: &PoolGeometry) -> Inside {
+pub(crate) fn interior(g: &PoolGeometry) -> Inside {
     let inside = |d: usize, size: usize, outputs: usize| {
         let (k, s, pad) = (g.kernel[d], g.stride[d], g.pads[2 * d]);
         let first = pad.div_ceil(s);
@@ -265,7 +273,7 @@ fn for_each_first_max<T: Num>(
 }
 
 /// Output rows and columns whose windows lie inside the image ([`interior`]).
-type Inside = (std::ops::Range<usize>, std::ops::Range<usize>);
+pub(crate) type Inside = (std::ops::Range<usize>, std::ops::Range<usize>);
 
 /// [`for_each_first_max`] for a `KH` x `KW` kernel.
 #[inline(always)]
@@ -345,25 +353,35 @@ pub fn max_pool2d<T: Num>(x: &[T], g: &PoolGeometry) -> Vec<T> {
         return y;
     }
     let inside = interior(g);
-    for_each_plane(&mut y, ohw, hw, |p, yp| {
-        let plane = &x[p * hw..][..hw];
-        if g.unpadded() {
-            for (oy, row) in yp.chunks_mut(g.ow).enumerate() {
-                for (ox, o) in row.iter_mut().enumerate() {
-                    *o = plane[argmax_unpadded(plane, g, oy, ox)];
-                }
-            }
-            return;
-        }
-        for_each_first_max(plane, g, &inside, |o, best| {
-            // A window entirely in padding sees only -inf (MindSpore's padding value).
-            yp[o] = match best {
-                Some(i) => plane[i],
-                None => T::from_f64(f64::NEG_INFINITY),
-            };
+    if pool_half::is_16_bit::<T>() {
+        for_each_plane(&mut y, ohw, hw, |p, yp| {
+            pool_half::forward_plane(&x[p * hw..][..hw], g, &inside, yp)
         });
+        return y;
+    }
+    for_each_plane(&mut y, ohw, hw, |p, yp| {
+        max_pool_plane(&x[p * hw..][..hw], g, &inside, yp)
     });
     y
+}
+
+/// Pools one plane into `yp` with the scalar kernel.
+pub(crate) fn max_pool_plane<T: Num>(plane: &[T], g: &PoolGeometry, inside: &Inside, yp: &mut [T]) {
+    if g.unpadded() {
+        for (oy, row) in yp.chunks_mut(g.ow).enumerate() {
+            for (ox, o) in row.iter_mut().enumerate() {
+                *o = plane[argmax_unpadded(plane, g, oy, ox)];
+            }
+        }
+        return;
+    }
+    for_each_first_max(plane, g, inside, |o, best| {
+        // A window entirely in padding sees only -inf (MindSpore's padding value).
+        yp[o] = match best {
+            Some(i) => plane[i],
+            None => T::from_f64(f64::NEG_INFINITY),
+        };
+    });
 }
 
 /// Sends each output gradient to the first maximum of its window.
@@ -379,19 +397,21 @@ pub fn max_pool2d_backward_of_relu<T: Num>(x: &[T], dy: &[T], g: &PoolGeometry) 
 }
 
 /// Zeroes the gradient where the ReLU's output is not positive (NaN included).
-fn mask_not_positive<T: Num>(plane: &[T], dxp: &mut [T]) {
+pub(crate) fn mask_not_positive<T: Num>(plane: &[T], dxp: &mut [T]) {
     for (d, &v) in dxp.iter_mut().zip(plane) {
         *d = if v > T::zero() { *d } else { T::zero() };
     }
 }
 
-fn max_pool2d_backward_masked<T: Num>(x: &[T], dy: &[T], g: &PoolGeometry, relu: bool) -> Vec<T> {
+/// [`max_pool2d_backward`], or [`max_pool2d_backward_of_relu`] where `relu`.
+pub fn max_pool2d_backward_masked<T: Num>(
+    x: &[T],
+    dy: &[T],
+    g: &PoolGeometry,
+    relu: bool,
+) -> Vec<T> {
     let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
-    // The vector kernel writes every cell of a plane it covers whole (no row or column
-    // left over by the windows), so its gradient need not be cleared first.
-    let whole_planes = g.is_2x2() && g.h == 2 * g.oh && g.w == 2 * g.ow;
-    if whole_planes
-        && pool2x2::applies(g.ow)
+    if g.covered_by_2x2_vectors()
         && let (Some(xf), Some(dyf)) = (as_f32(x), as_f32(dy))
     {
         let mut dx = crate::arena::for_overwrite::<T>(g.planes() * hw);
@@ -413,29 +433,46 @@ fn max_pool2d_backward_masked<T: Num>(x: &[T], dy: &[T], g: &PoolGeometry, relu:
     // clearing the whole gradient first was one serial pass over memory.
     let mut dx = crate::arena::for_overwrite::<T>(g.planes() * hw);
     let inside = interior(g);
+    let half = pool_half::is_16_bit::<T>();
     for_each_plane(&mut dx, hw, hw, |p, dxp| {
-        dxp.fill(T::zero());
-        let plane = &x[p * hw..][..hw];
-        let dyp = &dy[p * ohw..][..ohw];
-        if g.unpadded() {
-            for (oy, row) in dyp.chunks(g.ow).enumerate() {
-                for (ox, &d) in row.iter().enumerate() {
-                    let i = argmax_unpadded(plane, g, oy, ox);
-                    dxp[i] = dxp[i].binary(BinaryFn::Add, d);
-                }
-            }
+        let (plane, dyp) = (&x[p * hw..][..hw], &dy[p * ohw..][..ohw]);
+        if half {
+            pool_half::backward_plane(plane, dyp, g, &inside, relu, dxp);
         } else {
-            for_each_first_max(plane, g, &inside, |o, best| {
-                if let Some(i) = best {
-                    dxp[i] = dxp[i].binary(BinaryFn::Add, dyp[o]);
-                }
-            });
-        }
-        if relu {
-            mask_not_positive(plane, dxp);
+            max_pool_grad_plane(plane, dyp, g, &inside, relu, dxp);
         }
     });
     dx
+}
+
+/// Writes one plane's gradient into `dxp` with the scalar kernel: each output gradient
+/// added at the first maximum of its window, then the ReLU's mask where `relu`.
+pub(crate) fn max_pool_grad_plane<T: Num>(
+    plane: &[T],
+    dyp: &[T],
+    g: &PoolGeometry,
+    inside: &Inside,
+    relu: bool,
+    dxp: &mut [T],
+) {
+    dxp.fill(T::zero());
+    if g.unpadded() {
+        for (oy, row) in dyp.chunks(g.ow).enumerate() {
+            for (ox, &d) in row.iter().enumerate() {
+                let i = argmax_unpadded(plane, g, oy, ox);
+                dxp[i] = dxp[i].binary(BinaryFn::Add, d);
+            }
+        }
+    } else {
+        for_each_first_max(plane, g, inside, |o, best| {
+            if let Some(i) = best {
+                dxp[i] = dxp[i].binary(BinaryFn::Add, dyp[o]);
+            }
+        });
+    }
+    if relu {
+        mask_not_positive(plane, dxp);
+    }
 }
 
 /// Divisor of window (oy, ox): the cells inside the padded image (the full kernel area

@@ -31,11 +31,25 @@ use crate::tensor::{Storage, Tensor, TensorType};
 /// 16-bit and the op's family does not handle 16-bit buffers itself.
 pub(crate) fn goes_through_f32(op: &Op, inputs: &[&Tensor], out: &TensorType) -> bool {
     let half = out.dtype.is_half() || inputs.iter().any(|t| t.dtype().is_half());
-    half && !matches!(
+    let family_handles_it = matches!(
         op.row().family,
         Family::Elementwise | Family::Movement | Family::Print | Family::Custom
-    ) && !bf16_product(op, inputs)
+    );
+    let pools_itself = pools_16_bit_planes(op) && inputs.iter().all(|t| t.dtype() == out.dtype);
+    half && !family_handles_it
+        && !bf16_product(op, inputs)
         && !handles_16_bit_itself(op)
+        && !pools_itself
+}
+
+/// Max pooling and its gradients, on inputs of their output's type: the kernel widens
+/// each plane as it goes (`spore_kernels::pool`), and gives the values computing in
+/// float32 here would.
+fn pools_16_bit_planes(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::MaxPool2d(_) | Op::MaxPool2dGrad(_) | Op::MaxPool2dGradOfRelu(_)
+    )
 }
 
 /// Fused loops read 16-bit inputs themselves, widening each chunk as they load it (a

@@ -125,6 +125,13 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Stor
         (Op::MaxPool2d(a), Buffer::F64(v)) => {
             Buffer::F64(k::max_pool2d(v, &geometry(a, dims(inputs[0].shape()))))
         }
+        // 16-bit planes are widened one at a time in the kernel (see `half_compute`).
+        (Op::MaxPool2d(a), Buffer::BF16(v)) => {
+            Buffer::BF16(k::max_pool2d(v, &geometry(a, dims(inputs[0].shape()))))
+        }
+        (Op::MaxPool2d(a), Buffer::F16(v)) => {
+            Buffer::F16(k::max_pool2d(v, &geometry(a, dims(inputs[0].shape()))))
+        }
         (Op::AvgPool2d(a), Buffer::F32(v)) => Buffer::F32(k::avg_pool2d(
             v,
             &geometry(a, dims(inputs[0].shape())),
@@ -147,6 +154,12 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Stor
                 }
                 (Buffer::F32(v), Buffer::F32(d)) => Buffer::F32(k::max_pool2d_backward(v, d, &g)),
                 (Buffer::F64(v), Buffer::F64(d)) => Buffer::F64(k::max_pool2d_backward(v, d, &g)),
+                (Buffer::BF16(v), Buffer::BF16(d)) => {
+                    Buffer::BF16(k::max_pool2d_backward_masked(v, d, &g, relu))
+                }
+                (Buffer::F16(v), Buffer::F16(d)) => {
+                    Buffer::F16(k::max_pool2d_backward_masked(v, d, &g, relu))
+                }
                 _ => return Err("inputs must be Float32 or Float64".into()),
             }
         }

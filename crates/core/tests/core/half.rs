@@ -247,3 +247,53 @@ fn bf16_convolutions_and_their_gradients_match_float32_on_the_same_values() {
         }
     }
 }
+
+/// 16-bit max pooling and its gradient (each plane widened in the kernel) give what
+/// float32 gives on the same values, rounded once: LeNet's 2x2 pool and ResNet's padded,
+/// overlapping 3x3 one, whose gradients sum where windows share cells.
+#[test]
+fn max_pooling_of_16_bit_values_equals_float32_rounded_once() {
+    use spore_core::prims::{conv::PadMode, pool::Pool2dOptions};
+    let lenet = Pool2dOptions::new(2, 2);
+    let resnet = Pool2dOptions {
+        pad_mode: PadMode::Pad([1, 1, 1, 1]),
+        ..Pool2dOptions::new(3, 2)
+    };
+    let x = Tensor::randn(&[2, 3, 12, 20], DType::F32, Some(7)).unwrap();
+    for dtype in [DType::F16, DType::BF16] {
+        for opts in [lenet, resnet] {
+            let x16 = x.cast(dtype).unwrap();
+            let x32 = x16.cast(DType::F32).unwrap();
+            let pooled = |t: &Tensor| t.max_pool2d(&opts).unwrap();
+            let y16 = pooled(&x16);
+            assert_eq!(y16.dtype(), dtype);
+            let want = pooled(&x32).cast(dtype).unwrap();
+            assert_eq!(bits(&y16), bits(&want), "{dtype:?} {opts:?}");
+            // The gradient of sum(y * w): w routed to each window's maximum.
+            let w = Tensor::randn(y16.shape(), DType::F32, Some(8))
+                .unwrap()
+                .cast(dtype)
+                .unwrap();
+            let weighted = |w: Tensor| {
+                move |a: &[Tensor]| {
+                    a[0].max_pool2d(&opts)?
+                        .mul(&w)?
+                        .cast(DType::F32)?
+                        .sum(&[], false)
+                }
+            };
+            let g16 = grad(weighted(w.clone()), &[0])(std::slice::from_ref(&x16)).unwrap();
+            let w32 = w.cast(DType::F32).unwrap();
+            let g32 = grad(weighted(w32), &[0])(std::slice::from_ref(&x32)).unwrap();
+            assert_eq!(g16[0].dtype(), dtype);
+            let want = g32[0].cast(dtype).unwrap();
+            assert_eq!(bits(&g16[0]), bits(&want), "{dtype:?} {opts:?} gradient");
+        }
+    }
+}
+
+/// A 16-bit tensor's values as float32 bit patterns.
+fn bits(t: &Tensor) -> Vec<u32> {
+    let v = t.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
+    v.iter().map(|x| x.to_bits()).collect()
+}

@@ -142,3 +142,74 @@ fn max_pool_gradient_clears_recycled_buffers_on_every_thread() {
         }
     }
 }
+
+/// float16 and bfloat16 pooling against the naive loop on the same (16-bit) values, in
+/// 2x2 planes wide enough for the vector kernels (whole, and with a row and column left
+/// over) and narrower, and in padded and overlapping windows (whose gradients sum): the
+/// forward pass, the gradient and the gradient of ReLU. NaN, signed zeros and ties
+/// included; the bits must match.
+#[test]
+fn sixteen_bit_max_pools_select_the_naive_loops_values() {
+    use spore_kernels::{bf16, f16};
+    // (input, kernel, stride, pads)
+    let cases = [
+        ([2, 3, 28, 28], [2, 2], [2, 2], [0; 4]),
+        ([3, 2, 10, 16], [2, 2], [2, 2], [0; 4]),
+        ([1, 2, 11, 19], [2, 2], [2, 2], [0; 4]),
+        ([2, 2, 6, 6], [2, 2], [2, 2], [0; 4]),
+        ([2, 3, 13, 14], [3, 3], [2, 2], [1; 4]),
+        ([1, 2, 9, 9], [3, 3], [3, 3], [0; 4]),
+    ];
+    fn check<T: spore_kernels::Num>(
+        to: impl Fn(f64) -> T,
+        input: [usize; 4],
+        kernel: [usize; 2],
+        stride: [usize; 2],
+        pads: [usize; 4],
+    ) {
+        let g = PoolGeometry::new(input, kernel, stride, pads);
+        let len: usize = input.iter().product();
+        let x: Vec<T> = values(len, 23)
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match i % 31 {
+                3 => to(f64::NAN),
+                7 => to(-0.0),
+                8 => to(0.0),
+                _ => to((v * 4.0).round() / 4.0 + 1.0 / 512.0),
+            })
+            .collect();
+        let dy: Vec<T> = values(g.n * g.c * g.oh * g.ow, 24)
+            .iter()
+            .map(|&v| to(v))
+            .collect();
+        let wide = |v: &[T]| v.iter().map(|e| e.to_f64()).collect::<Vec<f64>>();
+        let (want_y, want_dx) = naive(&wide(&x), &wide(&dy), &g);
+        let same = |a: f64, b: f64| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+        let y = wide(&max_pool2d(&x, &g));
+        assert_eq!(y.len(), want_y.len());
+        assert!(
+            y.iter().zip(&want_y).all(|(&a, &b)| same(a, b)),
+            "{:?} forward of {g:?}",
+            T::DTYPE
+        );
+        // Overlapping windows sum gradients: exactly here (few values of 16 bits in
+        // float32), then rounded once.
+        let want_dx: Vec<f64> = want_dx.iter().map(|&v| to(v).to_f64()).collect();
+        let dx = wide(&max_pool2d_backward(&x, &dy, &g));
+        assert!(
+            dx.iter().zip(&want_dx).all(|(&a, &b)| same(a, b)),
+            "{:?} backward of {g:?}",
+            T::DTYPE
+        );
+        let relu_dx = wide(&max_pool2d_backward_of_relu(&x, &dy, &g));
+        for ((&got, &want), xv) in relu_dx.iter().zip(&want_dx).zip(&x) {
+            let want = if xv.to_f64() > 0.0 { want } else { 0.0 };
+            assert!(same(got, want), "{:?} backward of ReLU of {g:?}", T::DTYPE);
+        }
+    }
+    for (input, kernel, stride, pads) in cases {
+        check(bf16::from_f64, input, kernel, stride, pads);
+        check(f16::from_f64, input, kernel, stride, pads);
+    }
+}
