@@ -316,24 +316,33 @@ fn for_each_plane<T: Send>(
     work_per_plane: usize,
     f: impl Fn(usize, &mut [T]) + Sync,
 ) {
+    for_each_plane_run(out, plane_len, work_per_plane, |first, run| {
+        for (k, o) in run.chunks_mut(plane_len).enumerate() {
+            f(first + k, o);
+        }
+    });
+}
+
+/// [`for_each_plane`] handing `f` whole runs of consecutive planes: `f(first_plane,
+/// out_planes)`.
+fn for_each_plane_run<T: Send>(
+    out: &mut [T],
+    plane_len: usize,
+    work_per_plane: usize,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
     let planes = out.len() / plane_len.max(1);
     if planes == 0 {
         return;
     }
     if planes * work_per_plane < PARALLEL_THRESHOLD || planes < 2 {
-        for (p, o) in out.chunks_mut(plane_len).enumerate() {
-            f(p, o);
-        }
+        f(0, &mut out[..planes * plane_len]);
         return;
     }
     let per_block = planes.div_ceil(rayon::current_num_threads().max(1) * 2);
     out.par_chunks_mut(per_block * plane_len)
         .enumerate()
-        .for_each(|(b, block)| {
-            for (k, o) in block.chunks_mut(plane_len).enumerate() {
-                f(b * per_block + k, o);
-            }
-        });
+        .for_each(|(b, block)| f(b * per_block, block));
 }
 
 pub fn max_pool2d<T: Num>(x: &[T], g: &PoolGeometry) -> Vec<T> {
@@ -354,8 +363,9 @@ pub fn max_pool2d<T: Num>(x: &[T], g: &PoolGeometry) -> Vec<T> {
     }
     let inside = interior(g);
     if pool_half::is_16_bit::<T>() {
-        for_each_plane(&mut y, ohw, hw, |p, yp| {
-            pool_half::forward_plane(&x[p * hw..][..hw], g, &inside, yp)
+        for_each_plane_run(&mut y, ohw, hw, |p, run| {
+            let planes = run.len() / ohw;
+            pool_half::forward_planes(&x[p * hw..][..planes * hw], g, &inside, run)
         });
         return y;
     }
@@ -433,14 +443,17 @@ pub fn max_pool2d_backward_masked<T: Num>(
     // clearing the whole gradient first was one serial pass over memory.
     let mut dx = crate::arena::for_overwrite::<T>(g.planes() * hw);
     let inside = interior(g);
-    let half = pool_half::is_16_bit::<T>();
+    if pool_half::is_16_bit::<T>() {
+        for_each_plane_run(&mut dx, hw, hw, |p, run| {
+            let planes = run.len() / hw;
+            let (xs, dys) = (&x[p * hw..][..planes * hw], &dy[p * ohw..][..planes * ohw]);
+            pool_half::backward_planes(xs, dys, g, &inside, relu, run);
+        });
+        return dx;
+    }
     for_each_plane(&mut dx, hw, hw, |p, dxp| {
         let (plane, dyp) = (&x[p * hw..][..hw], &dy[p * ohw..][..ohw]);
-        if half {
-            pool_half::backward_plane(plane, dyp, g, &inside, relu, dxp);
-        } else {
-            max_pool_grad_plane(plane, dyp, g, &inside, relu, dxp);
-        }
+        max_pool_grad_plane(plane, dyp, g, &inside, relu, dxp);
     });
     dx
 }

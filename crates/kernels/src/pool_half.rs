@@ -1,6 +1,6 @@
 //! Max pooling of float16 and bfloat16 planes on the float32 kernels (the vector ones of
-//! [`crate::pool2x2`] where they apply): each plane is widened into this thread's scratch
-//! while it is in cache, pooled, and its result rounded back. The same bits as pooling
+//! [`crate::pool2x2`] where they apply): a few planes at a time are widened into this
+//! thread's scratch, pooled while they are in cache, and their results rounded back. The same bits as pooling
 //! the widened tensor and rounding it once (max pooling only selects values; its
 //! gradient sums in float32 where windows overlap), without the two whole-tensor
 //! conversions, and their buffers, that costs.
@@ -41,26 +41,42 @@ pub(crate) fn is_16_bit<T: Num>() -> bool {
     matches!(T::DTYPE, DType::BF16 | DType::F16)
 }
 
-/// Pools one plane (`g.h x g.w` values) into `out` (`g.oh x g.ow`).
-pub(crate) fn forward_plane<T: Num>(plane: &[T], g: &PoolGeometry, inside: &Inside, out: &mut [T]) {
+/// Input values widened at once: a few planes, which stay in L1 and L2 between the
+/// conversions and the pooling.
+const WIDE_VALUES: usize = 1 << 14;
+
+/// Planes of `plane_len` input values that [`WIDE_VALUES`] holds (at least one).
+fn planes_per_batch(plane_len: usize) -> usize {
+    (WIDE_VALUES / plane_len.max(1)).max(1)
+}
+
+/// Pools consecutive planes (`g.h x g.w` values each) into `out` (`g.oh x g.ow` each).
+pub(crate) fn forward_planes<T: Num>(x: &[T], g: &PoolGeometry, inside: &Inside, out: &mut [T]) {
     let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
-    with_scratch(&PLANES, hw + ohw, KEEP, |s| {
-        let (wide, pooled) = s.split_at_mut(hw);
-        widen_slice(plane, wide);
-        if g.is_2x2() && pool2x2::applies(g.ow) {
-            pool2x2::forward(wide, g.w, g.oh, g.ow, pooled);
-        } else {
-            max_pool_plane(wide, g, inside, pooled);
+    let batch = planes_per_batch(hw);
+    let vector = g.is_2x2() && pool2x2::applies(g.ow);
+    with_scratch(&PLANES, batch * (hw + ohw), KEEP, |s| {
+        for (xs, ys) in x.chunks(batch * hw).zip(out.chunks_mut(batch * ohw)) {
+            let (wide, pooled) = s.split_at_mut(xs.len());
+            let pooled = &mut pooled[..ys.len()];
+            widen_slice(xs, wide);
+            for (plane, yp) in wide.chunks(hw).zip(pooled.chunks_mut(ohw)) {
+                if vector {
+                    pool2x2::forward(plane, g.w, g.oh, g.ow, yp);
+                } else {
+                    max_pool_plane(plane, g, inside, yp);
+                }
+            }
+            narrow_slice(pooled, ys);
         }
-        narrow_slice(pooled, out);
     });
 }
 
-/// Writes the gradient of one plane into `dx`, zeroed where `relu` and the input is not
-/// positive. Where windows overlap, a cell's gradients are summed in float32 and rounded
-/// once.
-pub(crate) fn backward_plane<T: Num>(
-    plane: &[T],
+/// Writes the gradients of consecutive planes into `dx`, zeroed where `relu` and the
+/// input is not positive. Where windows overlap, a cell's gradients are summed in
+/// float32 and rounded once.
+pub(crate) fn backward_planes<T: Num>(
+    x: &[T],
     dy: &[T],
     g: &PoolGeometry,
     inside: &Inside,
@@ -68,19 +84,28 @@ pub(crate) fn backward_plane<T: Num>(
     dx: &mut [T],
 ) {
     let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
-    with_scratch(&PLANES, 2 * hw + ohw, KEEP, |s| {
-        let (wide, rest) = s.split_at_mut(hw);
-        let (grad, wide_dx) = rest.split_at_mut(ohw);
-        widen_slice(plane, wide);
-        widen_slice(dy, grad);
-        if g.covered_by_2x2_vectors() {
-            pool2x2::backward(wide, grad, g.oh, g.ow, wide_dx);
-            if relu {
-                mask_not_positive(wide, wide_dx);
+    let batch = planes_per_batch(hw);
+    let vector = g.covered_by_2x2_vectors();
+    with_scratch(&PLANES, batch * (2 * hw + ohw), KEEP, |s| {
+        let runs = x.chunks(batch * hw).zip(dy.chunks(batch * ohw));
+        for ((xs, dys), dxs) in runs.zip(dx.chunks_mut(batch * hw)) {
+            let (wide, rest) = s.split_at_mut(xs.len());
+            let (grad, rest) = rest.split_at_mut(dys.len());
+            let wide_dx = &mut rest[..dxs.len()];
+            widen_slice(xs, wide);
+            widen_slice(dys, grad);
+            let planes = wide.chunks(hw).zip(grad.chunks(ohw));
+            for ((plane, gp), dxp) in planes.zip(wide_dx.chunks_mut(hw)) {
+                if vector {
+                    pool2x2::backward(plane, gp, g.oh, g.ow, dxp);
+                    if relu {
+                        mask_not_positive(plane, dxp);
+                    }
+                } else {
+                    max_pool_grad_plane(plane, gp, g, inside, relu, dxp);
+                }
             }
-        } else {
-            max_pool_grad_plane(wide, grad, g, inside, relu, wide_dx);
+            narrow_slice(wide_dx, dxs);
         }
-        narrow_slice(wide_dx, dx);
     });
 }
