@@ -207,12 +207,10 @@ pub fn widen_run<T: crate::Num>(src: &Buffer, start: usize, dst: &mut [T]) {
 /// this thread; a `T` that is not 16-bit leaves `dst` as it is.
 pub(crate) fn widen_slice<T: crate::Num>(src: &[T], dst: &mut [f32]) {
     debug_assert_eq!(src.len(), dst.len(), "widen_slice: lengths");
-    // SAFETY: `bf16` and `f16` are the only `Element`s with these dtypes, so `T` is that
-    // type and the slice is reinterpreted as itself.
-    match T::DTYPE {
-        DType::BF16 => widen_bf16_run(unsafe { retyped::<T, bf16>(src) }, dst),
-        DType::F16 => crate::f16_convert::widen(unsafe { retyped::<T, f16>(src) }, dst),
-        _ => {}
+    if let Some(v) = retyped::<T, bf16>(src) {
+        widen_bf16_run(v, dst);
+    } else if let Some(v) = retyped::<T, f16>(src) {
+        crate::f16_convert::widen(v, dst);
     }
 }
 
@@ -220,30 +218,28 @@ pub(crate) fn widen_slice<T: crate::Num>(src: &[T], dst: &mut [f32]) {
 /// `cast` rounds; a `T` that is not 16-bit leaves `dst` as it is.
 pub(crate) fn narrow_slice<T: crate::Num>(src: &[f32], dst: &mut [T]) {
     debug_assert_eq!(src.len(), dst.len(), "narrow_slice: lengths");
-    // SAFETY: as in `widen_slice`.
-    match T::DTYPE {
-        DType::BF16 => round_bf16_run(src, unsafe { retyped_mut::<T, bf16>(dst) }),
-        DType::F16 => crate::f16_convert::narrow(src, unsafe { retyped_mut::<T, f16>(dst) }),
-        _ => {}
+    if let Some(v) = retyped_mut::<T, bf16>(dst) {
+        round_bf16_run(src, v);
+    } else if let Some(v) = retyped_mut::<T, f16>(dst) {
+        crate::f16_convert::narrow(src, v);
     }
 }
 
-/// `s` as a slice of `U`.
-///
-/// # Safety
-/// `T` and `U` are the same type.
-unsafe fn retyped<T, U>(s: &[T]) -> &[U] {
-    // SAFETY: the caller's contract.
-    unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<U>(), s.len()) }
+/// `s` as a slice of `U` when `T` is `U` (checked by type, not by the `DTYPE` a type
+/// outside this crate could claim).
+fn retyped<T: 'static, U: 'static>(s: &[T]) -> Option<&[U]> {
+    use std::any::TypeId;
+    // SAFETY: `T` and `U` are the same type, so the slice is reinterpreted as itself.
+    (TypeId::of::<T>() == TypeId::of::<U>())
+        .then(|| unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<U>(), s.len()) })
 }
 
-/// `s` as a mutable slice of `U`.
-///
-/// # Safety
-/// `T` and `U` are the same type.
-unsafe fn retyped_mut<T, U>(s: &mut [T]) -> &mut [U] {
-    // SAFETY: the caller's contract.
-    unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<U>(), s.len()) }
+/// [`retyped`] for a mutable slice.
+fn retyped_mut<T: 'static, U: 'static>(s: &mut [T]) -> Option<&mut [U]> {
+    use std::any::TypeId;
+    // SAFETY: as in `retyped`.
+    (TypeId::of::<T>() == TypeId::of::<U>())
+        .then(|| unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<U>(), s.len()) })
 }
 
 /// A bfloat16 value as float32: its bits shifted up, exact for every value (NaN payloads

@@ -1,5 +1,5 @@
 //! 2-D max and average pooling over NCHW tensors, and their gradients. float16 and
-//! bfloat16 max pooling widens each plane to float32 as it goes (`pool_half`).
+//! bfloat16 max pooling widens a few planes at a time to float32 (`pool_half`).
 //!
 //! ```
 //! use spore_kernels::pool::{max_pool2d, PoolGeometry};
@@ -362,7 +362,8 @@ pub fn max_pool2d<T: Num>(x: &[T], g: &PoolGeometry) -> Vec<T> {
         return y;
     }
     let inside = interior(g);
-    if pool_half::is_16_bit::<T>() {
+    // (A plane of no cells, all padding, gets -inf from the scalar kernel below.)
+    if pool_half::is_16_bit::<T>() && hw > 0 {
         for_each_plane_run(&mut y, ohw, hw, |p, run| {
             let planes = run.len() / ohw;
             pool_half::forward_planes(&x[p * hw..][..planes * hw], g, &inside, run)

@@ -1,9 +1,10 @@
 //! Max pooling of float16 and bfloat16 planes on the float32 kernels (the vector ones of
-//! [`crate::pool2x2`] where they apply): a few planes at a time are widened into this
-//! thread's scratch, pooled while they are in cache, and their results rounded back. The same bits as pooling
-//! the widened tensor and rounding it once (max pooling only selects values; its
-//! gradient sums in float32 where windows overlap), without the two whole-tensor
-//! conversions, and their buffers, that costs.
+//! [`crate::pool2x2`] where they apply): a few planes at a time (up to 16K values, so
+//! that small planes do not pay a conversion call each) are widened into this thread's
+//! scratch, pooled while they are in cache, and their results rounded back. The same
+//! bits as pooling the widened tensor and rounding it once (max pooling only selects
+//! values; its gradient sums in float32 where windows overlap), without the two
+//! whole-tensor conversions, and their buffers, of that route.
 //!
 //! ```
 //! use spore_kernels::bf16;
@@ -19,7 +20,6 @@
 
 use std::cell::RefCell;
 
-use crate::DType;
 use crate::elementwise::Num;
 use crate::half_float::{narrow_slice, widen_slice};
 use crate::pool::{Inside, PoolGeometry, mask_not_positive, max_pool_grad_plane, max_pool_plane};
@@ -38,7 +38,9 @@ const KEEP: Keep = Keep {
 
 /// Whether `T` is float16 or bfloat16, whose planes this module pools.
 pub(crate) fn is_16_bit<T: Num>() -> bool {
-    matches!(T::DTYPE, DType::BF16 | DType::F16)
+    use std::any::TypeId;
+    let t = TypeId::of::<T>();
+    t == TypeId::of::<crate::bf16>() || t == TypeId::of::<crate::f16>()
 }
 
 /// Input values widened at once: a few planes, which stay in L1 and L2 between the

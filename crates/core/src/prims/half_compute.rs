@@ -1,5 +1,5 @@
 //! float16 and bfloat16 tensors through ops whose kernels compute in float32: matrix
-//! products, convolutions, pooling, reductions, fused programs, indexing. Their 16-bit
+//! products, convolutions, average pooling, reductions, indexing. Their 16-bit
 //! inputs are widened (exactly), the float32 kernel runs, and each 16-bit output is
 //! rounded once, to nearest with ties to even. Elementwise and movement ops handle
 //! 16-bit buffers themselves (per element in float32, or by copying), with the same
@@ -15,8 +15,9 @@
 //!
 //! Why here and not in each kernel: one place gives every op the same rule (accumulate
 //! in float32, round once), which is what PyTorch and MindSpore do on CPUs without 16-bit
-//! arithmetic. Kernels that read 16-bit values themselves take over op by op: bfloat16
-//! matrix products so far (`spore_kernels::bf16_gemm`).
+//! arithmetic. Kernels that read 16-bit values themselves take over op by op, with the
+//! same values: bfloat16 matrix products and convolutions (`spore_kernels::bf16_gemm`),
+//! max pooling and its gradients (`spore_kernels::pool`), fused loops.
 
 use spore_kernels::half_float::widen;
 
@@ -42,8 +43,8 @@ pub(crate) fn goes_through_f32(op: &Op, inputs: &[&Tensor], out: &TensorType) ->
         && !pools_itself
 }
 
-/// Max pooling and its gradients, on inputs of their output's type: the kernel widens
-/// each plane as it goes (`spore_kernels::pool`), and gives the values computing in
+/// Max pooling and its gradients, on inputs of their output's type: the kernel widens a
+/// few planes at a time (`spore_kernels::pool`), and gives the values computing in
 /// float32 here would.
 fn pools_16_bit_planes(op: &Op) -> bool {
     matches!(

@@ -125,7 +125,7 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Stor
         (Op::MaxPool2d(a), Buffer::F64(v)) => {
             Buffer::F64(k::max_pool2d(v, &geometry(a, dims(inputs[0].shape()))))
         }
-        // 16-bit planes are widened one at a time in the kernel (see `half_compute`).
+        // The kernel widens 16-bit planes a few at a time, rounding each result once.
         (Op::MaxPool2d(a), Buffer::BF16(v)) => {
             Buffer::BF16(k::max_pool2d(v, &geometry(a, dims(inputs[0].shape()))))
         }
@@ -160,7 +160,7 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Stor
                 (Buffer::F16(v), Buffer::F16(d)) => {
                     Buffer::F16(k::max_pool2d_backward_masked(v, d, &g, relu))
                 }
-                _ => return Err("inputs must be Float32 or Float64".into()),
+                _ => return Err("inputs must be floats of one dtype".into()),
             }
         }
         (Op::AvgPool2dGrad { attrs, input_shape }, d) => {

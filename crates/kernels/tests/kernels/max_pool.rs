@@ -145,20 +145,28 @@ fn max_pool_gradient_clears_recycled_buffers_on_every_thread() {
 
 /// float16 and bfloat16 pooling against the naive loop on the same (16-bit) values, in
 /// 2x2 planes wide enough for the vector kernels (whole, and with a row and column left
-/// over) and narrower, and in padded and overlapping windows (whose gradients sum): the
-/// forward pass, the gradient and the gradient of ReLU. NaN, signed zeros and ties
-/// included; the bits must match.
+/// over) and narrower, in padded, overlapping (whose gradients sum) and ceil-mode
+/// windows, windows wholly in padding, and tensors of many planes (several conversion
+/// batches on each of several threads): the forward pass, the gradient and the gradient
+/// of ReLU. NaN, signed zeros and ties included; the bits must match.
 #[test]
 fn sixteen_bit_max_pools_select_the_naive_loops_values() {
     use spore_kernels::{bf16, f16};
-    // (input, kernel, stride, pads)
+    // (input, kernel, stride, pads, ceil mode)
     let cases = [
-        ([2, 3, 28, 28], [2, 2], [2, 2], [0; 4]),
-        ([3, 2, 10, 16], [2, 2], [2, 2], [0; 4]),
-        ([1, 2, 11, 19], [2, 2], [2, 2], [0; 4]),
-        ([2, 2, 6, 6], [2, 2], [2, 2], [0; 4]),
-        ([2, 3, 13, 14], [3, 3], [2, 2], [1; 4]),
-        ([1, 2, 9, 9], [3, 3], [3, 3], [0; 4]),
+        ([2, 3, 28, 28], [2, 2], [2, 2], [0; 4], false),
+        ([3, 2, 10, 16], [2, 2], [2, 2], [0; 4], false),
+        ([1, 2, 11, 19], [2, 2], [2, 2], [0; 4], false),
+        ([2, 2, 6, 6], [2, 2], [2, 2], [0; 4], false),
+        ([2, 3, 13, 14], [3, 3], [2, 2], [1; 4], false),
+        ([1, 2, 9, 9], [3, 3], [3, 3], [0; 4], false),
+        ([1, 3, 10, 9], [3, 3], [3, 3], [2, 0, 1, 2], true),
+        ([1, 1, 3, 3], [2, 2], [1, 1], [2; 4], false),
+        // No cells at all: every window is padding.
+        ([1, 1, 0, 4], [2, 2], [1, 1], [1, 1, 0, 0], false),
+        // Several batches of planes per thread, on several threads.
+        ([8, 32, 28, 28], [2, 2], [2, 2], [0; 4], false),
+        ([8, 16, 17, 17], [3, 3], [2, 2], [1; 4], false),
     ];
     fn check<T: spore_kernels::Num>(
         to: impl Fn(f64) -> T,
@@ -166,8 +174,9 @@ fn sixteen_bit_max_pools_select_the_naive_loops_values() {
         kernel: [usize; 2],
         stride: [usize; 2],
         pads: [usize; 4],
+        ceil: bool,
     ) {
-        let g = PoolGeometry::new(input, kernel, stride, pads);
+        let g = PoolGeometry::with_ceil_mode(input, kernel, stride, pads, ceil);
         let len: usize = input.iter().product();
         let x: Vec<T> = values(len, 23)
             .iter()
@@ -208,8 +217,8 @@ fn sixteen_bit_max_pools_select_the_naive_loops_values() {
             assert!(same(got, want), "{:?} backward of ReLU of {g:?}", T::DTYPE);
         }
     }
-    for (input, kernel, stride, pads) in cases {
-        check(bf16::from_f64, input, kernel, stride, pads);
-        check(f16::from_f64, input, kernel, stride, pads);
+    for (input, kernel, stride, pads, ceil) in cases {
+        check(bf16::from_f64, input, kernel, stride, pads, ceil);
+        check(f16::from_f64, input, kernel, stride, pads, ceil);
     }
 }
