@@ -17,7 +17,8 @@ use spore_core::ir::{Graph, NodeKind, ValueId};
 pub struct MemoryPlan {
     /// For each node, the values whose last use it is (released after it runs).
     pub free_after: Vec<Vec<ValueId>>,
-    /// Peak number of bytes of intermediate values alive at once, by liveness.
+    /// Peak number of bytes of values alive at once, by liveness (an update written over
+    /// its parameter's buffer, see `donates`, counted once).
     pub peak_bytes: usize,
     /// For each node, the parameter whose new value it computes into that parameter's own
     /// buffer, when the executor can lend it (see [`donations`]).
@@ -76,6 +77,7 @@ impl MemoryPlan {
             // A value nobody reads is released right after it is made.
             free_after[last_use[v].unwrap_or(v)].push(v);
         }
+        let donates = donations(g, &free_after);
         let mut live = 0usize;
         let mut peak = 0usize;
         let bytes = |v: usize| {
@@ -86,14 +88,27 @@ impl MemoryPlan {
                 .sum::<usize>()
         };
         for (i, frees) in free_after.iter().enumerate() {
+            // An update written over its parameter's buffer takes no new bytes: the
+            // parameter's value ends there (it is the update's last reader).
+            let reused = donates[i].and_then(|p| {
+                g.nodes[i]
+                    .args()
+                    .into_iter()
+                    .find(|&a| matches!(g.nodes[a].kind, NodeKind::Parameter(k) if k == p))
+            });
             live += bytes(i);
+            if let Some(a) = reused {
+                live -= bytes(a);
+            }
             peak = peak.max(live);
             for &v in frees {
-                live -= bytes(v);
+                if Some(v) != reused {
+                    live -= bytes(v);
+                }
             }
         }
         MemoryPlan {
-            donates: donations(g, &free_after),
+            donates,
             free_after,
             peak_bytes: peak,
         }

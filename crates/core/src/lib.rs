@@ -23,6 +23,7 @@ pub mod apply;
 pub mod autocast;
 pub mod autodiff;
 mod composite;
+pub mod conditional_assign;
 pub mod context;
 pub mod control;
 pub mod debug;

@@ -183,6 +183,7 @@ impl Parameter {
                 current
             )));
         }
+        let value = &crate::conditional_assign::guarded(value, || self.value())?;
         if is_tracing() {
             return assign_parameter(self, value);
         }

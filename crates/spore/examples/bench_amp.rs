@@ -128,12 +128,19 @@ fn time_level(
     let scaled = step
         .as_any()
         .and_then(|a| a.downcast_ref::<TrainOneStepWithLossScaleCell>());
+    let mut with_scale = types.clone();
+    with_scale.push(TensorType::new(&[], DType::F32));
     let peak = match scaled {
         None => peak_of(&step, &types),
+        // One graph for the whole step (Graph mode, one process).
+        Some(s)
+            if s.fused_step()
+                .is_some_and(|f| peak_of(&f, &with_scale).is_some()) =>
+        {
+            s.fused_step().and_then(|f| peak_of(&f, &with_scale))
+        }
         Some(s) => {
             let (gradients, update) = s.stages();
-            let mut with_scale = types.clone();
-            with_scale.push(TensorType::new(&[], DType::F32));
             let grads: Vec<TensorType> = opt
                 .params()
                 .iter()

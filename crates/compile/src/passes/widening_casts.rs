@@ -4,7 +4,9 @@
 //! `Cast` from float16 or bfloat16 to float32 reads the 16-bit value itself instead,
 //! widening each chunk as it loads it; the `dce` stage after it drops a cast that no
 //! other op reads. Widening is exact, so
-//! the results are bit for bit those of the cast and the loop run apart.
+//! the results are bit for bit those of the cast and the loop run apart. A custom op
+//! whose result does not change under widening (`same_on_widened_inputs`: amp's
+//! overflow check) reads the 16-bit values too.
 //!
 //! ```
 //! use spore_compile::passes::{Dce, WideningCasts};
@@ -50,14 +52,24 @@ impl Pass for WideningCasts {
             if sources.iter().all(Option::is_none) {
                 continue;
             }
-            let Some(program) = loop_of(g, i) else {
-                continue;
-            };
             let new_args: Vec<usize> = args
                 .iter()
                 .zip(&sources)
                 .map(|(&a, s)| s.unwrap_or(a))
                 .collect();
+            if let NodeKind::Op {
+                op: Op::Custom(custom),
+                args,
+            } = &mut g.nodes[i].kind
+                && custom.0.same_on_widened_inputs()
+            {
+                *args = new_args;
+                changed = true;
+                continue;
+            }
+            let Some(program) = loop_of(g, i) else {
+                continue;
+            };
             g.nodes[i].kind = match &g.nodes[i].kind {
                 NodeKind::Op {
                     op:

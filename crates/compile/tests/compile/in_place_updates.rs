@@ -157,3 +157,30 @@ fn a_step_that_fails_on_an_index_leaves_every_parameter_as_it_was() {
         );
     }
 }
+
+/// The memory plan counts an update written over its parameter's buffer once: the
+/// weight step `w - 0.01 m` (w's last reader) reuses w's bytes, so the step's peak is
+/// what it holds without the update, plus nothing.
+#[test]
+fn the_memory_plan_counts_a_donated_update_once() {
+    use spore_compile::plan::MemoryPlan;
+    let w = Parameter::new(
+        Tensor::randn(&[256, 256], DType::F32, Some(3)).unwrap(),
+        "w",
+    );
+    let types = [TensorType::new(&[256, 256], DType::F32)];
+    let graph = trace("sgd", &types, |a| {
+        w.assign(&w.value().sub(&a[0].mul_scalar(0.01)?)?)?;
+        Ok(vec![])
+    })
+    .unwrap();
+    let plan = MemoryPlan::new(&optimised(&graph));
+    let matrix = 256 * 256 * 4;
+    assert!(
+        plan.donates.iter().any(Option::is_some),
+        "the update is donated"
+    );
+    // The gradient, the weight and the constant 0.01: the new weight lies in the old
+    // one's bytes (counted apart, the peak would be three matrices).
+    assert_eq!(plan.peak_bytes, 2 * matrix + 4);
+}

@@ -39,6 +39,13 @@ pub trait CustomPrimitive: Send + Sync + fmt::Debug {
     fn may_fail_on_values(&self) -> bool {
         true
     }
+    /// True for an op whose output is the same for a float16 or bfloat16 input as for
+    /// that input widened to float32 (a test of finiteness, say): the compiler then hands
+    /// it the 16-bit value where the graph widened it only on the way, and no float32
+    /// copy is made. The op's `eval` must accept the 16-bit types.
+    fn same_on_widened_inputs(&self) -> bool {
+        false
+    }
 }
 
 /// A shared handle to a custom primitive; equal when name and attributes are equal.

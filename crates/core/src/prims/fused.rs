@@ -246,6 +246,9 @@ impl FusedProgram {
         out: &TensorType,
         ctx: &mut EvalContext,
     ) -> Result<Storage, String> {
+        if let Some(resolved) = self.with_flags_resolved(inputs) {
+            return resolved.eval(inputs, out, ctx);
+        }
         // A 16-bit result is never written over an input (see `in_place`); a buffer lent
         // anyway stays with the context, for the executor to take back.
         let lent = if self.out_dtype.is_half() {

@@ -8,6 +8,7 @@ pub mod custom;
 pub mod elementwise;
 pub mod filter_cache;
 pub mod fused;
+mod fused_flags;
 pub mod fused_reduce;
 mod half_compute;
 pub mod in_place;

@@ -4,6 +4,7 @@ mod autodiff;
 mod custom;
 mod eager;
 mod errors;
+mod fused_flags;
 mod fused_in_place;
 mod half;
 mod op_table;

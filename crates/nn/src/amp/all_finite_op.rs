@@ -50,6 +50,13 @@ impl CustomPrimitive for AllFinite {
     fn may_fail_on_values(&self) -> bool {
         false
     }
+
+    /// Widening is exact: a 16-bit value is finite exactly when its float32 widening is,
+    /// so a compiled step checks a widened 16-bit gradient in place (half the bytes, and
+    /// no float32 copy).
+    fn same_on_widened_inputs(&self) -> bool {
+        true
+    }
 }
 
 /// A boolean scalar, true when every value of every tensor is finite; an operator in

@@ -32,6 +32,14 @@ pub trait LossScaleManager: Send + Sync {
     fn update(&self, overflow: bool) -> bool;
     /// MindSpore's name for the manager.
     fn class_name(&self) -> &'static str;
+    /// Whether [`update`](Self::update) applies an overflowed step, where that is fixed
+    /// for the manager's life and its scales stay from 1 to float32's largest: a compiled
+    /// step then applies or drops the update in the graph and asks `update` afterwards
+    /// (see `TrainOneStepWithLossScaleCell`). `None`, the default: the step asks
+    /// `update` on the host before it runs the update.
+    fn applies_overflowed_steps(&self) -> Option<bool> {
+        None
+    }
     /// The state a checkpoint saves (a fixed manager: its scale, the counters at their
     /// starting values).
     fn state(&self) -> LossScaleState {
@@ -94,6 +102,9 @@ impl LossScaleManager for FixedLossScaleManager {
     }
     fn class_name(&self) -> &'static str {
         "FixedLossScaleManager"
+    }
+    fn applies_overflowed_steps(&self) -> Option<bool> {
+        Some(!self.drop_overflow_update)
     }
 }
 
@@ -187,6 +198,9 @@ impl LossScaleManager for DynamicLossScaleManager {
     }
     fn class_name(&self) -> &'static str {
         "DynamicLossScaleManager"
+    }
+    fn applies_overflowed_steps(&self) -> Option<bool> {
+        Some(false)
     }
     fn state(&self) -> LossScaleState {
         let s = self

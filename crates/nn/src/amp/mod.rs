@@ -33,6 +33,7 @@
 //! MindSpore picks O2 for GPUs and O3 for Ascend, and names no CPU level.
 
 mod all_finite_op;
+mod fused_step;
 pub mod loss_scale;
 mod scale_params;
 mod scaled_grads;

@@ -30,17 +30,23 @@
 //! (`scale_sense`, `current_iterator_step`, `last_overflow_iterator_step`): checkpoints
 //! save it, and a step after a checkpoint was loaded continues from it.
 //!
-//! Where it differs from MindSpore: in Graph mode the step is two compiled graphs, one for
-//! the loss, gradients and overflow check and one for the update, with the manager's
-//! decision taken on the host between them (see [`super::scaled_grads`]); MindSpore
-//! compiles all of it into one graph with control flow. MindSpore also refuses dynamic
+//! In Graph mode, in one process, with MindSpore's managers, the step is one compiled
+//! graph, as in MindSpore: the update is applied or dropped in the graph on the
+//! overflow check's flag, and the manager is told the outcome afterwards (see
+//! [`super::fused_step`]). Elsewhere (PyNative mode, a distributed job, whose ranks agree
+//! on the overflow between the graphs, or a manager of one's own whose decision varies)
+//! it is two compiled graphs, one for the loss, gradients and overflow check and one for
+//! the update, with the manager's decision taken on the host between them (see
+//! [`super::scaled_grads`]). Where it differs from MindSpore: MindSpore refuses dynamic
 //! loss scaling on CPUs; Spore allows it (its CPU kernels report overflow like any other).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use spore_core::context::Mode;
 use spore_core::{Error, Result, Tensor, no_grad};
 
+use super::fused_step::LossScaledStep;
 use super::loss_scale::LossScaleManager;
 use super::scale_params::ScaleParams;
 use super::scaled_grads::ScaledGradients;
@@ -56,6 +62,9 @@ pub struct TrainOneStepWithLossScaleCell {
     manager: Arc<dyn LossScaleManager>,
     gradients: Arc<ScaledGradients>,
     update: Arc<ApplyGradients>,
+    /// The whole step as one graph, where the manager's rule is fixed (see
+    /// [`LossScaledStep`]).
+    fused: Option<Arc<LossScaledStep>>,
     /// The manager's state, saved by checkpoints (see [`super::scale_params`]).
     saved: ScaleParams,
     /// Why the distributed job's optimizer cannot run here; the first call reports it.
@@ -87,7 +96,11 @@ impl TrainOneStepWithLossScaleCell {
                 Err(e) => (optimizer, Some(e.to_string())),
             };
         let state = OptimizerState::new(optimizer.clone());
+        let fused = manager.applies_overflowed_steps().map(|always| {
+            LossScaledStep::new(network.clone(), optimizer.clone(), state.clone(), !always)
+        });
         let cell = Arc::new(TrainOneStepWithLossScaleCell {
+            fused,
             base: CellBase::new(),
             gradients: ScaledGradients::new(network.clone(), optimizer.clone()),
             update: ApplyGradients::new(optimizer.clone(), state.clone()),
@@ -107,7 +120,15 @@ impl TrainOneStepWithLossScaleCell {
         &self.manager
     }
 
-    /// The two cells a step runs (see [`super::scaled_grads`]): the gradients (inputs: the
+    /// The whole step as one cell where Graph mode runs it so (see [`super::fused_step`];
+    /// `SPORE_AMP_ONE_GRAPH=0` runs the two graphs instead):
+    /// inputs: the data, then the loss scale as a float32 scalar; outputs: the loss and
+    /// whether every gradient was finite. Its graph shows what a step computes and holds.
+    pub fn fused_step(&self) -> Option<Arc<dyn Cell>> {
+        self.fused.clone().map(|c| c as Arc<dyn Cell>)
+    }
+
+    /// The two cells a step runs elsewhere (see [`super::scaled_grads`]): the gradients (inputs: the
     /// data, then the loss scale as a float32 scalar; outputs: the loss, whether every
     /// gradient is finite (a boolean), the unscaled gradients) and the update (inputs: the gradients). In Graph mode each
     /// compiles (the update in PyNative mode too); their graphs show what a step
@@ -119,6 +140,48 @@ impl TrainOneStepWithLossScaleCell {
     /// One step on `(data, label)`; returns the loss.
     pub fn step(self: &Arc<Self>, data: &Tensor, label: &Tensor) -> Result<Tensor> {
         self.call_first(&[data.clone(), label.clone()])
+    }
+}
+
+/// False when the environment sets `SPORE_AMP_ONE_GRAPH=0`, to measure or test the two
+/// graphs where one would run; read once.
+fn one_graph_allowed() -> bool {
+    static ALLOWED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ALLOWED.get_or_init(|| std::env::var("SPORE_AMP_ONE_GRAPH").as_deref() != Ok("0"))
+}
+
+impl TrainOneStepWithLossScaleCell {
+    /// One step as one graph: the update was applied or dropped inside it; the manager
+    /// learns the outcome and must agree with the graph's rule.
+    fn fused_call(
+        &self,
+        fused: &Arc<LossScaledStep>,
+        args: &[Tensor],
+        scale: f64,
+    ) -> Result<Vec<Tensor>> {
+        let mut out = no_grad(|| fused.call(args))?.into_iter();
+        let (Some(loss), Some(all_finite)) = (out.next(), out.next()) else {
+            return Err(Error::invalid(
+                "TrainOneStepWithLossScaleCell: the step's graph returned too few outputs",
+            ));
+        };
+        self.steps.fetch_add(1, Ordering::Relaxed);
+        let overflow = no_grad(|| all_finite.item())? == 0.0;
+        let applied = self.manager.update(overflow);
+        self.saved.write(self.manager.state())?;
+        if applied != (!overflow || !fused.conditional()) {
+            return Err(Error::invalid(format!(
+                "TrainOneStepWithLossScaleCell: {} decided to {} an overflowed step, against its `applies_overflowed_steps`, after the compiled step had {} it",
+                self.manager.class_name(),
+                if applied { "apply" } else { "drop" },
+                if applied { "dropped" } else { "applied" },
+            )));
+        }
+        Ok(vec![
+            loss,
+            Tensor::scalar(overflow),
+            Tensor::scalar(scale as f32),
+        ])
     }
 }
 
@@ -134,6 +197,17 @@ impl Cell for TrainOneStepWithLossScaleCell {
         let scale = self.manager.loss_scale();
         let mut args = inputs.to_vec();
         args.push(Tensor::scalar(scale as f32));
+        if let Some(fused) = &self.fused
+            && one_graph_allowed()
+            && spore_core::context::mode() == Mode::Graph
+            && crate::distributed::current().is_none()
+            // A finite scale of at least 1 leaves a scaled gradient finite exactly when
+            // the unscaled one is, which the fused graph checks (every manager of
+            // Spore's keeps its scale so; see `applies_overflowed_steps`).
+            && (1.0..=f64::from(f32::MAX)).contains(&scale)
+        {
+            return self.fused_call(fused, &args, scale);
+        }
         // Under no_grad: nothing differentiates the step itself, and a compiled call that
         // updates state (BatchNorm's statistics) runs eagerly where gradients may flow.
         let mut out = no_grad(|| self.gradients.call(&args))?.into_iter();

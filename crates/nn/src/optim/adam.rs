@@ -41,9 +41,7 @@ fn moments(m: &Parameter, v: &Parameter, g: &Tensor, b1: f64, b2: f64) -> Result
         .value()
         .mul_scalar(b2)?
         .add(&g.mul(g)?.mul_scalar(1.0 - b2)?)?;
-    m.assign(&m_new)?;
-    v.assign(&v_new)?;
-    Ok((m_new, v_new))
+    Ok((super::store(m, &m_new)?, super::store(v, &v_new)?))
 }
 
 macro_rules! adam_config {
@@ -174,8 +172,8 @@ impl Optimizer for Adam {
         let lr = self.core.next_lr()?;
         let b1p = self.beta1_power.value().mul_scalar(self.beta1)?;
         let b2p = self.beta2_power.value().mul_scalar(self.beta2)?;
-        self.beta1_power.assign(&b1p)?;
-        self.beta2_power.assign(&b2p)?;
+        let b1p = super::store(&self.beta1_power, &b1p)?;
+        let b2p = super::store(&self.beta2_power, &b2p)?;
         let one = Tensor::scalar(1.0f32);
         let lr_t = lr.mul(&one.sub(&b2p)?.sqrt()?)?.div(&one.sub(&b1p)?)?;
         for (i, p) in self.core.params.iter().enumerate() {

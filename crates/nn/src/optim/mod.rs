@@ -329,6 +329,16 @@ impl OptimizerCore {
     }
 }
 
+/// Assigns `value` to `p` and returns what `p` now holds: `value` itself, or under
+/// [`assign_if`](spore_core::conditional_assign::assign_if) the value selected on its
+/// flag. An update that goes on from state it has just written reads it through this,
+/// so that under a flag its later values follow the selected state (and a compiled step
+/// computes and selects that state in one loop, which the rest then reads).
+pub(crate) fn store(p: &Parameter, value: &Tensor) -> Result<Tensor> {
+    p.assign(value)?;
+    Ok(p.value())
+}
+
 /// `(name, parameter)` pairs of per-parameter state lists.
 pub(crate) fn named(lists: &[&[Parameter]]) -> Vec<(String, Parameter)> {
     lists

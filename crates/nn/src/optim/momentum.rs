@@ -105,7 +105,7 @@ impl Optimizer for Momentum {
         for (i, (p, v)) in self.core.params.iter().zip(&self.moments).enumerate() {
             let g = self.core.decayed_grad(i, &grads[i])?;
             let v_new = v.value().mul_scalar(self.momentum)?.add(&g)?;
-            v.assign(&v_new)?;
+            let v_new = super::store(v, &v_new)?;
             let update = if self.nesterov {
                 g.add(&v_new.mul_scalar(self.momentum)?)?
             } else {

@@ -139,13 +139,13 @@ impl Optimizer for RMSProp {
                 .value()
                 .mul_scalar(d)?
                 .add(&g.mul(&g)?.mul_scalar(1.0 - d)?)?;
-            self.mean_square[i].assign(&ms)?;
+            let ms = super::store(&self.mean_square[i], &ms)?;
             let inner = if self.centered {
                 let mg = self.mean_grad[i]
                     .value()
                     .mul_scalar(d)?
                     .add(&g.mul_scalar(1.0 - d)?)?;
-                self.mean_grad[i].assign(&mg)?;
+                let mg = super::store(&self.mean_grad[i], &mg)?;
                 ms.sub(&mg.mul(&mg)?)?
             } else {
                 ms
@@ -158,7 +158,7 @@ impl Optimizer for RMSProp {
                 .value()
                 .mul_scalar(self.momentum)?
                 .add(&step)?;
-            self.moment[i].assign(&mom)?;
+            let mom = super::store(&self.moment[i], &mom)?;
             p.assign(&w.sub(&mom)?)?;
         }
         Ok(())

@@ -144,7 +144,7 @@ impl Optimizer for SGD {
                     .mul_scalar(self.momentum)?
                     .add(&g.mul_scalar(1.0 - self.dampening)?)?;
                 let b = Tensor::select(&first, &g, &later)?;
-                buf.assign(&b)?;
+                let b = super::store(buf, &b)?;
                 stat.assign(&Tensor::zeros(&[], DType::F32)?)?;
                 g = if self.nesterov {
                     g.add(&b.mul_scalar(self.momentum)?)?

@@ -6,6 +6,7 @@
 //! [`serial`] first.
 
 mod amp;
+mod amp_fused_step;
 mod cells;
 mod checkpoint_integrity;
 mod checkpoints;
