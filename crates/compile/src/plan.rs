@@ -55,6 +55,18 @@ fn donations(g: &Graph, free_after: &[Vec<ValueId>]) -> Vec<Option<usize>> {
     donates
 }
 
+/// Whether `node`, lent an input's buffer, writes its result there: a float32 or float64
+/// loop, or `MatMulAdd` (as `spore_core::prims::in_place::accepts_lent_buffer` decides
+/// when the step runs; a 16-bit result, and any other op, takes a buffer of its own).
+fn writes_over_an_input(node: &spore_core::ir::Node) -> bool {
+    let out = node.ty().dtype;
+    match node.op() {
+        Some(spore_core::op::Op::Fused(p)) => !out.is_half() && out == p.compute,
+        Some(spore_core::op::Op::MatMulAdd { .. }) => !out.is_half(),
+        _ => false,
+    }
+}
+
 impl MemoryPlan {
     pub fn new(g: &Graph) -> MemoryPlan {
         let n = g.nodes.len();
@@ -90,12 +102,14 @@ impl MemoryPlan {
         for (i, frees) in free_after.iter().enumerate() {
             // An update written over its parameter's buffer takes no new bytes: the
             // parameter's value ends there (it is the update's last reader).
-            let reused = donates[i].and_then(|p| {
-                g.nodes[i]
-                    .args()
-                    .into_iter()
-                    .find(|&a| matches!(g.nodes[a].kind, NodeKind::Parameter(k) if k == p))
-            });
+            let reused = donates[i]
+                .filter(|_| writes_over_an_input(&g.nodes[i]))
+                .and_then(|p| {
+                    g.nodes[i]
+                        .args()
+                        .into_iter()
+                        .find(|&a| matches!(g.nodes[a].kind, NodeKind::Parameter(k) if k == p))
+                });
             live += bytes(i);
             if let Some(a) = reused {
                 live -= bytes(a);

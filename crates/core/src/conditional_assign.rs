@@ -1,6 +1,9 @@
 //! Parameter updates that hold only where a flag is true: inside [`assign_if`], each
-//! `Parameter::assign(v)` stores `select(flag, v, current)` instead of `v`, and later
-//! reads in the same block see that value. A compiled training step uses it to apply or
+//! `Parameter::assign(v)` this thread runs (in eager code, or in the trace being
+//! recorded) stores `select(flag, v, current)` instead of `v`, and later reads in the
+//! same block see that value. A compiled cell called inside runs its own graph, which
+//! the flag does not reach, and work sent to other threads does not see it: the block
+//! is for code that assigns directly, as an optimizer's update does. A compiled training step uses it to apply or
 //! drop its optimizer's update on a flag computed in the same graph (amp's overflow
 //! check), without control flow.
 //!
@@ -35,7 +38,9 @@ thread_local! {
 /// scalar) is true; elsewhere the parameter keeps its value. Blocks nest (all their
 /// flags must hold).
 pub fn assign_if<R>(flag: &Tensor, f: impl FnOnce() -> Result<R>) -> Result<R> {
-    if flag.dtype() != DType::Bool || flag.numel() != 1 {
+    // Rank 0 exactly: a flag of shape [1] would broadcast a scalar parameter's value to
+    // [1] in the select.
+    if flag.dtype() != DType::Bool || flag.rank() != 0 {
         return Err(Error::invalid(format!(
             "assign_if: expected a boolean scalar flag, got {}",
             flag.tensor_type()

@@ -6,7 +6,8 @@
 //! loss after its timed steps is printed beside its time, so a fast wrong step shows.
 //! The peak bytes of values live in the step's compiled graphs (parameters, their 16-bit
 //! copies, activations, gradients) are printed too, from the graphs' memory plans; for a
-//! loss-scaled step (O2), the larger of its two graphs' peaks.
+//! loss-scaled step (O2), its one graph's (with `SPORE_AMP_ONE_GRAPH=0`, the larger of
+//! its two graphs' peaks, each counting only the parameters it reads).
 //!
 //! ```sh
 //! cargo run --release -p spore --example bench_amp -- [--model lenet|mlp|resnet18|resnet50] --steps 100 --rounds 3 [--levels O0,O2bf16]

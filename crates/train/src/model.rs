@@ -2,7 +2,9 @@
 //! evaluates metrics, predicts. In Graph mode each training step (forward, backward,
 //! update) is one compiled graph; in PyNative mode the forward and backward passes run
 //! op by op and the update as one compiled graph. (A loss-scaled mixed-precision step,
-//! `amp_level` O2, is two graphs with the decision on the host: see `spore_nn::amp`.)
+//! `amp_level` O2, is one graph in Graph mode too, the update applied under the overflow
+//! check's flag; two graphs with the decision on the host in PyNative mode and in a
+//! distributed job: see `spore_nn::amp`.)
 //!
 //! Data sinking follows seed 001: with `dataset_sink_mode`, a feeder thread moves batches
 //! into a bounded queue and the training loop takes `sink_size` steps from it per host

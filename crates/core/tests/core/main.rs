@@ -1,6 +1,7 @@
 //! spore-core's integration tests (one binary: linking dominates build time on 2 cores).
 
 mod autodiff;
+mod conditional_assign;
 mod custom;
 mod eager;
 mod errors;

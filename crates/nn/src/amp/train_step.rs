@@ -1,6 +1,6 @@
 //! MindSpore's `TrainOneStepWithLossScaleCell`: one training step whose loss is scaled
-//! before the backward pass; the gradients are unscaled, checked for overflow in one
-//! pass ([`all_finite`]), and applied unless the manager drops the step. `call` returns
+//! before the backward pass; the gradients are checked for overflow in one pass
+//! ([`all_finite`]), unscaled, and applied unless the manager drops the step. `call` returns
 //! `[loss, overflow, loss_scale]` as MindSpore's returns `(loss, cond, scaling_sens)`.
 //!
 //! ```
@@ -130,7 +130,7 @@ impl TrainOneStepWithLossScaleCell {
 
     /// The two cells a step runs elsewhere (see [`super::scaled_grads`]): the gradients (inputs: the
     /// data, then the loss scale as a float32 scalar; outputs: the loss, whether every
-    /// gradient is finite (a boolean), the unscaled gradients) and the update (inputs: the gradients). In Graph mode each
+    /// gradient is finite (a boolean), the unscaled gradients) and the update (inputs: the gradients). Where they run in Graph mode each
     /// compiles (the update in PyNative mode too); their graphs show what a step
     /// computes and holds.
     pub fn stages(&self) -> (Arc<dyn Cell>, Arc<dyn Cell>) {
@@ -256,7 +256,8 @@ impl Cell for TrainOneStepWithLossScaleCell {
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)
     }
-    /// The step itself runs on the host: its two halves compile (see the module docs).
+    /// The step itself runs on the host: its one graph, or its two halves, compile (see
+    /// the module docs).
     fn compiles(&self) -> bool {
         false
     }

@@ -217,8 +217,9 @@ fn loss_scaled_steps_skip_overflow_and_follow_mindspores_rule() {
     );
 }
 
-/// O2's loss-scaled step in Graph mode (two compiled graphs and the manager's decision on
-/// the host between them) follows PyNative mode step by step: the same overflows, the
+/// O2's loss-scaled step in Graph mode (one compiled graph, the update applied under the
+/// overflow flag) follows PyNative mode (two graphs, the manager's decision on the host
+/// between them) step by step: the same overflows, the
 /// same loss scales, and losses equal up to float32 rounding. The default dynamic scale
 /// starts at 2^24, so the float16 gradients overflow on the first steps.
 #[test]

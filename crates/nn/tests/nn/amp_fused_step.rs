@@ -2,7 +2,8 @@
 //! step leaves every weight and moment and the step counter as they were, or applies the
 //! update where the manager keeps overflowed steps; the overflow check reads the 16-bit
 //! gradients in place and the update unscales them as it reads them, so no float32 copy
-//! of a gradient is made; and PyNative mode (two graphs) computes the same values.
+//! of a gradient is made; and every optimizer's state under a dynamic scale, overflowed
+//! steps dropped, follows the two graphs step by step.
 
 use spore_core::context::Mode;
 use spore_core::{DType, Tensor, TensorType};
@@ -118,5 +119,89 @@ fn the_one_graph_step_checks_and_unscales_16_bit_gradients_in_place() {
         .map(|n| n.ty().shape.to_vec())
         .collect();
     assert_eq!(widened, vec![vec![4, 8]], "{ir}");
+    set_mode(Mode::PyNative);
+}
+
+/// Every optimizer's state under the one graph follows the two graphs (PyNative mode)
+/// step by step, with a dynamic scale that starts at 2^24, so that the float16 gradients
+/// overflow on the first steps (those updates dropped, the scale halved) and later
+/// steps apply: the same overflows and scales, and weights and every state value
+/// (moments, step counters, Adam's beta powers, SGD's first-step flag) equal up to
+/// float32 rounding.
+#[test]
+fn every_optimizers_state_under_the_one_graph_follows_the_two_graphs() {
+    use spore_nn::amp::DynamicLossScaleManager;
+    use spore_nn::optim::{Adam, Optimizer, RMSProp, SGD};
+    use std::sync::Arc;
+    type Make = fn(Vec<spore_core::Parameter>) -> Arc<dyn Optimizer>;
+    let optimizers: [(&str, Make); 5] = [
+        ("Momentum, nesterov", |p| {
+            Momentum::config(p, 0.01, 0.9)
+                .nesterov(true)
+                .build()
+                .unwrap()
+        }),
+        ("SGD, momentum", |p| {
+            SGD::config(p, 0.01).momentum(0.9).build().unwrap()
+        }),
+        ("Adam", |p| Adam::new(p, 0.001).unwrap()),
+        ("Adam, nesterov", |p| {
+            Adam::config(p, 0.001).nesterov(true).build().unwrap()
+        }),
+        ("RMSProp, centered", |p| {
+            RMSProp::config(p, 0.001)
+                .momentum(0.5)
+                .centered(true)
+                .build()
+                .unwrap()
+        }),
+    ];
+    let _s = serial();
+    for (name, make) in optimizers {
+        let run = |mode: Mode| {
+            spore_core::context::set_context(
+                spore_core::context::ContextUpdate::new().mode(mode).seed(9),
+            )
+            .unwrap();
+            let net = Dense::new(16, 4).unwrap();
+            let opt = make(net.trainable_params());
+            let options = AmpOptions {
+                loss_scale_manager: Some(Arc::new(
+                    DynamicLossScaleManager::new(2f64.powi(24), 2.0, 3).unwrap(),
+                )),
+                ..AmpOptions::default()
+            };
+            let loss = SoftmaxCrossEntropyWithLogits::new(true, Reduction::Mean);
+            let step = build_train_network(net, opt, Some(loss), AmpLevel::O2, options).unwrap();
+            let x = Tensor::randn(&[8, 16], DType::F32, Some(4)).unwrap();
+            let y = Tensor::from_vec(vec![0i32, 1, 2, 3, 3, 2, 1, 0], &[8]).unwrap();
+            (0..8)
+                .map(|_| {
+                    let out = step.call(&[x.clone(), y.clone()]).unwrap();
+                    let overflow = out[1].item().unwrap() == 1.0;
+                    (overflow, out[2].item().unwrap(), state(&*step))
+                })
+                .collect::<Vec<_>>()
+        };
+        let two = run(Mode::PyNative);
+        let one = run(Mode::Graph);
+        assert!(
+            two.iter().any(|s| s.0) && two.iter().any(|s| !s.0),
+            "{name}: {two:?}"
+        );
+        for (k, (t, o)) in two.iter().zip(&one).enumerate() {
+            assert_eq!(
+                (t.0, t.1),
+                (o.0, o.1),
+                "{name}, step {k}: overflow and scale"
+            );
+            for (a, b) in t.2.iter().flatten().zip(o.2.iter().flatten()) {
+                assert!(
+                    (a - b).abs() <= 1e-4 * a.abs().max(1e-2),
+                    "{name}, step {k}: {a} vs {b}"
+                );
+            }
+        }
+    }
     set_mode(Mode::PyNative);
 }
