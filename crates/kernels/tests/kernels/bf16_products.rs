@@ -95,32 +95,38 @@ fn bf16_products_are_bitwise_the_same_on_any_thread_count() {
         .num_threads(4)
         .build()
         .expect("a rayon pool");
-    let (m, n, k) = (77, 300, 1000);
-    let (a, b) = (values(m * k, 1), values(k * n, 2));
-    let run = |path, threads| {
-        let mut c = vec![0.0f32; m * n];
-        pool.install(|| {
-            gemm_bf16(
-                path,
-                &mut c,
-                false,
-                (m, n, k),
-                (&a, matrix(0, false, m, k)),
-                (&b, matrix(0, true, k, n)),
-                threads,
-            )
-        });
-        c
-    };
-    for path in paths() {
-        let one = run(path, 1);
-        for threads in [2, 3, 4] {
-            let many = run(path, threads);
-            let same = one
-                .iter()
-                .zip(&many)
-                .all(|(x, y)| x.to_bits() == y.to_bits());
-            assert!(same, "{path:?}: {threads} threads differ from one");
+    // A large B (split by column panels) and a small one (by rows, each thread widening
+    // B itself on the widened path).
+    for (m, n, k) in [(77, 300, 1000), (77, 120, 400)] {
+        let (a, b) = (values(m * k, 1), values(k * n, 2));
+        let run = |path, threads| {
+            let mut c = vec![0.0f32; m * n];
+            pool.install(|| {
+                gemm_bf16(
+                    path,
+                    &mut c,
+                    false,
+                    (m, n, k),
+                    (&a, matrix(0, false, m, k)),
+                    (&b, matrix(0, true, k, n)),
+                    threads,
+                )
+            });
+            c
+        };
+        for path in paths() {
+            let one = run(path, 1);
+            for threads in [2, 3, 4] {
+                let many = run(path, threads);
+                let same = one
+                    .iter()
+                    .zip(&many)
+                    .all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(
+                    same,
+                    "{path:?} {m}x{n}x{k}: {threads} threads differ from one"
+                );
+            }
         }
     }
 }
