@@ -169,7 +169,7 @@ const HALVES_MAX_B: usize = 1 << 16;
 /// two products, each widening its rows of A and all of B itself and multiplying them
 /// on one thread, side by side where `threads > 1`. Why: widened on one thread and
 /// multiplied on two, the values a thread reads sit in the other core's cache; a LeNet5
-/// layer's product (32 x 120 x 400) ran at a third of its float32 speed. The halves do
+/// layer's product (32 x 120 x 400) ran at 40 % of its float32 speed. The halves do
 /// not depend on `threads`, so neither do the results' bits.
 fn halves(
     c: &mut [f32],
