@@ -225,20 +225,29 @@ pub(crate) fn narrow_slice<T: crate::Num>(src: &[f32], dst: &mut [T]) {
     }
 }
 
-/// `s` as a slice of `U` when `T` is `U` (checked by type, not by the `DTYPE` a type
-/// outside this crate could claim).
+/// Whether `T` is `U`, by type (not by the `DTYPE` a type outside this crate could
+/// claim).
+fn same_type<T: 'static, U: 'static>() -> bool {
+    std::any::TypeId::of::<T>() == std::any::TypeId::of::<U>()
+}
+
+/// Whether `T` is float16 or bfloat16 (the types [`widen_slice`] and [`narrow_slice`]
+/// convert).
+pub(crate) fn is_half<T: 'static>() -> bool {
+    same_type::<T, bf16>() || same_type::<T, f16>()
+}
+
+/// `s` as a slice of `U` when `T` is `U`.
 fn retyped<T: 'static, U: 'static>(s: &[T]) -> Option<&[U]> {
-    use std::any::TypeId;
     // SAFETY: `T` and `U` are the same type, so the slice is reinterpreted as itself.
-    (TypeId::of::<T>() == TypeId::of::<U>())
+    same_type::<T, U>()
         .then(|| unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<U>(), s.len()) })
 }
 
 /// [`retyped`] for a mutable slice.
 fn retyped_mut<T: 'static, U: 'static>(s: &mut [T]) -> Option<&mut [U]> {
-    use std::any::TypeId;
     // SAFETY: as in `retyped`.
-    (TypeId::of::<T>() == TypeId::of::<U>())
+    same_type::<T, U>()
         .then(|| unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<U>(), s.len()) })
 }
 

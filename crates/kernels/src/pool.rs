@@ -363,7 +363,7 @@ pub fn max_pool2d<T: Num>(x: &[T], g: &PoolGeometry) -> Vec<T> {
     }
     let inside = interior(g);
     // (A plane of no cells, all padding, gets -inf from the scalar kernel below.)
-    if pool_half::is_16_bit::<T>() && hw > 0 {
+    if crate::half_float::is_half::<T>() && hw > 0 {
         for_each_plane_run(&mut y, ohw, hw, |p, run| {
             let planes = run.len() / ohw;
             pool_half::forward_planes(&x[p * hw..][..planes * hw], g, &inside, run)
@@ -444,7 +444,7 @@ pub fn max_pool2d_backward_masked<T: Num>(
     // clearing the whole gradient first was one serial pass over memory.
     let mut dx = crate::arena::for_overwrite::<T>(g.planes() * hw);
     let inside = interior(g);
-    if pool_half::is_16_bit::<T>() {
+    if crate::half_float::is_half::<T>() {
         for_each_plane_run(&mut dx, hw, hw, |p, run| {
             let planes = run.len() / hw;
             let (xs, dys) = (&x[p * hw..][..planes * hw], &dy[p * ohw..][..planes * ohw]);

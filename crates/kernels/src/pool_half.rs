@@ -36,13 +36,6 @@ const KEEP: Keep = Keep {
     max: 1 << 20,
 };
 
-/// Whether `T` is float16 or bfloat16, whose planes this module pools.
-pub(crate) fn is_16_bit<T: Num>() -> bool {
-    use std::any::TypeId;
-    let t = TypeId::of::<T>();
-    t == TypeId::of::<crate::bf16>() || t == TypeId::of::<crate::f16>()
-}
-
 /// Input values widened at once: a few planes, which stay in L1 and L2 between the
 /// conversions and the pooling.
 const WIDE_VALUES: usize = 1 << 14;
