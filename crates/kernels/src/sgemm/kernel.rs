@@ -12,6 +12,14 @@ use std::arch::x86_64::*;
 
 use super::{MR, NR, TileEpilogue};
 
+/// How far ahead in A (values) each step of the tile asks for a line: 128 steps, about
+/// 700 cycles of multiply-adds, the time a line takes to come from memory. Why: a
+/// convolution at batch 1 reads its prepacked filters once per call, straight from
+/// memory (ResNet-18's 512-channel layers: 9.4 MB each, past L3 for the whole network),
+/// and the hardware prefetcher alone left its tiles waiting (measured: BENCHMARKS.md,
+/// "ONNX"). Where A is already in cache the request costs one load slot per 12 FMAs.
+const PREFETCH_A: usize = MR * 128;
+
 /// `C[6 x 16] (+)= A_panel * B_panel`, then the epilogue: `a` is packed depth-major (`MR`
 /// values per step), `b` holds `kc` rows of `NR` values, `ldb` elements apart; C rows
 /// (and the epilogue's) are `ldc` apart.
@@ -51,6 +59,8 @@ pub(super) unsafe fn tile(
         let mut acc = [[_mm256_setzero_ps(); 2]; MR];
         let (mut a, mut b) = (a, b);
         for _ in 0..kc {
+            // A hint: no fault past the end of A (hence `wrapping_add`).
+            _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(PREFETCH_A).cast::<i8>());
             let b0 = _mm256_loadu_ps(b);
             let b1 = _mm256_loadu_ps(b.add(8));
             for (r, row) in acc.iter_mut().enumerate() {
