@@ -1,8 +1,8 @@
 //! All of fusion as one pass, for callers that want it at once (`default_passes` lists
 //! its stages one by one, so that `save_graphs` prints the graph after each):
 //! `pool_relu`, `conv_relu`, `product_sums`, `fuse_elementwise`, `fuse_sum`, `contract`,
-//! `matmul_epilogue`, `widening_casts` and `narrowing_casts`, with `dce` clean-ups between
-//! them.
+//! `matmul_epilogue`, `conv_epilogue`, `widening_casts` and `narrowing_casts`, with `dce`
+//! clean-ups between them.
 //!
 //! ```
 //! use spore_compile::{pass::Pass, passes::{Dce, FuseElementwise}};
@@ -17,8 +17,8 @@ use spore_core::Result;
 use spore_core::ir::Graph;
 
 use super::{
-    Contract, ConvRelu, Dce, ElementwiseLoops, MatMulEpilogue, NarrowingCasts, PoolRelu,
-    ProductSums, SumLoops, WideningCasts,
+    Contract, ConvEpilogue, ConvRelu, Dce, ElementwiseLoops, MatMulEpilogue, NarrowingCasts,
+    PoolRelu, ProductSums, SumLoops, WideningCasts,
 };
 use crate::pass::Pass;
 
@@ -26,7 +26,8 @@ use crate::pass::Pass;
 /// come first (what they leave dead must not count as readers of the loops), and sums of
 /// products before the loops would take their additions; sums take
 /// whole loops, so they follow the loops; contraction rewrites finished programs; and
-/// the epilogue fold recognises contracted loops (`m * 0.9 + dW` is one `MulAdd`).
+/// the epilogue folds recognise contracted loops (`m * 0.9 + dW` and a BatchNorm's
+/// `y * scale + shift` are each one `MulAdd`).
 pub fn fusion_passes() -> Vec<Box<dyn Pass>> {
     vec![
         Box::new(PoolRelu),
@@ -39,6 +40,7 @@ pub fn fusion_passes() -> Vec<Box<dyn Pass>> {
         Box::new(Contract),
         Box::new(Dce),
         Box::new(MatMulEpilogue),
+        Box::new(ConvEpilogue),
         // Last: a product's epilogue takes its float32 addend as it is, and the loops
         // left read 16-bit values past their casts (the pipeline's `dce` then drops them).
         Box::new(WideningCasts),

@@ -2,6 +2,7 @@
 
 mod const_fold;
 pub mod contract;
+mod conv_epilogue;
 mod conv_relu;
 mod cse;
 mod dce;
@@ -17,6 +18,7 @@ mod widening_casts;
 
 pub use const_fold::ConstFold;
 pub use contract::Contract;
+pub use conv_epilogue::ConvEpilogue;
 pub use conv_relu::ConvRelu;
 pub use cse::Cse;
 pub use dce::Dce;

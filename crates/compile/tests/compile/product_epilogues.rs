@@ -2,54 +2,10 @@
 //! products, a bias and ReLU, ReLU's gradient), each checked bit for bit against the
 //! unfused graph in the interpreter and the executor.
 
-use spore_compile::pass::Pass;
-use spore_compile::passes::{Dce, FuseElementwise};
-use spore_core::ir::Graph;
 use spore_core::trace::trace;
 use spore_core::{DType, Tensor, TensorType};
 
-use super::assert_close;
-
-/// Random f32 inputs of `types`, seeded from `seed`.
-fn random_inputs(types: &[TensorType], seed: u64) -> Vec<Tensor> {
-    types
-        .iter()
-        .enumerate()
-        .map(|(k, t)| Tensor::randn(&t.shape, DType::F32, Some(seed + k as u64)).unwrap())
-        .collect()
-}
-
-/// Fuses `g` and returns its IR, after checking that the fused graph's results equal the
-/// unfused graph's bit for bit, in the interpreter and in the executor over two runs.
-fn fuse_keeping_bits(mut g: Graph, inputs: &[Tensor]) -> String {
-    let before = g.interpret(inputs).unwrap();
-    assert!(FuseElementwise.run(&mut g).unwrap());
-    Dce.run(&mut g).unwrap();
-    g.verify().unwrap();
-    let ir = g.to_ir();
-    let after = g.interpret(inputs).unwrap();
-    let mut exe = spore_compile::executor::Executable::new(g).unwrap();
-    for run in 0..2 {
-        let outputs = exe.run(inputs).unwrap();
-        for (k, want) in before.outputs.iter().enumerate() {
-            assert_close(&after.outputs[k], want, 0.0, &format!("interpreted\n{ir}"));
-            assert_close(
-                &outputs[k],
-                want,
-                0.0,
-                &format!("executed, run {run}\n{ir}"),
-            );
-        }
-    }
-    ir
-}
-
-/// The IR of `g` after fusion.
-fn fused_ir(mut g: Graph) -> String {
-    FuseElementwise.run(&mut g).unwrap();
-    Dce.run(&mut g).unwrap();
-    g.to_ir()
-}
+use super::fusion_bits::{fuse_keeping_bits, fused_ir, random_inputs};
 
 /// A Momentum update of a weight gradient, `m * 0.9 + dyᵀ · x`, and a product plus a
 /// tensor of its shape become `MatMulAdd`; results equal the unfused graph's bit for bit,

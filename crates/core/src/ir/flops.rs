@@ -58,8 +58,8 @@ pub fn op_flops(op: &Op, args: &[&TensorType], out: &TensorType) -> u64 {
                 None => 0,
             }
         }
-        // (x, w) -> y: per y value.
-        Op::Conv2d(_) | Op::Conv2dRelu(_) if args.len() == 2 => 2u64
+        // (x, w, epilogue operands...) -> y: per y value.
+        Op::Conv2d(_) | Op::Conv2dRelu(_) | Op::Conv2dEpilogue { .. } if args.len() >= 2 => 2u64
             .saturating_mul(numel(out))
             .saturating_mul(per_output(args[1])),
         // (dy, w) -> dx: the forward's multiply-adds, per dy value.

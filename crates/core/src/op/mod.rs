@@ -35,6 +35,25 @@ pub struct ConvAttrs {
     pub groups: usize,
 }
 
+/// Which parts a [`Op::Conv2dEpilogue`] applies (each present part is one more input).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ConvEpilogueParts {
+    pub scale: bool,
+    pub shift: bool,
+    pub addend: bool,
+    pub relu: bool,
+}
+
+impl ConvEpilogueParts {
+    /// The inputs after `x` and `w`.
+    pub fn operands(&self) -> usize {
+        [self.scale, self.shift, self.addend]
+            .iter()
+            .filter(|&&p| p)
+            .count()
+    }
+}
+
 /// Pooling attributes with resolved padding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PoolAttrs {
@@ -117,6 +136,15 @@ pub enum Op {
     /// `relu(Conv2d(x, w))` as one op: made by the graph compiler's fusion (after autodiff)
     /// where a ReLU is a convolution's only reader.
     Conv2dRelu(ConvAttrs),
+    /// `Conv2d(x, w)` finished before it is stored: per output channel `* scale + shift`
+    /// (an inference BatchNorm, a bias), `+ addend` (a residual shaped as the output),
+    /// then ReLU, each part where `parts` has it; inputs `x, w`, then scale, shift and
+    /// addend in that order where present. Made by the graph compiler's fusion (after
+    /// autodiff) where an elementwise loop of that form is a convolution's only reader.
+    Conv2dEpilogue {
+        attrs: ConvAttrs,
+        parts: ConvEpilogueParts,
+    },
     Conv2dBackpropInput {
         attrs: ConvAttrs,
         input_shape: [usize; 4],

@@ -144,6 +144,7 @@ op_table! {
     Op::MatMulReluGrad => row!("MatMulReluGrad", THREE, MatMul, compiler);
     Op::Conv2d(_) => row!("Conv2D", TWO, Conv);
     Op::Conv2dRelu(_) => row!("Conv2DReLU", TWO, Conv, compiler);
+    Op::Conv2dEpilogue { .. } => row!("Conv2DEpilogue", N, Conv, compiler);
     Op::Conv2dBackpropInput { .. } => row!("Conv2DBackpropInput", TWO, Conv);
     Op::Conv2dBackpropFilter { .. } => row!("Conv2DBackpropFilter", TWO, Conv);
     Op::MaxPool2d(_) => row!("MaxPool", ONE, Pool);

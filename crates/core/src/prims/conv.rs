@@ -18,7 +18,7 @@ use super::elementwise::when;
 use super::require_same_dtype;
 use crate::apply::{apply, op_error};
 use crate::error::Result;
-use crate::op::{ConvAttrs, Op};
+use crate::op::{ConvAttrs, ConvEpilogueParts, Op};
 use crate::tensor::{Storage, Tensor, TensorType};
 
 /// MindSpore's padding modes.
@@ -132,6 +132,9 @@ fn check(a: &ConvAttrs, input: [usize; 4], weight: [usize; 4]) -> Result<[usize;
 }
 
 pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, String> {
+    if let Op::Conv2dEpilogue { attrs, parts } = op {
+        return infer_epilogue(*attrs, *parts, inputs);
+    }
     let (p, q) = (inputs[0], inputs[1]);
     require_same_dtype(p, q)?;
     super::require_float(p, "input")?;
@@ -171,11 +174,125 @@ pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, Strin
     }
 }
 
+/// `Conv2DEpilogue`: a float32 convolution, then one value per output channel for the
+/// scale and the shift and the output's type for the addend.
+fn infer_epilogue(
+    attrs: ConvAttrs,
+    parts: ConvEpilogueParts,
+    inputs: &[&TensorType],
+) -> Result<TensorType, String> {
+    let want = 2 + parts.operands();
+    if inputs.len() != want {
+        return Err(format!(
+            "expected {want} inputs for {parts:?}, got {}",
+            inputs.len()
+        ));
+    }
+    let y = infer(&Op::Conv2d(attrs), &inputs[..2])?;
+    let channels = y.shape[1];
+    let names = [("scale", parts.scale), ("shift", parts.shift)];
+    let per_channel = names.iter().filter(|(_, present)| *present);
+    for ((name, _), t) in per_channel.zip(&inputs[2..]) {
+        if t.dtype != y.dtype || t.numel() != channels {
+            return Err(format!(
+                "{name} must hold {channels} {} values (one per output channel), got {:?} of {}",
+                y.dtype, t.shape, t.dtype
+            ));
+        }
+    }
+    if parts.addend && *inputs[want - 1] != y {
+        return Err(format!(
+            "the addend must have the output's type {:?} of {}, got {:?} of {}",
+            y.shape,
+            y.dtype,
+            inputs[want - 1].shape,
+            inputs[want - 1].dtype
+        ));
+    }
+    Ok(y)
+}
+
+/// `Conv2DEpilogue`'s output: its operands as a kernel epilogue, the convolution from
+/// the weight's cached filters in evaluation mode.
+fn eval_epilogue(
+    attrs: ConvAttrs,
+    parts: ConvEpilogueParts,
+    inputs: &[&Tensor],
+) -> Result<Buffer, String> {
+    let buffers: Vec<_> = inputs.iter().map(|t| t.contiguous_buffer()).collect();
+    let g = geometry(&attrs, dims(inputs[0]), dims(inputs[1]));
+    if let Buffer::F64(_) = &*buffers[0] {
+        return epilogue_f64(&g, parts, &buffers);
+    }
+    let (x, w) = (f32s(&buffers[0])?, f32s(&buffers[1])?);
+    let mut rest = buffers[2..].iter();
+    let mut next = |present: bool| match present {
+        true => rest.next().map(|b| f32s(b)).transpose(),
+        false => Ok(None),
+    };
+    let e = k::ChannelEpilogue {
+        scale: next(parts.scale)?,
+        shift: next(parts.shift)?,
+        addend: next(parts.addend)?,
+        relu: parts.relu,
+    };
+    e.check(&g)?;
+    if let Some(y) = super::filter_cache::forward_finished(x, &buffers[1], &g, &e) {
+        return Ok(Buffer::F32(y));
+    }
+    Ok(Buffer::F32(k::epilogue::conv2d_finished(x, w, &g, &e)))
+}
+
+/// `Conv2DEpilogue` in float64 (the op table's reference runs; the compiler makes the op
+/// for float32 graphs): the convolution, then each part as its elementwise op.
+fn epilogue_f64(
+    g: &ConvGeometry,
+    parts: ConvEpilogueParts,
+    buffers: &[std::sync::Arc<Buffer>],
+) -> Result<Buffer, String> {
+    let f64s = |b: &Buffer| match b {
+        Buffer::F64(v) => Ok(v.clone()),
+        other => Err(format!(
+            "inputs must share one dtype, got {}",
+            other.dtype()
+        )),
+    };
+    let mut y = k::conv2d(&f64s(&buffers[0])?, &f64s(&buffers[1])?, g);
+    let mut rest = buffers[2..].iter();
+    let mut next = |present: bool| match present {
+        true => rest.next().map(|b| f64s(b)).transpose(),
+        false => Ok(None),
+    };
+    let (scale, shift, addend) = (next(parts.scale)?, next(parts.shift)?, next(parts.addend)?);
+    let plane = y.len() / (g.n * g.o).max(1);
+    for (i, v) in y.iter_mut().enumerate() {
+        let channel = (i / plane) % g.o;
+        *v = scale.as_ref().map_or(*v, |s| *v * s[channel]);
+        *v = shift.as_ref().map_or(*v, |t| *v + t[channel]);
+        *v = addend.as_ref().map_or(*v, |d| *v + d[i]);
+        if parts.relu {
+            *v = if *v > 0.0 { *v } else { 0.0 };
+        }
+    }
+    Ok(Buffer::F64(y))
+}
+
+fn f32s(b: &Buffer) -> Result<&[f32], String> {
+    match b {
+        Buffer::F32(v) => Ok(v.as_slice()),
+        other => Err(format!("takes Float32 values, got {}", other.dtype())),
+    }
+}
+
 fn dims(t: &Tensor) -> [usize; 4] {
     [t.shape()[0], t.shape()[1], t.shape()[2], t.shape()[3]]
 }
 
 pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Storage, String> {
+    if let Op::Conv2dEpilogue { attrs, parts } = op {
+        let y = eval_epilogue(*attrs, *parts, inputs)?;
+        return Ok(Storage::contiguous(y, &out.shape));
+    }
     let (p, q) = (inputs[0].contiguous_buffer(), inputs[1].contiguous_buffer());
     let (pd, qd) = (dims(inputs[0]), dims(inputs[1]));
     // bfloat16 operands take `spore_kernels::conv::bf16` (accumulated in float32, rounded
@@ -279,10 +396,11 @@ pub(crate) fn vjp(op: &Op, inputs: &[Tensor], g: &Tensor) -> Result<Vec<Option<T
             when(np, || conv(*attrs, q, g))?,
             when(nq, || bpi(*attrs, p, g, dims(q)))?,
         ],
-        Op::Conv2dRelu(_) => {
-            return Err(crate::error::Error::invalid(
-                "Conv2DReLU has no gradient rule: fusion runs after autodiff, on compiled graphs only",
-            ));
+        Op::Conv2dRelu(_) | Op::Conv2dEpilogue { .. } => {
+            return Err(crate::error::Error::invalid(format!(
+                "{} has no gradient rule: fusion runs after autodiff, on compiled graphs only",
+                op.name()
+            )));
         }
         _ => vec![None, None],
     })

@@ -19,8 +19,8 @@ use std::cell::Cell;
 use std::sync::{Arc, Mutex, Weak};
 
 use spore_kernels::Buffer;
-use spore_kernels::conv::ConvGeometry;
-use spore_kernels::conv::prepared::{PreparedFilters, conv2d_prepared, prepare_filters};
+use spore_kernels::conv::prepared::{PreparedFilters, conv2d_prepared_finished, prepare_filters};
+use spore_kernels::conv::{ChannelEpilogue, ConvGeometry};
 
 thread_local! {
     static FROZEN: Cell<bool> = const { Cell::new(false) };
@@ -71,6 +71,20 @@ pub(crate) fn forward(
     g: &ConvGeometry,
     relu: bool,
 ) -> Option<Vec<f32>> {
+    let e = ChannelEpilogue {
+        relu,
+        ..Default::default()
+    };
+    forward_finished(x, weight, g, &e)
+}
+
+/// [`forward`] through a convolution epilogue (operands checked by the caller).
+pub(crate) fn forward_finished(
+    x: &[f32],
+    weight: &Arc<Buffer>,
+    g: &ConvGeometry,
+    e: &ChannelEpilogue,
+) -> Option<Vec<f32>> {
     if !frozen_weights() || Arc::strong_count(weight) < 2 {
         return None;
     }
@@ -85,7 +99,7 @@ pub(crate) fn forward(
             p
         }
     };
-    Some(conv2d_prepared(x, &prepared, g, relu))
+    Some(conv2d_prepared_finished(x, &prepared, g, e))
 }
 
 fn lookup(weight: &Arc<Buffer>, g: &ConvGeometry) -> Option<Arc<PreparedFilters>> {

@@ -1,9 +1,9 @@
-//! Rows of the primitives only the graph compiler makes (`Conv2DReLU`, `MaxPoolGradReLU`,
-//! `FusedReduceSum`, `FusedElementwise`; the products' are in `table_products.rs`) and of
+//! Rows of the primitives only the graph compiler makes (`Conv2DReLU`, `Conv2DEpilogue`,
+//! `MaxPoolGradReLU`, `FusedReduceSum`, `FusedElementwise`; the products' are in `table_products.rs`) and of
 //! the side-effect op (`Print`), each against a naive reference.
 
 use spore_core::Tensor;
-use spore_core::op::{ConvAttrs, Op, PrintSegment};
+use spore_core::op::{ConvAttrs, ConvEpilogueParts, Op, PrintSegment};
 use spore_kernels::DType;
 
 use super::reference::{self as r, Nd};
@@ -41,8 +41,97 @@ fn conv_row(x: &'static [usize], w: &'static [usize], spec: r::ConvSpec) -> Row 
     .no_grad()
 }
 
+/// `conv(x, w)` in f64, then per output channel `* scale + shift`, `+ addend` and ReLU
+/// (each where `parts` has it; the operands follow x and w in that order).
+fn conv_epilogue_ref(x: &[Nd], s: &r::ConvSpec, parts: ConvEpilogueParts) -> Nd {
+    let (input, w) = (&x[0], &x[1]);
+    let (oh, ow) = r::conv_out(input.shape[2], input.shape[3], w.shape[2], w.shape[3], s);
+    let mut y = Nd::zeros(&[input.shape[0], w.shape[0], oh, ow]);
+    r::conv_terms(&input.shape, &w.shape, s, |xi, wi, yi| {
+        y.data[yi] += input.data[xi] * w.data[wi]
+    });
+    let mut operands = x[2..].iter();
+    let mut next = |present: bool| present.then(|| operands.next().unwrap().data.clone());
+    let (scale, shift, addend) = (next(parts.scale), next(parts.shift), next(parts.addend));
+    let (channels, plane) = (w.shape[0], oh * ow);
+    for (i, v) in y.data.iter_mut().enumerate() {
+        let o = (i / plane) % channels;
+        *v = scale.as_ref().map_or(*v, |s| *v * s[o]);
+        *v = shift.as_ref().map_or(*v, |t| *v + t[o]);
+        *v = addend.as_ref().map_or(*v, |d| *v + d[i]);
+        if parts.relu {
+            *v = v.max(0.0);
+        }
+    }
+    y
+}
+
+/// `Conv2DEpilogue` on an inference BatchNorm with a residual and ReLU, and on a bias
+/// alone, with strides, padding and groups in the second.
+fn conv_epilogue_rows() -> Vec<Row> {
+    let all = ConvEpilogueParts {
+        scale: true,
+        shift: true,
+        addend: true,
+        relu: true,
+    };
+    let bias = ConvEpilogueParts {
+        shift: true,
+        ..Default::default()
+    };
+    let same = r::ConvSpec {
+        stride: [1, 1],
+        dilation: [1, 1],
+        pads: [1; 4],
+        groups: 1,
+    };
+    let strided = r::ConvSpec {
+        stride: [2, 1],
+        dilation: [1, 1],
+        pads: [1, 0, 0, 1],
+        groups: 2,
+    };
+    let make = |inputs: Vec<In>, spec: r::ConvSpec, parts: ConvEpilogueParts| {
+        let attrs = ConvAttrs {
+            stride: spec.stride,
+            dilation: spec.dilation,
+            pads: spec.pads,
+            groups: spec.groups,
+        };
+        row(
+            "Conv2DEpilogue",
+            inputs,
+            move |x| apply(Op::Conv2dEpilogue { attrs, parts }, x),
+            move |x| conv_epilogue_ref(x, &spec, parts),
+        )
+        .no_grad()
+    };
+    vec![
+        make(
+            vec![
+                In::F(&[2, 3, 5, 5], -1.0, 1.0),
+                In::F(&[4, 3, 3, 3], -1.0, 1.0),
+                In::F(&[1, 4, 1, 1], 0.5, 2.0),
+                In::F(&[1, 4, 1, 1], -1.0, 1.0),
+                In::F(&[2, 4, 5, 5], -1.0, 1.0),
+            ],
+            same,
+            all,
+        ),
+        make(
+            vec![
+                In::F(&[1, 4, 6, 5], -1.0, 1.0),
+                In::F(&[6, 2, 3, 2], -1.0, 1.0),
+                In::F(&[6, 1, 1], -1.0, 1.0),
+            ],
+            strided,
+            bias,
+        ),
+    ]
+}
+
 pub fn compiled_rows() -> Vec<Row> {
-    [conv_print_rows(), fused_rows()]
+    [conv_print_rows(), conv_epilogue_rows(), fused_rows()]
         .into_iter()
         .flatten()
         .collect::<Vec<Row>>()

@@ -15,10 +15,12 @@
 //! copied straight from the images), `winograd` (F(4x4, 3x3)) and `transposed` (an input
 //! gradient as a forward convolution). `batch` splits a batch among threads and
 //! `lowering` holds im2col, col2im and the bordered copies. [`bf16`] runs the three passes
-//! on bfloat16 inputs.
+//! on bfloat16 inputs; [`epilogue`] finishes a forward pass's values (a per-channel
+//! factor and term, a residual, ReLU) before they are stored.
 
 mod batch;
 pub mod bf16;
+pub mod epilogue;
 mod general;
 mod geometry;
 mod implicit;
@@ -41,6 +43,7 @@ use crate::buffer::Buffer;
 use crate::elementwise::{Num, UnaryFn};
 use crate::matmul::{as_f32, as_f32_mut};
 
+pub use epilogue::ChannelEpilogue;
 pub use geometry::ConvGeometry;
 pub(crate) use panels::reserve_tap_rows;
 pub use plan::{ConvPath, Pass, applicable, choose};
@@ -245,7 +248,7 @@ fn one_by_one_as_forward(
     }
     let mut dx = arena::for_overwrite::<f32>(g.n * g.c * g.h * g.w);
     let (filters, filter_len) = panels::packed_filters(w, g, true);
-    panels::forward_packed(dy, &filters, filter_len, gt, &mut dx);
+    panels::forward_packed(dy, &filters, filter_len, gt, &mut dx, None);
     arena::recycle(Buffer::F32(filters));
     Some(dx)
 }

@@ -33,6 +33,7 @@ use rayon::prelude::*;
 use super::batch::{
     batch_blocks, group_output_gradient, scatter_image, split_products_pay, sum_partials,
 };
+use super::epilogue::ChannelEpilogue;
 use super::geometry::ConvGeometry;
 use super::lowering::{border_plane, copy_short};
 use super::plan::GEMM_COLUMNS;
@@ -360,25 +361,47 @@ pub(crate) fn packed_filters(w: &[f32], g: &ConvGeometry, transposed: bool) -> (
 /// Forward pass into `y` ([N, O, OH, OW]); the caller checked [`applies`] and the sizes.
 pub(crate) fn forward(x: &[f32], w: &[f32], g: &ConvGeometry, y: &mut [f32]) {
     let (filters, filter_len) = packed_filters(w, g, false);
-    forward_packed(x, &filters, filter_len, g, y);
+    forward_packed(x, &filters, filter_len, g, y, None);
+    arena::recycle(Buffer::F32(filters));
+}
+
+/// [`forward`] through the epilogue `e` (applied by the tiles where one image is one
+/// product, else to each block of images right after their products).
+pub(crate) fn forward_finished(
+    x: &[f32],
+    w: &[f32],
+    g: &ConvGeometry,
+    y: &mut [f32],
+    e: &ChannelEpilogue,
+) {
+    let (filters, filter_len) = packed_filters(w, g, false);
+    forward_packed(
+        x,
+        &filters,
+        filter_len,
+        g,
+        y,
+        Some(e).filter(|e| !e.is_empty()),
+    );
     arena::recycle(Buffer::F32(filters));
 }
 
 /// [`forward`] with the filters already packed by [`packed_filters`] (`filter_len`
-/// values per group).
+/// values per group), through the epilogue where there is one.
 pub(crate) fn forward_packed(
     x: &[f32],
     filters: &[f32],
     filter_len: usize,
     g: &ConvGeometry,
     y: &mut [f32],
+    epilogue: Option<&ChannelEpilogue>,
 ) {
     let threads = rayon::current_num_threads();
     // Too few images for a block per thread, and products large enough to split: each is
     // split among the threads.
     let chunk = images_per_gemm(g, g.n) * g.ohw();
     if split_products_pay(g.n, g.og() * chunk * g.ckk()) {
-        return forward_split_products(x, filters, filter_len, g, y, threads);
+        return forward_split_products(x, filters, filter_len, g, y, threads, epilogue);
     }
     let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
     let out_len = g.o * ohw;
@@ -406,7 +429,14 @@ pub(crate) fn forward_packed(
                     let a = PanelsA::Prepacked(&filters[group * filter_len..][..filter_len]);
                     if k == 1 {
                         let yg = &mut ys[group * og * ohw..][..og * ohw];
-                        sgemm::blocked_with(yg, false, og, ohw, ckk, a, &mut panels);
+                        let mnk = (og, ohw, ckk);
+                        match epilogue {
+                            Some(e) => {
+                                let e = e.tiles(g, s0, group);
+                                sgemm::blocked_finishing(yg, mnk, a, &mut panels, e)
+                            }
+                            None => sgemm::blocked_with(yg, false, og, ohw, ckk, a, &mut panels),
+                        }
                         continue;
                     }
                     let ld = k * ohw;
@@ -414,6 +444,11 @@ pub(crate) fn forward_packed(
                     for (s, image) in ys.chunks_mut(out_len).enumerate() {
                         scatter_image(tmp, ld, s, (group, og, ohw), image);
                     }
+                }
+                if k > 1
+                    && let Some(e) = epilogue
+                {
+                    e.apply_images(ys, g, s0);
                 }
             }
         });
@@ -432,6 +467,7 @@ fn forward_split_products(
     g: &ConvGeometry,
     y: &mut [f32],
     threads: usize,
+    epilogue: Option<&ChannelEpilogue>,
 ) {
     let (ohw, og, ckk) = (g.ohw(), g.og(), g.ckk());
     let out_len = g.o * ohw;
@@ -449,7 +485,8 @@ fn forward_split_products(
             let a = PanelsA::Prepacked(&filters[group * filter_len..][..filter_len]);
             if k == 1 {
                 let yg = &mut ys[group * og * ohw..][..og * ohw];
-                sgemm::blocked_with_threads(yg, false, (og, ohw, ckk), a, &panels, threads);
+                let e = epilogue.map(|e| e.tiles(g, s0, group));
+                sgemm::blocked_threads_finishing(yg, false, (og, ohw, ckk), a, &panels, threads, e);
                 continue;
             }
             let ld = k * ohw;
@@ -459,6 +496,11 @@ fn forward_split_products(
             ys.par_chunks_mut(out_len)
                 .enumerate()
                 .for_each(|(s, image)| scatter_image(product, ld, s, (group, og, ohw), image));
+        }
+        if k > 1
+            && let Some(e) = epilogue
+        {
+            e.apply_images(ys, g, s0);
         }
     }
     arena::recycle(Buffer::F32(scratch));

@@ -15,9 +15,10 @@
 //! }
 //! ```
 
+use super::epilogue::ChannelEpilogue;
 use super::geometry::ConvGeometry;
 use super::plan::{ConvPath, Pass, choose};
-use super::{panels, relu_in_place, winograd};
+use super::{panels, winograd};
 use crate::arena;
 
 /// One weight's filters in the form one forward path reads.
@@ -73,6 +74,22 @@ pub fn conv2d_prepared(
     g: &ConvGeometry,
     relu: bool,
 ) -> Vec<f32> {
+    let e = ChannelEpilogue {
+        relu,
+        ..Default::default()
+    };
+    conv2d_prepared_finished(x, prepared, g, &e)
+}
+
+/// [`conv2d_prepared`] through the epilogue `e` (operands checked by the caller with
+/// [`ChannelEpilogue::check`]): applied by the tiles on the `Panels` path, in a pass over
+/// the output after `Winograd`'s.
+pub fn conv2d_prepared_finished(
+    x: &[f32],
+    prepared: &PreparedFilters,
+    g: &ConvGeometry,
+    e: &ChannelEpilogue,
+) -> Vec<f32> {
     assert!(
         prepared.serves(g) && x.len() >= g.n * g.c * g.h * g.w,
         "conv2d_prepared: filters prepared for {:?} do not serve {g:?}",
@@ -80,12 +97,15 @@ pub fn conv2d_prepared(
     );
     // Not zeroed: both paths write every element.
     let mut y = arena::for_overwrite::<f32>(g.n * g.o * g.ohw());
+    let e = Some(e).filter(|e| !e.is_empty());
     match prepared.path {
-        ConvPath::Winograd => winograd::forward_transformed(x, &prepared.data, g, &mut y),
-        _ => panels::forward_packed(x, &prepared.data, prepared.group_len, g, &mut y),
-    }
-    if relu {
-        relu_in_place(&mut y);
+        ConvPath::Winograd => {
+            winograd::forward_transformed(x, &prepared.data, g, &mut y);
+            if let Some(e) = e {
+                e.apply_images(&mut y, g, 0);
+            }
+        }
+        _ => panels::forward_packed(x, &prepared.data, prepared.group_len, g, &mut y, e),
     }
     y
 }

@@ -21,8 +21,8 @@ use rayon::prelude::*;
 
 use super::pack::{pack_a, pack_b};
 use super::{
-    Dst, MR, NR, PRIVATE, Product, SHARED, depth_blocks, kernel512, max_depth_block, split,
-    tile_at, tile_pair_at, with_scratch,
+    Dst, MR, NR, PRIVATE, Product, SHARED, TileEpilogue, depth_blocks, kernel512, max_depth_block,
+    split, tile_at, tile_pair_at, with_scratch,
 };
 use crate::operand::MatRef;
 
@@ -146,6 +146,20 @@ pub(crate) fn blocked_with(
     part(&product, a, b, 0..m.div_ceil(MR), 0..n.div_ceil(NR));
 }
 
+/// [`blocked_with`] writing (not adding to) C, each tile finishing its values through
+/// `epilogue` (given at C's first element) before it stores them.
+pub(crate) fn blocked_finishing(
+    c: &mut [f32],
+    (m, n, k): (usize, usize, usize),
+    a: PanelsA,
+    b: PanelsB,
+    epilogue: TileEpilogue,
+) {
+    let mut product = product_into(c, false, (m, n, k), a);
+    product.epilogue = Some(epilogue);
+    part(&product, a, b, 0..m.div_ceil(MR), 0..n.div_ceil(NR));
+}
+
 /// [`blocked_with`] with C cut into a grid of parts, one per thread: column panels
 /// first (each thread packs its own B panels and reads all of A), then, where there are
 /// fewer column panels than threads, row panels too. `b` writes panels for several
@@ -164,7 +178,22 @@ pub(crate) fn blocked_with_threads(
     b: SharedPanelsB,
     threads: usize,
 ) {
-    let product = product_into(c, accumulate, (m, n, k), a);
+    blocked_threads_finishing(c, accumulate, (m, n, k), a, b, threads, None);
+}
+
+/// [`blocked_with_threads`], each tile finishing its values through `epilogue` (given
+/// at C's first element), where there is one, before it stores them.
+pub(crate) fn blocked_threads_finishing(
+    c: &mut [f32],
+    accumulate: bool,
+    (m, n, k): (usize, usize, usize),
+    a: PanelsA,
+    b: SharedPanelsB,
+    threads: usize,
+    epilogue: Option<TileEpilogue>,
+) {
+    let mut product = product_into(c, accumulate, (m, n, k), a);
+    product.epilogue = epilogue;
     let (panels_m, panels_n) = (m.div_ceil(MR), n.div_ceil(NR));
     let threads = threads.max(1);
     let (cols, rows) = if m * n * k < PARALLEL_PRODUCT_MIN {

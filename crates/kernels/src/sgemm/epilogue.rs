@@ -1,6 +1,8 @@
 //! The tiles' side of [`crate::matmul_epilogue`]: after its last depth block, a tile adds
 //! `beta * D` and a per-column bias, applies ReLU and keeps only the values whose mask is
-//! positive while they are still in registers, then stores them.
+//! positive while they are still in registers, then stores them. A convolution's tiles
+//! (rows are output channels) first scale and shift each row by its channel's values
+//! (`crate::conv::ChannelEpilogue`: an inference BatchNorm, a bias).
 //!
 //! `beta * D` is rounded before the sum (a multiply, then an add: no fused multiply-add),
 //! and ReLU is `max(x, 0)` with the zero second (`x > 0 ? x : 0`: NaN and -0 give 0), so
@@ -26,6 +28,10 @@ use crate::operand::Epilogue;
 /// have C's row stride, the bias one value per column.
 #[derive(Clone, Copy)]
 pub(crate) struct TileEpilogue {
+    /// One factor per row of C, applied first (`v * s`, rounded).
+    row_scale: Option<*const f32>,
+    /// One term per row of C, added after the factor (`v + t`, rounded).
+    row_shift: Option<*const f32>,
     addend: Option<(*const f32, f32)>,
     bias: Option<*const f32>,
     relu: bool,
@@ -42,6 +48,8 @@ impl TileEpilogue {
     /// The epilogue of a whole product (at C's first element).
     pub(crate) fn new(e: &Epilogue<'_, f32>) -> TileEpilogue {
         TileEpilogue {
+            row_scale: None,
+            row_shift: None,
             addend: e.addend.map(|(d, beta)| (d.as_ptr(), beta)),
             bias: e.bias.map(<[f32]>::as_ptr),
             relu: e.relu,
@@ -52,9 +60,29 @@ impl TileEpilogue {
     /// `+ beta * D` alone, with D at `d` (C's first element when C holds D).
     pub(crate) fn addend_only(d: *const f32, beta: f32) -> TileEpilogue {
         TileEpilogue {
+            row_scale: None,
+            row_shift: None,
             addend: Some((d, beta)),
             bias: None,
             relu: false,
+            mask: None,
+        }
+    }
+
+    /// A convolution's epilogue at C's first element (rows are output channels):
+    /// `v * scale[row] + shift[row]`, each part where given, then `+ D` and ReLU.
+    pub(crate) fn channels(
+        scale: Option<*const f32>,
+        shift: Option<*const f32>,
+        addend: Option<*const f32>,
+        relu: bool,
+    ) -> TileEpilogue {
+        TileEpilogue {
+            row_scale: scale,
+            row_shift: shift,
+            addend: addend.map(|d| (d, 1.0)),
+            bias: None,
+            relu,
             mask: None,
         }
     }
@@ -64,6 +92,8 @@ impl TileEpilogue {
     pub(crate) fn addend_alone(&self) -> Option<(*const f32, f32)> {
         match self {
             TileEpilogue {
+                row_scale: None,
+                row_shift: None,
                 addend: Some(addend),
                 bias: None,
                 relu: false,
@@ -81,6 +111,8 @@ impl TileEpilogue {
         // SAFETY: the caller's contract.
         unsafe {
             TileEpilogue {
+                row_scale: self.row_scale.map(|s| s.add(i0)),
+                row_shift: self.row_shift.map(|t| t.add(i0)),
                 addend: self.addend.map(|(d, beta)| (d.add(i0 * ldc + j0), beta)),
                 bias: self.bias.map(|b| b.add(j0)),
                 relu: self.relu,
@@ -121,6 +153,12 @@ impl TileEpilogue {
     pub(crate) unsafe fn finish8(self, r: usize, q: usize, ldc: usize, mut v: __m256) -> __m256 {
         // SAFETY: the caller's contract.
         unsafe {
+            if let Some(s) = self.row_scale {
+                v = _mm256_mul_ps(v, _mm256_set1_ps(*s.add(r)));
+            }
+            if let Some(t) = self.row_shift {
+                v = _mm256_add_ps(v, _mm256_set1_ps(*t.add(r)));
+            }
             if let Some((d, beta)) = self.addend {
                 let d = _mm256_loadu_ps(d.add(r * ldc + q));
                 v = _mm256_add_ps(v, _mm256_mul_ps(_mm256_set1_ps(beta), d));
@@ -186,6 +224,12 @@ impl TileEpilogue {
     pub(crate) unsafe fn finish1(self, r: usize, q: usize, ldc: usize, mut v: f32) -> f32 {
         // SAFETY: the caller's contract.
         let kept = unsafe {
+            if let Some(s) = self.row_scale {
+                v *= *s.add(r);
+            }
+            if let Some(t) = self.row_shift {
+                v += *t.add(r);
+            }
             if let Some((d, beta)) = self.addend {
                 v += beta * *d.add(r * ldc + q);
             }

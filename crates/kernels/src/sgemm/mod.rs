@@ -30,7 +30,8 @@ pub(crate) mod shifted;
 mod thin;
 
 pub(crate) use blocked::{
-    PARALLEL_PRODUCT_MIN, PanelsA, blocked_with, blocked_with_threads, prepack_a, prepacked_a_len,
+    PARALLEL_PRODUCT_MIN, PanelsA, blocked_finishing, blocked_threads_finishing, blocked_with,
+    blocked_with_threads, prepack_a, prepacked_a_len,
 };
 pub(crate) use kernel::transpose_pack;
 pub(crate) use pack::pack_b as pack_b_panel;

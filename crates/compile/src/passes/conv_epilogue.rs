@@ -1,0 +1,224 @@
+//! Elementwise work that only finishes a convolution joins it: an elementwise loop that
+//! reads a float32 `Conv2D` (its only reader) and computes
+//!
+//! ```text
+//! y = conv * scale + shift    (scale, shift: one value per output channel; either alone)
+//! y = y + residual            (shaped as the output)
+//! y = relu(y)
+//! ```
+//!
+//! (any of the three steps, in that order; the loop may be a lone `Add` or `Mul`)
+//! becomes one `Conv2DEpilogue`, which applies
+//! them in the convolution's tiles (see `spore_kernels::conv::epilogue`). That is an
+//! inference BatchNorm, a convolution's bias, and ResNet's residual sum and ReLU: the
+//! output is no longer written, read back and written again. The `conv_epilogue` stage
+//! of fusion, after `contract` (which makes the `MulAdd`); skipped while a dump runs.
+//!
+//! ```
+//! use spore_compile::{pass::Pass, passes::{Dce, FuseElementwise}};
+//! use spore_core::prims::conv::Conv2dOptions;
+//! use spore_core::{trace::trace, DType, TensorType};
+//! let types = [
+//!     TensorType::new(&[1, 2, 6, 6], DType::F32),
+//!     TensorType::new(&[3, 2, 3, 3], DType::F32),
+//!     TensorType::new(&[1, 3, 1, 1], DType::F32),
+//!     TensorType::new(&[1, 3, 1, 1], DType::F32),
+//! ];
+//! let mut g = trace("bn", &types, |x| {
+//!     let y = x[0].conv2d(&x[1], &Conv2dOptions::default())?;
+//!     Ok(vec![y.mul(&x[2])?.add(&x[3])?.relu()?])
+//! }).unwrap();
+//! FuseElementwise.run(&mut g).unwrap();
+//! Dce.run(&mut g).unwrap();
+//! assert!(g.to_ir().contains("= Conv2DEpilogue("), "{}", g.to_ir());
+//! ```
+//!
+//! Results keep their bits: the product by the scale is rounded before the shift is
+//! added, as the `MulAdd` loop does, and the ReLU is the elementwise one.
+
+use spore_core::ir::{Graph, NodeKind};
+use spore_core::op::{ConvEpilogueParts, Op};
+use spore_core::prims::fused::{FusedInstr, FusedProgram};
+use spore_core::{DType, TensorType};
+use spore_kernels::{BinaryFn, UnaryFn};
+
+/// Rewrites every match in place (the loop's node becomes the `Conv2DEpilogue`); the
+/// convolution is left for DCE. Returns whether anything changed.
+pub(crate) fn fold_into_convolutions(g: &mut Graph) -> bool {
+    let uses = g.use_counts();
+    let mut changed = false;
+    for r in 0..g.nodes.len() {
+        let Some((conv, parts, operands)) = finished_convolution(g, r) else {
+            continue;
+        };
+        // `uses` counts graph outputs and updates too: the convolution's value must not
+        // be needed anywhere but in this loop.
+        if uses[conv] != 1 {
+            continue;
+        }
+        let NodeKind::Op {
+            op: Op::Conv2d(attrs),
+            args: conv_args,
+        } = &g.nodes[conv].kind
+        else {
+            continue;
+        };
+        let mut args = conv_args.clone();
+        args.extend(operands);
+        g.nodes[r].kind = NodeKind::Op {
+            op: Op::Conv2dEpilogue {
+                attrs: *attrs,
+                parts,
+            },
+            args,
+        };
+        changed = true;
+    }
+    changed
+}
+
+/// For a fused loop `r` of the module's form: (the convolution, the parts, the values
+/// of the parts' operands in the op's order: scale, shift, addend).
+fn finished_convolution(g: &Graph, r: usize) -> Option<(usize, ConvEpilogueParts, Vec<usize>)> {
+    let NodeKind::Op { op, args } = &g.nodes[r].kind else {
+        return None;
+    };
+    let ty = g.nodes[r].ty();
+    // A lone `Add` or `Mul` (fusion builds no loop of one op) reads as a loop of it.
+    let lone;
+    let program = match op {
+        Op::Fused(program) if program.compute == DType::F32 && program.out_dtype == DType::F32 => {
+            program
+        }
+        Op::Binary(f @ (BinaryFn::Add | BinaryFn::Mul)) => {
+            lone = FusedProgram {
+                num_inputs: 2,
+                instrs: vec![FusedInstr::Binary(*f, 0, 1)],
+                compute: ty.dtype,
+                out_dtype: ty.dtype,
+            };
+            &lone
+        }
+        _ => return None,
+    };
+    if ty.dtype != DType::F32 || ty.rank() != 4 {
+        return None;
+    }
+    let n = program.num_inputs;
+    let input = |reg: usize| (reg < n).then(|| args[reg]);
+    let per_channel = |reg: usize| input(reg).filter(|&v| is_per_channel(g.nodes[v].ty(), ty));
+    let full = |reg: usize| input(reg).filter(|&v| g.nodes[v].ty() == ty);
+    // The convolution: the register the first step reads that holds a float32 `Conv2D`
+    // shaped as the result.
+    let is_conv = |reg: usize| {
+        input(reg)
+            .filter(|&v| matches!(g.nodes[v].op(), Some(Op::Conv2d(_))) && g.nodes[v].ty() == ty)
+    };
+    let first = program.instrs.first()?;
+    let (conv_reg, conv) = first
+        .operands()
+        .into_iter()
+        .find_map(|reg| is_conv(reg).map(|v| (reg, v)))?;
+    // The other operand of a binary step that reads `cur`, when `cur` is read once.
+    let other = |a: usize, b: usize, cur: usize| match (a == cur, b == cur) {
+        (true, false) => Some(b),
+        (false, true) => Some(a),
+        _ => None,
+    };
+    let mut parts = ConvEpilogueParts::default();
+    let (mut scale, mut shift, mut addend) = (None, None, None);
+    let mut cur = conv_reg;
+    let mut steps = program.instrs.iter().enumerate().peekable();
+    // Step 1: `* scale + shift`, `* scale`, `+ shift` or none.
+    if let Some(&(k, instr)) = steps.peek() {
+        let taken = match *instr {
+            FusedInstr::MulAdd {
+                a,
+                b,
+                c,
+                subtract: false,
+            } => {
+                let s = other(a, b, cur).and_then(per_channel);
+                let t = (c != cur).then(|| per_channel(c)).flatten();
+                (scale, shift) = (Some(s?), Some(t?));
+                true
+            }
+            FusedInstr::Binary(BinaryFn::Mul, a, b) => {
+                scale = Some(other(a, b, cur).and_then(per_channel)?);
+                true
+            }
+            FusedInstr::Binary(BinaryFn::Add, a, b) => {
+                match other(a, b, cur).and_then(per_channel) {
+                    Some(t) => {
+                        shift = Some(t);
+                        true
+                    }
+                    None => false, // perhaps the residual (step 2)
+                }
+            }
+            _ => false,
+        };
+        if taken {
+            cur = n + k;
+            steps.next();
+            // A separate `+ shift` after `* scale` (a loop `contract` left alone).
+            if scale.is_some()
+                && shift.is_none()
+                && let Some(&(k, &FusedInstr::Binary(BinaryFn::Add, a, b))) = steps.peek()
+                && let Some(t) = other(a, b, cur).and_then(per_channel)
+            {
+                shift = Some(t);
+                cur = n + k;
+                steps.next();
+            }
+        }
+    }
+    // Step 2: `+ residual`.
+    if let Some(&(k, &FusedInstr::Binary(BinaryFn::Add, a, b))) = steps.peek() {
+        addend = Some(other(a, b, cur).and_then(full).filter(|&v| v != conv)?);
+        cur = n + k;
+        steps.next();
+    }
+    // Step 3: ReLU.
+    if let Some(&(k, &FusedInstr::Unary(UnaryFn::Relu, a))) = steps.peek() {
+        if a != cur {
+            return None;
+        }
+        parts.relu = true;
+        cur = n + k;
+        steps.next();
+    }
+    // Every step taken, and the last one's value is the loop's result.
+    if steps.next().is_some() || cur != n + program.instrs.len() - 1 {
+        return None;
+    }
+    parts.scale = scale.is_some();
+    parts.shift = shift.is_some();
+    parts.addend = addend.is_some();
+    let operands = [scale, shift, addend].into_iter().flatten().collect();
+    Some((conv, parts, operands))
+}
+
+/// Whether a value of type `t` holds one float32 value per channel of the 4-d `out`
+/// (`[1, C, 1, 1]` or `[C, 1, 1]`), so that broadcasting reads it by channel alone.
+fn is_per_channel(t: &TensorType, out: &TensorType) -> bool {
+    let channels = out.shape[1];
+    t.dtype == DType::F32
+        && match t.shape.as_slice() {
+            [1, c, 1, 1] | [c, 1, 1] => *c == channels,
+            _ => false,
+        }
+}
+
+/// The `conv_epilogue` stage.
+pub struct ConvEpilogue;
+
+impl crate::pass::Pass for ConvEpilogue {
+    fn name(&self) -> &'static str {
+        "conv_epilogue"
+    }
+
+    fn run(&self, g: &mut Graph) -> spore_core::Result<bool> {
+        Ok(fold_into_convolutions(g))
+    }
+}
