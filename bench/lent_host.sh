@@ -6,6 +6,8 @@
 #   there:  bash bench/lent_host.sh profile OUT    # Spore's per-op profiles at 2 and N threads
 #           bash bench/lent_host.sh sweep OUT [THREADS] [ROUNDS]
 #           bash bench/lent_host.sh avx512 OUT      # the 12x16 AVX-512 GEMM kernel, off/on
+#           bash bench/lent_host.sh onnx OUT        # imported ResNet-18 against onnxruntime
+#           bash bench/lent_host.sh session OUT     # onnx, the AVX-512 GEMM, then the sweep
 #   here:   bash bench/lent_host.sh stage-mpi      # the MPI binaries and an Open MPI runtime
 #   there:  bash bench/lent_host.sh distributed OUT [RANKS]   # issues 34 and 35 on many cores
 #
@@ -21,11 +23,12 @@ STAGE=.lent
 
 case "${1:-}" in
 stage)
-    cargo build --release -p spore --example bench --example profile_lenet
+    cargo build --release -p spore --example bench --example profile_lenet --example bench_onnx
     mkdir -p "$STAGE"
     grep -qx "/$STAGE/" .git/info/exclude 2>/dev/null || echo "/$STAGE/" >> .git/info/exclude
-    strip -o "$STAGE/bench" target/release/examples/bench
-    strip -o "$STAGE/profile_lenet" target/release/examples/profile_lenet
+    for b in bench profile_lenet bench_onnx; do
+        strip -o "$STAGE/$b" "target/release/examples/$b"
+    done
     cargo build --release -p spore-kernels --example gemm_micro
     strip -o "$STAGE/gemm_micro" target/release/examples/gemm_micro
     git rev-parse --short HEAD > "$STAGE/commit"
@@ -128,6 +131,30 @@ distributed)
     python3 bench/data_parallel.py --bin-dir "$STAGE" --rounds 2 --ranks "$ranks" \
         --only resnet18 2>&1 | tee "$out/resnet18.md"
     ;;
+onnx)
+    # Issue 36's comparison on this host: the imported ResNet-18 against the host's
+    # onnxruntime, at 2 threads and at every core, rounds alternating.
+    out=${2:?onnx needs an output folder}
+    mkdir -p "$out"
+    for t in 2 "$(nproc)"; do
+        "$STAGE/bench_onnx" --threads "$t" --rounds "${ONNX_ROUNDS:-3}" || echo "bench_onnx failed (exit $?)"
+    done 2>&1 | tee "$out/onnx.txt"
+    ;;
+session)
+    # One lent call's worth: `onnx`, the AVX-512 GEMM's micro-benchmark off/on, then the
+    # sweep (one round) with what is left of SESSION_LIMIT_S (default 560 s).
+    out=${2:?session needs an output folder}
+    mkdir -p "$out"
+    start=$SECONDS
+    bash "$0" onnx "$out"
+    for v in off on off on; do
+        echo "== SPORE_AVX512_GEMM=$v"
+        SPORE_AVX512_GEMM=$v "$STAGE/gemm_micro" | sed -n 1,4p || true
+    done > "$out/gemm_micro.txt" 2>&1
+    left=$((${SESSION_LIMIT_S:-560} - (SECONDS - start)))
+    echo "sweep: ${left} s left"
+    SWEEP_LIMIT_S=$left bash "$0" sweep "$out" "${3:-2,4,8,16}" 1
+    ;;
 avx512)
     # The GEMM and the steps that rest on it with the 12x16 kernel off and on
     # (SPORE_AVX512_GEMM), alternated; a child that fails leaves an error record.
@@ -149,7 +176,7 @@ avx512)
     done > "$out/avx512.jsonl" 2> "$out/avx512.err"
     ;;
 *)
-    echo "usage: bash bench/lent_host.sh stage | profile OUT | sweep OUT [THREADS] [ROUNDS] | avx512 OUT" \
+    echo "usage: bash bench/lent_host.sh stage | profile OUT | sweep OUT [THREADS] [ROUNDS] | avx512 OUT | onnx OUT | session OUT" \
         "| stage-mpi | distributed OUT [RANKS]" >&2
     exit 2
     ;;

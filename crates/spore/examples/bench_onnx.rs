@@ -8,12 +8,15 @@
 //! ```
 //!
 //! `--batch N` times that batch size alone (default: 1 and 32); `--rounds 0` skips
-//! onnxruntime and runs Spore only (for `perf record`).
+//! onnxruntime and runs Spore only (for `perf record`); `--profile` with it records the runs
+//! with Spore's profiler (per-op CSV under the temp folder's `spore-profile-onnx`);
+//! `--save-graphs` writes the compiled graphs under the temp folder's `spore-onnx-graphs`.
 
 use std::process::Command;
 use std::time::Instant;
 
 use spore::prelude::*;
+use spore_core::debug::profiler::Profiler;
 
 fn arg(name: &str, default: usize) -> usize {
     let args: Vec<String> = std::env::args().collect();
@@ -31,13 +34,16 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn main() {
     let (threads, rounds) = (arg("--threads", 2), arg("--rounds", 3));
-    set_context(
-        ContextUpdate::new()
-            .mode(Mode::Graph)
-            .num_threads(threads)
-            .seed(1),
-    )
-    .unwrap();
+    let mut context = ContextUpdate::new()
+        .mode(Mode::Graph)
+        .num_threads(threads)
+        .seed(1);
+    if std::env::args().any(|a| a == "--save-graphs") {
+        context = context
+            .save_graphs(1)
+            .save_graphs_path(std::env::temp_dir().join("spore-onnx-graphs"));
+    }
+    set_context(context).unwrap();
     let dir = std::env::temp_dir().join(format!("spore_bench_onnx_{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let model = dir.join("resnet18.onnx");
@@ -50,8 +56,15 @@ fn main() {
     )
     .unwrap();
     let net = spore::onnx::import(&model).unwrap();
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/onnxruntime_time.py");
+    // The repository's script: from the working directory when run there (a binary built
+    // elsewhere and carried to a lent host), else from where this one was built.
+    let here = std::path::PathBuf::from("bench/onnxruntime_time.py");
+    let script = match here.exists() {
+        true => here,
+        false => {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/onnxruntime_time.py")
+        }
+    };
     println!(
         "ResNet-18 (CIFAR form) inference, {threads} threads, median of {rounds} alternating rounds (ms per run)"
     );
@@ -64,8 +77,20 @@ fn main() {
         net.call1(&x).unwrap();
         if rounds == 0 {
             // Spore alone, long enough to profile.
+            let profiler = std::env::args().any(|a| a == "--profile").then(|| {
+                let p = Profiler::new(std::env::temp_dir().join("spore-profile-onnx"));
+                p.start();
+                p
+            });
             for _ in 0..40 * runs {
                 std::hint::black_box(net.call1(&x).unwrap());
+                if let Some(p) = &profiler {
+                    p.step_end(std::time::Duration::ZERO);
+                }
+            }
+            if let Some(p) = profiler {
+                p.stop();
+                p.analyse().unwrap();
             }
             continue;
         }
