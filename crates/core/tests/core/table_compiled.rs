@@ -25,13 +25,18 @@ fn conv_relu_ref(x: &Nd, w: &Nd, s: &r::ConvSpec) -> Nd {
     y.map(|v| v.max(0.0))
 }
 
-fn conv_row(x: &'static [usize], w: &'static [usize], spec: r::ConvSpec) -> Row {
-    let attrs = ConvAttrs {
+/// The op's attributes for a reference convolution's spec.
+fn attrs_of(spec: &r::ConvSpec) -> ConvAttrs {
+    ConvAttrs {
         stride: spec.stride,
         dilation: spec.dilation,
         pads: spec.pads,
         groups: spec.groups,
-    };
+    }
+}
+
+fn conv_row(x: &'static [usize], w: &'static [usize], spec: r::ConvSpec) -> Row {
+    let attrs = attrs_of(&spec);
     row(
         "Conv2DReLU",
         vec![In::F(x, -1.0, 1.0), In::F(w, -1.0, 1.0)],
@@ -92,12 +97,7 @@ fn conv_epilogue_rows() -> Vec<Row> {
         groups: 2,
     };
     let make = |inputs: Vec<In>, spec: r::ConvSpec, parts: ConvEpilogueParts| {
-        let attrs = ConvAttrs {
-            stride: spec.stride,
-            dilation: spec.dilation,
-            pads: spec.pads,
-            groups: spec.groups,
-        };
+        let attrs = attrs_of(&spec);
         row(
             "Conv2DEpilogue",
             inputs,

@@ -1,9 +1,10 @@
 //! What a convolution does to each output value before it is stored: an inference
 //! BatchNorm or a bias (a factor and a term per output channel), a residual addend laid
-//! out as the output, then ReLU, in that order. The GEMM paths apply it in their tiles
-//! while the values are in registers; the others in one pass over each output plane
-//! right after it is computed. Either way the separate elementwise loop, and its read and
-//! write of the whole output, is gone.
+//! out as the output, then ReLU, in that order. The `Panels` path applies it in its GEMM
+//! tiles, while the values are in registers, where one image is one product; the other
+//! paths (Winograd, several images per product) in one pass over each block of output
+//! planes right after it is computed, while they are in cache. Either way the separate
+//! elementwise op, with its own read and write of the output, is gone.
 //!
 //! ```
 //! use spore_kernels::conv::{conv2d, ChannelEpilogue, ConvGeometry};
@@ -131,9 +132,14 @@ impl ChannelEpilogue<'_> {
     }
 }
 
-/// `conv2d(x, w)` through the epilogue `e`, whose operands the caller checked
-/// ([`ChannelEpilogue::check`]); on the `Panels` path the tiles apply it.
+/// `conv2d(x, w)` through the epilogue `e`; on the `Panels` path the tiles apply it where
+/// one image is one product. Panics when `e`'s operands do not fit `g` (a caller's bug:
+/// check them first with [`ChannelEpilogue::check`]), since the tiles read them through
+/// raw pointers.
 pub fn conv2d_finished(x: &[f32], w: &[f32], g: &ConvGeometry, e: &ChannelEpilogue) -> Vec<f32> {
+    if let Err(why) = e.check(g) {
+        panic!("conv2d_finished: {why}");
+    }
     let path = choose(g, Pass::Forward, true);
     let len = g.n * g.o * g.ohw();
     if path == ConvPath::Panels && len > 0 && g.ckk() > 0 {
@@ -151,14 +157,7 @@ pub fn conv2d_finished(x: &[f32], w: &[f32], g: &ConvGeometry, e: &ChannelEpilog
 mod tests {
     use super::*;
     use crate::conv::conv2d;
-
-    fn values(n: usize, seed: u32) -> Vec<f32> {
-        (0..n)
-            .map(|i| {
-                ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) % 1000) as f32 / 500.0 - 1.0
-            })
-            .collect()
-    }
+    use crate::conv::test_values as values;
 
     /// The epilogue as the separate elementwise ops compute it, value by value.
     fn reference(plain: &[f32], g: &ConvGeometry, e: &ChannelEpilogue) -> Vec<f32> {
@@ -232,5 +231,9 @@ mod tests {
         };
         let err = e.check(&g).unwrap_err();
         assert!(err.contains("shift needs 3 values, got 2"), "{err}");
+        // The kernel checks them too rather than let its tiles read past them.
+        let (x, w) = (vec![0.5f32; 2 * 16], vec![0.25f32; 3 * 2 * 9]);
+        let caught = std::panic::catch_unwind(|| conv2d_finished(&x, &w, &g, &e));
+        assert!(caught.is_err(), "a short shift must not reach the tiles");
     }
 }

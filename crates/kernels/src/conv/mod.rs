@@ -48,6 +48,16 @@ pub use geometry::ConvGeometry;
 pub(crate) use panels::reserve_tap_rows;
 pub use plan::{ConvPath, Pass, applicable, choose};
 
+/// `n` test values in [-1, 1), a different sequence per `seed`.
+#[cfg(test)]
+pub(crate) fn test_values(n: usize, seed: u32) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) % 1000) as f32 / 500.0 - 1.0
+        })
+        .collect()
+}
+
 /// Whether `T` is f32 (the specialised paths' type).
 fn is_f32<T: Num>() -> bool {
     T::DTYPE == crate::DType::F32

@@ -81,9 +81,10 @@ pub fn conv2d_prepared(
     conv2d_prepared_finished(x, prepared, g, &e)
 }
 
-/// [`conv2d_prepared`] through the epilogue `e` (operands checked by the caller with
-/// [`ChannelEpilogue::check`]): applied by the tiles on the `Panels` path, in a pass over
-/// the output after `Winograd`'s.
+/// [`conv2d_prepared`] through the epilogue `e`: applied by the tiles on the `Panels` path
+/// where one image is one product, else in a pass over each block of images after their
+/// product (`Winograd`'s too). Panics as [`conv2d_prepared`] does, and when `e`'s
+/// operands do not fit `g` (check them first with [`ChannelEpilogue::check`]).
 pub fn conv2d_prepared_finished(
     x: &[f32],
     prepared: &PreparedFilters,
@@ -95,6 +96,9 @@ pub fn conv2d_prepared_finished(
         "conv2d_prepared: filters prepared for {:?} do not serve {g:?}",
         prepared.geometry
     );
+    if let Err(why) = e.check(g) {
+        panic!("conv2d_prepared_finished: {why}");
+    }
     // Not zeroed: both paths write every element.
     let mut y = arena::for_overwrite::<f32>(g.n * g.o * g.ohw());
     let e = Some(e).filter(|e| !e.is_empty());
@@ -113,15 +117,7 @@ pub fn conv2d_prepared_finished(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conv::{conv2d, conv2d_relu};
-
-    fn values(n: usize, seed: u32) -> Vec<f32> {
-        (0..n)
-            .map(|i| {
-                ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) % 1000) as f32 / 500.0 - 1.0
-            })
-            .collect()
-    }
+    use crate::conv::{conv2d, conv2d_relu, test_values as values};
 
     /// Prepared filters give the very result of the per-call path, with and without the
     /// ReLU, on a `Winograd` and a `Panels` geometry (and grouped ones); another batch

@@ -38,8 +38,8 @@ pub(crate) struct TileEpilogue {
     mask: Option<*const f32>,
 }
 
-// SAFETY: D, the bias and the mask are only read, and they outlive the product (they borrow the
-// caller's slices). When D is C itself, each tile reads its own part of D before storing that
+// SAFETY: D, the bias, the mask and the row factors and terms are only read, and they
+// outlive the product (they borrow the caller's slices). When D is C itself, each tile reads its own part of D before storing that
 // part of C, and threads store disjoint tiles.
 unsafe impl Send for TileEpilogue {}
 unsafe impl Sync for TileEpilogue {}
@@ -106,7 +106,8 @@ impl TileEpilogue {
     /// The epilogue of the tile at (`i0`, `j0`) of a C with rows `ldc` apart.
     ///
     /// # Safety
-    /// That element lies inside D and the mask, and column `j0` inside the bias.
+    /// That element lies inside D and the mask, column `j0` inside the bias and row `i0`
+    /// inside the row factors and terms.
     pub(crate) unsafe fn at(self, i0: usize, j0: usize, ldc: usize) -> TileEpilogue {
         // SAFETY: the caller's contract.
         unsafe {
@@ -145,8 +146,8 @@ impl TileEpilogue {
     /// The eight finished values `v` from column `q` of row `r` through the epilogue.
     ///
     /// # Safety
-    /// AVX2 is available; those values lie inside D and the mask, and their columns inside
-    /// the bias.
+    /// AVX2 is available; those values lie inside D and the mask, their columns inside
+    /// the bias and row `r` inside the row factors and terms.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     #[inline]
@@ -186,7 +187,7 @@ impl TileEpilogue {
     ///
     /// # Safety
     /// AVX2 is available; the region lies inside C (and D and the mask), its columns
-    /// inside the bias.
+    /// inside the bias and its rows inside the row factors and terms.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     pub(crate) unsafe fn finish_region(
@@ -219,7 +220,8 @@ impl TileEpilogue {
     /// (edge tiles and the dot-product kernel).
     ///
     /// # Safety
-    /// That value lies inside D and the mask, and column `q` inside the bias.
+    /// That value lies inside D and the mask, column `q` inside the bias and row `r`
+    /// inside the row factors and terms.
     #[inline]
     pub(crate) unsafe fn finish1(self, r: usize, q: usize, ldc: usize, mut v: f32) -> f32 {
         // SAFETY: the caller's contract.

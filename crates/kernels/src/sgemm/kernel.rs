@@ -18,13 +18,13 @@ use super::{MR, NR, TileEpilogue};
 /// memory (ResNet-18's 512-channel layers: 9.4 MB each, past L3 for the whole network),
 /// and the hardware prefetcher alone left its tiles waiting (measured: BENCHMARKS.md,
 /// "ONNX"). Where A is already in cache the request costs one load slot per 12 FMAs.
-const PREFETCH_A: usize = MR * 128;
+pub(super) const PREFETCH_A: usize = MR * 128;
 
 /// `C[6 x 16] (+)= A_panel * B_panel`, then the epilogue: `a` is packed depth-major (`MR`
 /// values per step), `b` holds `kc` rows of `NR` values, `ldb` elements apart; C rows
 /// (and the epilogue's) are `ldc` apart.
 ///
-/// Why the epilogue by reference: by value (40 bytes) it made every product through this
+/// Why the epilogue by reference: by value (40 bytes then; more now) it made every product through this
 /// kernel slower, convolutions included (measured on LeNet's step: BENCHMARKS.md, "Figures
 /// moved from code comments").
 ///
