@@ -106,8 +106,6 @@ fn finished_convolution(g: &Graph, r: usize) -> Option<(usize, ConvEpilogueParts
     }
     let n = program.num_inputs;
     let input = |reg: usize| (reg < n).then(|| args[reg]);
-    let per_channel = |reg: usize| input(reg).filter(|&v| is_per_channel(g.nodes[v].ty(), ty));
-    let full = |reg: usize| input(reg).filter(|&v| g.nodes[v].ty() == ty);
     // The convolution: the register the first step reads that holds a float32 `Conv2D`
     // shaped as the result.
     let is_conv = |reg: usize| {
@@ -119,6 +117,10 @@ fn finished_convolution(g: &Graph, r: usize) -> Option<(usize, ConvEpilogueParts
         .operands()
         .into_iter()
         .find_map(|reg| is_conv(reg).map(|v| (reg, v)))?;
+    // The operands, never the convolution itself (which would then be computed twice).
+    let operand = |reg: usize| input(reg).filter(|&v| v != conv);
+    let per_channel = |reg: usize| operand(reg).filter(|&v| is_per_channel(g.nodes[v].ty(), ty));
+    let full = |reg: usize| operand(reg).filter(|&v| g.nodes[v].ty() == ty);
     // The other operand of a binary step that reads `cur`, when `cur` is read once.
     let other = |a: usize, b: usize, cur: usize| match (a == cur, b == cur) {
         (true, false) => Some(b),
@@ -175,7 +177,7 @@ fn finished_convolution(g: &Graph, r: usize) -> Option<(usize, ConvEpilogueParts
     }
     // Step 2: `+ residual`.
     if let Some(&(k, &FusedInstr::Binary(BinaryFn::Add, a, b))) = steps.peek() {
-        addend = Some(other(a, b, cur).and_then(full).filter(|&v| v != conv)?);
+        addend = Some(other(a, b, cur).and_then(full)?);
         cur = n + k;
         steps.next();
     }

@@ -174,8 +174,10 @@ pub(crate) fn infer(op: &Op, inputs: &[&TensorType]) -> Result<TensorType, Strin
     }
 }
 
-/// `Conv2DEpilogue`: a float32 convolution, then one value per output channel for the
-/// scale and the shift and the output's type for the addend.
+/// `Conv2DEpilogue`: a convolution, then one value per output channel for the scale and
+/// the shift and the output's type for the addend, all of one float dtype. (The compiler
+/// makes it for float32 graphs; float64 runs for the op table, and 16-bit inputs go
+/// through float32 and round once, like the other convolutions.)
 fn infer_epilogue(
     attrs: ConvAttrs,
     parts: ConvEpilogueParts,
