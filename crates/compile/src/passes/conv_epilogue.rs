@@ -112,8 +112,9 @@ fn finished_convolution(g: &Graph, r: usize) -> Option<(usize, ConvEpilogueParts
         input(reg)
             .filter(|&v| matches!(g.nodes[v].op(), Some(Op::Conv2d(_))) && g.nodes[v].ty() == ty)
     };
-    let first = program.instrs.first()?;
-    let (conv_reg, conv) = first
+    let (conv_reg, conv) = program
+        .instrs
+        .first()?
         .operands()
         .into_iter()
         .find_map(|reg| is_conv(reg).map(|v| (reg, v)))?;
@@ -121,72 +122,24 @@ fn finished_convolution(g: &Graph, r: usize) -> Option<(usize, ConvEpilogueParts
     let operand = |reg: usize| input(reg).filter(|&v| v != conv);
     let per_channel = |reg: usize| operand(reg).filter(|&v| is_per_channel(g.nodes[v].ty(), ty));
     let full = |reg: usize| operand(reg).filter(|&v| g.nodes[v].ty() == ty);
-    // The other operand of a binary step that reads `cur`, when `cur` is read once.
-    let other = |a: usize, b: usize, cur: usize| match (a == cur, b == cur) {
-        (true, false) => Some(b),
-        (false, true) => Some(a),
-        _ => None,
-    };
-    let mut parts = ConvEpilogueParts::default();
-    let (mut scale, mut shift, mut addend) = (None, None, None);
-    let mut cur = conv_reg;
-    let mut steps = program.instrs.iter().enumerate().peekable();
     // Step 1: `* scale + shift`, `* scale`, `+ shift` or none.
-    if let Some(&(k, instr)) = steps.peek() {
-        let taken = match *instr {
-            FusedInstr::MulAdd {
-                a,
-                b,
-                c,
-                subtract: false,
-            } => {
-                let s = other(a, b, cur).and_then(per_channel);
-                let t = (c != cur).then(|| per_channel(c)).flatten();
-                (scale, shift) = (Some(s?), Some(t?));
-                true
-            }
-            FusedInstr::Binary(BinaryFn::Mul, a, b) => {
-                scale = Some(other(a, b, cur).and_then(per_channel)?);
-                true
-            }
-            FusedInstr::Binary(BinaryFn::Add, a, b) => {
-                match other(a, b, cur).and_then(per_channel) {
-                    Some(t) => {
-                        shift = Some(t);
-                        true
-                    }
-                    None => false, // perhaps the residual (step 2)
-                }
-            }
-            _ => false,
-        };
-        if taken {
-            cur = n + k;
-            steps.next();
-            // A separate `+ shift` after `* scale` (a loop `contract` left alone).
-            if scale.is_some()
-                && shift.is_none()
-                && let Some(&(k, &FusedInstr::Binary(BinaryFn::Add, a, b))) = steps.peek()
-                && let Some(t) = other(a, b, cur).and_then(per_channel)
-            {
-                shift = Some(t);
-                cur = n + k;
-                steps.next();
-            }
-        }
-    }
+    let (scale, shift, taken) = affine_steps(&program.instrs, conv_reg, n, per_channel)?;
+    let mut cur = if taken > 0 { n + taken - 1 } else { conv_reg };
+    let mut steps = program.instrs.iter().enumerate().skip(taken).peekable();
     // Step 2: `+ residual`.
+    let mut addend = None;
     if let Some(&(k, &FusedInstr::Binary(BinaryFn::Add, a, b))) = steps.peek() {
-        addend = Some(other(a, b, cur).and_then(full)?);
+        addend = Some(other_operand(a, b, cur).and_then(full)?);
         cur = n + k;
         steps.next();
     }
     // Step 3: ReLU.
+    let mut relu = false;
     if let Some(&(k, &FusedInstr::Unary(UnaryFn::Relu, a))) = steps.peek() {
         if a != cur {
             return None;
         }
-        parts.relu = true;
+        relu = true;
         cur = n + k;
         steps.next();
     }
@@ -194,11 +147,65 @@ fn finished_convolution(g: &Graph, r: usize) -> Option<(usize, ConvEpilogueParts
     if steps.next().is_some() || cur != n + program.instrs.len() - 1 {
         return None;
     }
-    parts.scale = scale.is_some();
-    parts.shift = shift.is_some();
-    parts.addend = addend.is_some();
+    let parts = ConvEpilogueParts {
+        scale: scale.is_some(),
+        shift: shift.is_some(),
+        addend: addend.is_some(),
+        relu,
+    };
     let operands = [scale, shift, addend].into_iter().flatten().collect();
     Some((conv, parts, operands))
+}
+
+/// The per-channel steps at the start of `instrs`, which read the convolution from
+/// register `conv` (`n` inputs): `* scale + shift` (one `MulAdd`), `* scale` (then perhaps
+/// a separate `+ shift`, a loop `contract` left alone) or `+ shift`. Returns the scale's
+/// and the shift's values (from `per_channel`) and how many steps they take; `None`
+/// when a multiplication does not have the form (the loop then keeps its op).
+fn affine_steps(
+    instrs: &[FusedInstr],
+    conv: usize,
+    n: usize,
+    per_channel: impl Fn(usize) -> Option<usize>,
+) -> Option<(Option<usize>, Option<usize>, usize)> {
+    let scaled = match instrs.first() {
+        Some(&FusedInstr::MulAdd {
+            a,
+            b,
+            c,
+            subtract: false,
+        }) => {
+            let s = other_operand(a, b, conv).and_then(&per_channel)?;
+            let t = (c != conv).then(|| per_channel(c)).flatten()?;
+            return Some((Some(s), Some(t), 1));
+        }
+        Some(&FusedInstr::Binary(BinaryFn::Mul, a, b)) => {
+            other_operand(a, b, conv).and_then(&per_channel)?
+        }
+        Some(&FusedInstr::Binary(BinaryFn::Add, a, b)) => {
+            // Not per channel: perhaps the residual (the caller's next step).
+            return Some(match other_operand(a, b, conv).and_then(&per_channel) {
+                Some(t) => (None, Some(t), 1),
+                None => (None, None, 0),
+            });
+        }
+        _ => return Some((None, None, 0)),
+    };
+    if let Some(&FusedInstr::Binary(BinaryFn::Add, a, b)) = instrs.get(1)
+        && let Some(t) = other_operand(a, b, n).and_then(&per_channel)
+    {
+        return Some((Some(scaled), Some(t), 2));
+    }
+    Some((Some(scaled), None, 1))
+}
+
+/// The other operand of a binary step that reads register `cur` once.
+fn other_operand(a: usize, b: usize, cur: usize) -> Option<usize> {
+    match (a == cur, b == cur) {
+        (true, false) => Some(b),
+        (false, true) => Some(a),
+        _ => None,
+    }
 }
 
 /// Whether a value of type `t` holds one float32 value per channel of the 4-d `out`

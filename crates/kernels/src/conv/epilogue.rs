@@ -3,7 +3,9 @@
 //! out as the output, then ReLU, in that order. The `Panels` path applies it in its GEMM
 //! tiles, while the values are in registers, where one image is one product; the other
 //! paths (Winograd, several images per product) in one pass over each block of output
-//! planes right after it is computed, while they are in cache. Either way the separate
+//! planes right after it is computed, while they are in cache. (Winograd's output
+//! transform applying it as it stores each row was built and measured: no faster than
+//! the pass, whose planes are still in L2; BENCHMARKS.md, "ONNX".) Either way the separate
 //! elementwise op, with its own read and write of the output, is gone.
 //!
 //! ```
@@ -157,6 +159,7 @@ pub fn conv2d_finished(x: &[f32], w: &[f32], g: &ConvGeometry, e: &ChannelEpilog
 mod tests {
     use super::*;
     use crate::conv::conv2d;
+    use crate::conv::prepared::{conv2d_prepared_finished, prepare_filters};
     use crate::conv::test_values as values;
 
     /// The epilogue as the separate elementwise ops compute it, value by value.
@@ -180,8 +183,9 @@ mod tests {
     }
 
     /// Every combination of the parts, on geometries that take the tiles (batch 1 and
-    /// batches of images per product, groups) and the pass after (Winograd, 1x1), gives
-    /// the bits of the convolution followed by the separate ops.
+    /// batches of images per product, groups) and the pass after (Winograd with whole
+    /// and cut tiles, 1x1), per call and from prepared filters, gives the bits of the
+    /// convolution followed by the separate ops.
     #[test]
     fn the_epilogue_gives_the_bits_of_the_separate_ops_on_every_path() {
         let cases = [
@@ -190,7 +194,10 @@ mod tests {
             ConvGeometry::new([1, 64, 32, 32], [64, 64, 3, 3], [1, 1], [1, 1], [1; 4], 1),
             ConvGeometry::new([2, 8, 9, 7], [12, 4, 3, 2], [2, 1], [1, 1], [1, 0, 1, 1], 2),
             ConvGeometry::new([1, 64, 4, 4], [128, 64, 1, 1], [2, 2], [1, 1], [0; 4], 1),
+            // Tiles cut by the image's edge (10 = 4 + 4 + 2).
+            ConvGeometry::new([2, 16, 10, 10], [24, 16, 3, 3], [1, 1], [1, 1], [1; 4], 1),
         ];
+        let mut paths = std::collections::HashSet::new();
         for g in cases {
             let x = values(g.n * g.c * g.h * g.w, 1);
             let w = values(g.o * g.ckk(), 2);
@@ -198,6 +205,8 @@ mod tests {
             let shift = values(g.o, 4);
             let addend = values(g.n * g.o * g.ohw(), 5);
             let plain = conv2d(&x, &w, &g);
+            let prepared = prepare_filters(&w, &g);
+            paths.insert(choose(&g, Pass::Forward, true));
             for parts in 0..16u32 {
                 let e = ChannelEpilogue {
                     scale: (parts & 1 != 0).then_some(&scale[..]),
@@ -206,17 +215,27 @@ mod tests {
                     relu: parts & 8 != 0,
                 };
                 e.check(&g).unwrap();
-                let got = conv2d_finished(&x, &w, &g, &e);
                 let want = reference(&plain, &g, &e);
-                let same = got
-                    .iter()
-                    .zip(&want)
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
-                assert!(
-                    same && got.len() == want.len(),
-                    "{g:?}, parts {parts:04b}, path {:?}",
-                    choose(&g, Pass::Forward, true)
-                );
+                let mut results = vec![("per call", conv2d_finished(&x, &w, &g, &e))];
+                if let Some(p) = &prepared {
+                    results.push(("prepared", conv2d_prepared_finished(&x, p, &g, &e)));
+                }
+                for (how, got) in results {
+                    let same = got
+                        .iter()
+                        .zip(&want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(
+                        same && got.len() == want.len(),
+                        "{g:?}, parts {parts:04b}, {how}, path {:?}",
+                        choose(&g, Pass::Forward, true)
+                    );
+                }
+            }
+        }
+        if crate::sgemm::available() {
+            for path in [ConvPath::Panels, ConvPath::Winograd] {
+                assert!(paths.contains(&path), "no case took {path:?}: {paths:?}");
             }
         }
     }
