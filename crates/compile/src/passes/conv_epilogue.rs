@@ -36,7 +36,7 @@
 //! Results keep their bits: the product by the scale is rounded before the shift is
 //! added, as the `MulAdd` loop does, and the ReLU is the elementwise one.
 
-use spore_core::ir::{Graph, NodeKind};
+use spore_core::ir::{Graph, Node, NodeKind};
 use spore_core::op::{ConvEpilogueParts, Op};
 use spore_core::prims::fused::{FusedInstr, FusedProgram};
 use spore_core::{DType, TensorType};
@@ -45,6 +45,13 @@ use spore_kernels::{BinaryFn, UnaryFn};
 /// Rewrites every match in place (the loop's node becomes the `Conv2DEpilogue`); the
 /// convolution is left for DCE. Returns whether anything changed.
 pub(crate) fn fold_into_convolutions(g: &mut Graph) -> bool {
+    let single = fold_single(g);
+    let pairs = fold_pairs(g);
+    single || pairs
+}
+
+/// The loops of the module's form.
+fn fold_single(g: &mut Graph) -> bool {
     let uses = g.use_counts();
     let mut changed = false;
     for r in 0..g.nodes.len() {
@@ -75,6 +82,160 @@ pub(crate) fn fold_into_convolutions(g: &mut Graph) -> bool {
         changed = true;
     }
     changed
+}
+
+/// The loops that sum two finished convolutions, `relu((c1 * s1 + t1) + (c2 * s2 + t2))`
+/// (ResNet's downsampling blocks: the main branch and the shortcut's 1x1 convolution,
+/// each with its BatchNorm), ReLU optional: the convolution with fewer multiply-adds
+/// becomes a `Conv2DEpilogue` of its own, inserted before the loop, and the loop the
+/// other's, with that one as its addend. (The sum's order does not change its bits.)
+fn fold_pairs(g: &mut Graph) -> bool {
+    let uses = g.use_counts();
+    let pairs: Vec<(usize, SummedPair)> = (0..g.nodes.len())
+        .filter_map(|r| summed_convolutions(g, r).map(|p| (r, p)))
+        .filter(|(_, p)| p.branches.iter().all(|b| uses[b.conv] == 1))
+        .collect();
+    // From the last, so that each insertion leaves the matches before it in place.
+    for &(r, ref pair) in pairs.iter().rev() {
+        let flops = |b: &Finished| g.nodes[g.nodes[b.conv].args()[1]].ty().numel();
+        let [first, second] = &pair.branches;
+        let (small, large) = match flops(first) <= flops(second) {
+            true => (first, second),
+            false => (second, first),
+        };
+        let (Some(small_node), Some(large_node)) = (
+            finished_node(g, small, None, false),
+            finished_node(g, large, Some(r), pair.relu),
+        ) else {
+            continue;
+        };
+        let conv = &g.nodes[small.conv];
+        let shortcut = Node {
+            kind: small_node,
+            types: vec![g.nodes[r].ty().clone()],
+            name: conv.name.clone(),
+            location: conv.location,
+        };
+        insert_before(g, r, shortcut);
+        // The loop, now at r + 1, reads the shortcut (at r) as its addend.
+        g.nodes[r + 1].kind = large_node;
+    }
+    !pairs.is_empty()
+}
+
+/// One finished convolution of a summed pair: the `Conv2D` and its per-channel values.
+struct Finished {
+    conv: usize,
+    scale: usize,
+    shift: usize,
+}
+
+struct SummedPair {
+    branches: [Finished; 2],
+    relu: bool,
+}
+
+/// `Conv2DEpilogue` of `b` (scale and shift), with `addend` and ReLU where given.
+fn finished_node(g: &Graph, b: &Finished, addend: Option<usize>, relu: bool) -> Option<NodeKind> {
+    let NodeKind::Op {
+        op: Op::Conv2d(attrs),
+        args,
+    } = &g.nodes[b.conv].kind
+    else {
+        return None;
+    };
+    let mut operands = args.clone();
+    operands.extend([b.scale, b.shift]);
+    operands.extend(addend);
+    let parts = ConvEpilogueParts {
+        scale: true,
+        shift: true,
+        addend: addend.is_some(),
+        relu,
+    };
+    Some(NodeKind::Op {
+        op: Op::Conv2dEpilogue {
+            attrs: *attrs,
+            parts,
+        },
+        args: operands,
+    })
+}
+
+/// For a fused loop `r` computing `(c1 * s1 + t1) + (c2 * s2 + t2)`, then perhaps ReLU,
+/// with two float32 convolutions of its type and per-channel values: the pair.
+fn summed_convolutions(g: &Graph, r: usize) -> Option<SummedPair> {
+    let NodeKind::Op {
+        op: Op::Fused(program),
+        args,
+    } = &g.nodes[r].kind
+    else {
+        return None;
+    };
+    let ty = g.nodes[r].ty();
+    let f32_loop = program.compute == DType::F32 && program.out_dtype == DType::F32;
+    if !f32_loop || ty.dtype != DType::F32 || ty.rank() != 4 {
+        return None;
+    }
+    let n = program.num_inputs;
+    let (sum, relu) = match program.instrs.as_slice() {
+        [_, _, sum] => (sum, false),
+        [_, _, sum, FusedInstr::Unary(UnaryFn::Relu, a)] if *a == n + 2 => (sum, true),
+        _ => return None,
+    };
+    match *sum {
+        FusedInstr::Binary(BinaryFn::Add, a, b) if (a.min(b), a.max(b)) == (n, n + 1) => {}
+        _ => return None,
+    }
+    let input = |reg: usize| (reg < n).then(|| args[reg]);
+    let branch = |instr: &FusedInstr| {
+        let FusedInstr::MulAdd {
+            a,
+            b,
+            c,
+            subtract: false,
+        } = *instr
+        else {
+            return None;
+        };
+        let is_conv =
+            |v: usize| matches!(g.nodes[v].op(), Some(Op::Conv2d(_))) && g.nodes[v].ty() == ty;
+        let per_channel = |v: usize| is_per_channel(g.nodes[v].ty(), ty);
+        let (x, y, t) = (input(a)?, input(b)?, input(c)?);
+        let (conv, scale) = match (is_conv(x), is_conv(y)) {
+            (true, false) => (x, y),
+            (false, true) => (y, x),
+            _ => return None,
+        };
+        (per_channel(scale) && per_channel(t)).then_some(Finished {
+            conv,
+            scale,
+            shift: t,
+        })
+    };
+    let first = branch(&program.instrs[0])?;
+    let second = branch(&program.instrs[1])?;
+    (first.conv != second.conv).then_some(SummedPair {
+        branches: [first, second],
+        relu,
+    })
+}
+
+/// Inserts `node` at index `at`, renumbering every later value (the node reads only
+/// earlier ones).
+fn insert_before(g: &mut Graph, at: usize, node: Node) {
+    let shift = |v: &mut usize| {
+        if *v >= at {
+            *v += 1
+        }
+    };
+    for n in &mut g.nodes[at..] {
+        n.map_args(shift);
+    }
+    g.nodes.insert(at, node);
+    g.inputs.iter_mut().for_each(shift);
+    g.outputs.iter_mut().for_each(shift);
+    g.updates.iter_mut().for_each(|(_, v)| shift(v));
 }
 
 /// For a fused loop `r` of the module's form: (the convolution, the parts, the values

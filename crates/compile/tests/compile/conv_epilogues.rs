@@ -50,6 +50,43 @@ fn batchnorm_residual_and_relu_join_the_convolution() {
     }
 }
 
+/// ResNet's downsampling block, `relu(bn2(conv2(y)) + bn3(conv3(x)))` with the shortcut a
+/// strided 1x1 convolution: the loop summing the two finished convolutions becomes two
+/// epilogues, the shortcut's value the main convolution's addend.
+#[test]
+fn a_downsampling_block_gives_each_convolution_an_epilogue() {
+    for batch in [1, 2] {
+        let channel = || TensorType::new(&[1, 16, 1, 1], DType::F32);
+        let types = [
+            TensorType::new(&[batch, 8, 8, 8], DType::F32),
+            TensorType::new(&[16, 8, 3, 3], DType::F32),
+            TensorType::new(&[16, 16, 3, 3], DType::F32),
+            TensorType::new(&[16, 8, 1, 1], DType::F32),
+            channel(),
+            channel(),
+            channel(),
+            channel(),
+            channel(),
+            channel(),
+        ];
+        let g = trace("downsample", &types, |x| {
+            let halve = same().stride(2);
+            let y = x[0].conv2d(&x[1], &halve)?.mul(&x[4])?.add(&x[5])?.relu()?;
+            let main = y.conv2d(&x[2], &same())?.mul(&x[6])?.add(&x[7])?;
+            let shortcut = x[0]
+                .conv2d(&x[3], &Conv2dOptions::default().stride(2))?
+                .mul(&x[8])?
+                .add(&x[9])?;
+            Ok(vec![main.add(&shortcut)?.relu()?])
+        })
+        .unwrap();
+        let ir = fuse_keeping_bits(g, &random_inputs(&types, 60 + batch as u64));
+        assert_eq!(ir.matches("= Conv2DEpilogue(").count(), 3, "{ir}");
+        assert!(!ir.contains("= Conv2D("), "{ir}");
+        assert!(!ir.contains("FusedElementwise"), "{ir}");
+    }
+}
+
 /// A convolution's bias (one value per channel, `[C, 1, 1]`) alone, with strides and
 /// groups, and a scale alone.
 #[test]
