@@ -11,8 +11,11 @@
 //! becomes one `Conv2DEpilogue`, which applies
 //! them in the convolution's tiles (see `spore_kernels::conv::epilogue`). That is an
 //! inference BatchNorm, a convolution's bias, and ResNet's residual sum and ReLU: the
-//! output is no longer written, read back and written again. The `conv_epilogue` stage
-//! of fusion, after `contract` (which makes the `MulAdd`); skipped while a dump runs.
+//! output is no longer written, read back and written again. A loop that sums two such
+//! finished convolutions, `relu((c1 * s1 + t1) + (c2 * s2 + t2))` (ResNet's downsampling
+//! blocks), becomes two: the cheaper convolution's, then the other's reading it as its
+//! addend. The `conv_epilogue` stage of fusion, after `contract` (which makes the
+//! `MulAdd`); skipped while a dump runs.
 //!
 //! ```
 //! use spore_compile::{pass::Pass, passes::{Dce, FuseElementwise}};
@@ -42,8 +45,9 @@ use spore_core::prims::fused::{FusedInstr, FusedProgram};
 use spore_core::{DType, TensorType};
 use spore_kernels::{BinaryFn, UnaryFn};
 
-/// Rewrites every match in place (the loop's node becomes the `Conv2DEpilogue`); the
-/// convolution is left for DCE. Returns whether anything changed.
+/// Rewrites every match (the loop's node becomes the `Conv2DEpilogue`; a summed pair's
+/// shortcut is inserted before it); the convolutions are left for DCE. Returns whether
+/// anything changed.
 pub(crate) fn fold_into_convolutions(g: &mut Graph) -> bool {
     let single = fold_single(g);
     let pairs = fold_pairs(g);
@@ -95,20 +99,27 @@ fn fold_pairs(g: &mut Graph) -> bool {
         .filter_map(|r| summed_convolutions(g, r).map(|p| (r, p)))
         .filter(|(_, p)| p.branches.iter().all(|b| uses[b.conv] == 1))
         .collect();
+    let mut changed = false;
     // From the last, so that each insertion leaves the matches before it in place.
     for &(r, ref pair) in pairs.iter().rev() {
-        let flops = |b: &Finished| g.nodes[g.nodes[b.conv].args()[1]].ty().numel();
+        // Both convolutions have the loop's output type, so the one with the smaller
+        // filter does fewer multiply-adds.
+        let filter_len = |b: &Finished| g.nodes[g.nodes[b.conv].args()[1]].ty().numel();
         let [first, second] = &pair.branches;
-        let (small, large) = match flops(first) <= flops(second) {
-            true => (first, second),
-            false => (second, first),
+        let (small, large) = if filter_len(first) <= filter_len(second) {
+            (first, second)
+        } else {
+            (second, first)
         };
+        // The shortcut goes to index r; the loop, moved to r + 1, reads it as its addend.
         let (Some(small_node), Some(large_node)) = (
             finished_node(g, small, None, false),
             finished_node(g, large, Some(r), pair.relu),
         ) else {
             continue;
         };
+        // The shortcut takes its convolution's scope name: the convolution, read by
+        // nothing now, goes in the `dce` that follows (nothing reads names before it).
         let conv = &g.nodes[small.conv];
         let shortcut = Node {
             kind: small_node,
@@ -117,10 +128,10 @@ fn fold_pairs(g: &mut Graph) -> bool {
             location: conv.location,
         };
         insert_before(g, r, shortcut);
-        // The loop, now at r + 1, reads the shortcut (at r) as its addend.
         g.nodes[r + 1].kind = large_node;
+        changed = true;
     }
-    !pairs.is_empty()
+    changed
 }
 
 /// One finished convolution of a summed pair: the `Conv2D` and its per-channel values.
@@ -207,7 +218,10 @@ fn summed_convolutions(g: &Graph, r: usize) -> Option<SummedPair> {
             (false, true) => (y, x),
             _ => return None,
         };
-        (per_channel(scale) && per_channel(t)).then_some(Finished {
+        // Per-channel values that are not convolutions (a `[1, C, 1, 1]` output would
+        // pass as one, and be computed twice).
+        let values_ok = per_channel(scale) && per_channel(t) && !is_conv(t);
+        values_ok.then_some(Finished {
             conv,
             scale,
             shift: t,

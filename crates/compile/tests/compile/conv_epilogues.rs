@@ -52,7 +52,9 @@ fn batchnorm_residual_and_relu_join_the_convolution() {
 
 /// ResNet's downsampling block, `relu(bn2(conv2(y)) + bn3(conv3(x)))` with the shortcut a
 /// strided 1x1 convolution: the loop summing the two finished convolutions becomes two
-/// epilogues, the shortcut's value the main convolution's addend.
+/// epilogues, the shortcut's value the main convolution's addend. Two blocks in one
+/// graph (several matches), the second summing its branches in the other order, its
+/// value returned and also read after the loop.
 #[test]
 fn a_downsampling_block_gives_each_convolution_an_epilogue() {
     for batch in [1, 2] {
@@ -68,6 +70,8 @@ fn a_downsampling_block_gives_each_convolution_an_epilogue() {
             channel(),
             channel(),
             channel(),
+            TensorType::new(&[16, 16, 3, 3], DType::F32),
+            TensorType::new(&[16, 16, 1, 1], DType::F32),
         ];
         let g = trace("downsample", &types, |x| {
             let halve = same().stride(2);
@@ -77,11 +81,17 @@ fn a_downsampling_block_gives_each_convolution_an_epilogue() {
                 .conv2d(&x[3], &Conv2dOptions::default().stride(2))?
                 .mul(&x[8])?
                 .add(&x[9])?;
-            Ok(vec![main.add(&shortcut)?.relu()?])
+            let first = main.add(&shortcut)?.relu()?;
+            // A second block on the first's output (16 channels, 4x4), without ReLU.
+            let main = first.conv2d(&x[10], &same())?.mul(&x[6])?.add(&x[7])?;
+            let shortcut = first.conv2d(&x[11], &Conv2dOptions::default())?;
+            let shortcut = shortcut.mul(&x[8])?.add(&x[9])?;
+            let second = shortcut.add(&main)?;
+            Ok(vec![first, second.clone(), second.tanh()?])
         })
         .unwrap();
         let ir = fuse_keeping_bits(g, &random_inputs(&types, 60 + batch as u64));
-        assert_eq!(ir.matches("= Conv2DEpilogue(").count(), 3, "{ir}");
+        assert_eq!(ir.matches("= Conv2DEpilogue(").count(), 5, "{ir}");
         assert!(!ir.contains("= Conv2D("), "{ir}");
         assert!(!ir.contains("FusedElementwise"), "{ir}");
     }
