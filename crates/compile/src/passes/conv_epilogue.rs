@@ -119,7 +119,7 @@ fn fold_pairs(g: &mut Graph) -> bool {
             continue;
         };
         // The shortcut takes its convolution's scope name: the convolution, read by
-        // nothing now, goes in the `dce` that follows (nothing reads names before it).
+        // nothing now, goes in the next `dce` (the stages before it do not read names).
         let conv = &g.nodes[small.conv];
         let shortcut = Node {
             kind: small_node,
