@@ -67,22 +67,10 @@ fn fold_single(g: &mut Graph) -> bool {
         if uses[conv] != 1 {
             continue;
         }
-        let NodeKind::Op {
-            op: Op::Conv2d(attrs),
-            args: conv_args,
-        } = &g.nodes[conv].kind
-        else {
+        let Some(kind) = epilogue_node(g, conv, parts, &operands) else {
             continue;
         };
-        let mut args = conv_args.clone();
-        args.extend(operands);
-        g.nodes[r].kind = NodeKind::Op {
-            op: Op::Conv2dEpilogue {
-                attrs: *attrs,
-                parts,
-            },
-            args,
-        };
+        g.nodes[r].kind = kind;
         changed = true;
     }
     changed
@@ -148,28 +136,37 @@ struct SummedPair {
 
 /// `Conv2DEpilogue` of `b` (scale and shift), with `addend` and ReLU where given.
 fn finished_node(g: &Graph, b: &Finished, addend: Option<usize>, relu: bool) -> Option<NodeKind> {
-    let NodeKind::Op {
-        op: Op::Conv2d(attrs),
-        args,
-    } = &g.nodes[b.conv].kind
-    else {
-        return None;
-    };
-    let mut operands = args.clone();
-    operands.extend([b.scale, b.shift]);
-    operands.extend(addend);
     let parts = ConvEpilogueParts {
         scale: true,
         shift: true,
         addend: addend.is_some(),
         relu,
     };
+    let operands: Vec<usize> = [b.scale, b.shift].into_iter().chain(addend).collect();
+    epilogue_node(g, b.conv, parts, &operands)
+}
+
+/// `Conv2DEpilogue` of the `Conv2D` at `conv` with `parts`, reading `operands` (scale,
+/// shift, addend: those `parts` has) after the convolution's own inputs.
+fn epilogue_node(
+    g: &Graph,
+    conv: usize,
+    parts: ConvEpilogueParts,
+    operands: &[usize],
+) -> Option<NodeKind> {
+    let NodeKind::Op {
+        op: Op::Conv2d(attrs),
+        args,
+    } = &g.nodes[conv].kind
+    else {
+        return None;
+    };
     Some(NodeKind::Op {
         op: Op::Conv2dEpilogue {
             attrs: *attrs,
             parts,
         },
-        args: operands,
+        args: args.iter().chain(operands).copied().collect(),
     })
 }
 
