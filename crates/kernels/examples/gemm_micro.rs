@@ -53,6 +53,10 @@ fn main() {
         ("pipe b32 dy.W", 32, 2048, 2048, false, false, 1),
         ("pipe b128 dyT.x", 2048, 2048, 128, true, false, 1),
         ("pipe b32 dyT.x", 2048, 2048, 32, true, false, 1),
+        // ResNet-50's 1x1 convolutions at 56x56, one image per thread: forward W.x.
+        ("r50 1x1 256-64 fwd", 64, 3136, 256, false, false, 1),
+        ("r50 1x1 64-64 fwd", 64, 3136, 64, false, false, 1),
+        ("r50 1x1 64-256 fwd", 256, 3136, 64, false, false, 1),
         // The BERT encoder's products (2048 tokens, hidden 256, feed-forward 1024):
         // projections x.Wt, input gradients dy.W, weight gradients dyT.x.
         ("bert qkv x.Wt", 2048, 256, 256, false, true, 2),

@@ -136,15 +136,25 @@ impl<'a> ImageColumns<'a> {
     /// corner); returns how many. Each run is one copy per tap.
     fn row_runs(&self, first: usize, count: usize, runs: &mut [(usize, usize, usize)]) -> usize {
         let (ohw, ow) = (self.g.ohw(), self.g.ow);
+        // A pointwise layer reads its plane as it writes its output: one run may cross
+        // output rows (only the image's end breaks it).
+        let row = if self.is_flat() { ohw } else { ow };
         let (mut n, mut t) = (0, 0);
         while t < count && n < runs.len() {
             let (s, pos) = ((first + t) / ohw, (first + t) % ohw);
-            let len = (ow - pos % ow).min(count - t);
+            let len = (row - pos % row).min(count - t);
             runs[n] = (t, len, self.corner(s, pos));
             n += 1;
             t += len;
         }
         n
+    }
+
+    /// Whether output position `p` of an image reads input position `p` of each plane: a
+    /// 1x1 filter at stride 1 on unpadded planes (ResNet-50's pointwise layers).
+    fn is_flat(&self) -> bool {
+        let g = self.g;
+        g.kh == 1 && g.kw == 1 && g.stride == [1, 1] && self.row_len == g.ow
     }
 
     /// Copies `out.len()` values from `src[at..]`, `stride` apart.
@@ -249,6 +259,7 @@ impl<'a> ImageColumns<'a> {
         let src = self.src.as_ptr();
         for row in dst.chunks_exact_mut(NR).take(kc) {
             let at = corner + c * self.plane_len + in_plane[k];
+            prefetch_ahead(src, at, sx);
             // SAFETY: `at + sx * NR <= reach <= src.len()` (offsets grow with the tap),
             // and `row` holds NR values.
             unsafe {
@@ -303,6 +314,31 @@ impl<'a> ImageColumns<'a> {
         };
         pack_b_panel(dst, rows, transposed, 0, kc, 0, NR);
     }
+}
+
+/// Panels ahead whose source lines [`prefetch_ahead`] asks for.
+const PREFETCH_PANELS: usize = 4;
+
+/// Asks for the line that the panel [`PREFETCH_PANELS`] after this one reads in the same
+/// row of taps (`sx` values per position further along the plane).
+///
+/// Why: a panel's rows come from `kc` planes (ResNet-50's pointwise layers: 64 to 1024
+/// of them, 3 to 12 KB apart), one line from each, and the next panel reads the next
+/// line of each: more streams than the hardware prefetcher follows, so without this
+/// each row waited on memory and packing took a third of those layers' forward pass
+/// (measured: BENCHMARKS.md, "Pointwise panels").
+#[inline(always)]
+fn prefetch_ahead(src: *const f32, at: usize, sx: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint that never faults, and `wrapping_add` forms the
+    // address without assuming it lies inside `src`'s allocation.
+    unsafe {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let ahead = src.wrapping_add(at + PREFETCH_PANELS * NR * sx);
+        _mm_prefetch::<_MM_HINT_T0>(ahead.cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (src, at, sx);
 }
 
 /// Copies 16 values from `src` to `dst`.

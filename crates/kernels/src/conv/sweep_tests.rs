@@ -469,3 +469,35 @@ fn one_by_one_input_gradients_as_forward_match_naive_f64() {
         check(&dx, &want.dx, &format!("AsForward input gradient of {g:?}"));
     }
 }
+
+/// Pointwise layers, whose panels are packed as one run across output rows (and broken
+/// only at an image's end), on the `Panels` path in all three passes: planes of 49, 81
+/// and 56x56 positions (panels straddling rows and images, several images per product),
+/// a padded 1x1 layer (flat over the padded plane) and a strided one (not flat), against
+/// the naive f64 loops.
+#[test]
+fn pointwise_panels_across_rows_and_images_match_naive_f64() {
+    let geometries = [
+        ConvGeometry::new([5, 40, 7, 7], [24, 40, 1, 1], [1, 1], [1, 1], [0; 4], 1),
+        ConvGeometry::new([3, 16, 9, 9], [36, 16, 1, 1], [1, 1], [1, 1], [0; 4], 1),
+        ConvGeometry::new([2, 8, 56, 56], [20, 8, 1, 1], [1, 1], [1, 1], [0; 4], 1),
+        ConvGeometry::new([2, 12, 6, 5], [10, 12, 1, 1], [1, 1], [1, 1], [1; 4], 1),
+        ConvGeometry::new([3, 12, 9, 9], [10, 12, 1, 1], [2, 2], [1, 1], [0; 4], 1),
+    ];
+    let mut rng = Rng(0x0F1A7);
+    for g in geometries {
+        let x = rng.values(g.n * g.c * g.h * g.w);
+        let w = rng.values(g.o * g.ckk());
+        let dy = rng.values(g.n * g.o * g.ohw());
+        let want = reference(&g, &x, &w, &dy);
+        let what = |pass: &str| format!("Panels {pass} of {g:?}");
+        let (y, _) = forward_on(ConvPath::Panels, &x, &w, &g, false);
+        check(&y, &want.y, &what("forward"));
+        let dw = filter_gradient_on(ConvPath::Panels, &dy, &x, &g);
+        check(&dw, &want.dw, &what("filter gradient"));
+        if applicable(&g, Pass::InputGradient, true).contains(&ConvPath::AsForward) {
+            let dx = input_gradient_on(ConvPath::AsForward, &dy, &w, &g);
+            check(&dx, &want.dx, &what("input gradient (as forward)"));
+        }
+    }
+}
