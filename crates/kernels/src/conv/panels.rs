@@ -208,11 +208,49 @@ impl<'a> ImageColumns<'a> {
             return;
         }
         let runs = &runs[..count];
+        if sx == 2 {
+            return self.pack_short_even_runs(dst, p0, kc, runs, width);
+        }
         for (row, tap) in dst.chunks_exact_mut(NR).take(kc).zip(self.taps_from(p0)) {
             for &(q0, len, corner) in runs {
                 self.run(&mut row[q0..q0 + len], corner + tap, sx);
             }
             row[width..].fill(0.0);
+        }
+    }
+
+    /// [`Self::pack_positions`]'s rows at stride 2 where a panel crosses output rows
+    /// (ResNet's downsampling layers, whose 28-, 14- and 7-wide rows leave most panels
+    /// in two or three runs): each run is written as 16 picks from 32 values, spilling
+    /// past its end. The spill lands where a later write goes: the row's next run, its
+    /// zeroed tail, or the first run of the next row (rows are written in order, and
+    /// the last row's runs spill only where they stay inside `dst`).
+    ///
+    /// Why: the value-by-value copy of these short runs was a quarter of the 1x1
+    /// projection's forward pass under `perf`, and staging the picks in a local row to
+    /// copy its share out was slower still (measured: BENCHMARKS.md, "Pointwise panels").
+    fn pack_short_even_runs(
+        &self,
+        dst: &mut [f32],
+        p0: usize,
+        kc: usize,
+        runs: &[(usize, usize, usize)],
+        width: usize,
+    ) {
+        let dst = &mut dst[..kc * NR];
+        for (r, tap) in (0..kc).zip(self.taps_from(p0)) {
+            let row = r * NR;
+            for &(q0, len, corner) in runs {
+                let (to, from) = (row + q0, corner + tap);
+                if to + NR <= dst.len() && from + 2 * NR <= self.src.len() {
+                    // SAFETY: 16 values from `to` lie in `dst` and 32 from `from` in
+                    // `src` (both checked just above).
+                    unsafe { copy_16_even(dst[to..].as_mut_ptr(), self.src[from..].as_ptr()) };
+                } else {
+                    self.run(&mut dst[to..to + len], from, 2);
+                }
+            }
+            dst[row + width..row + NR].fill(0.0);
         }
     }
 
