@@ -333,6 +333,30 @@ impl<'a> ImageColumns<'a> {
         let mut runs = [(0, 0, 0); sgemm::MAX_DEPTH_BLOCK];
         let count = self.row_runs(p0, kc, &mut runs);
         let runs = &runs[..count];
+        // A pointwise layer's 16 taps are 16 planes, and its positions within one image
+        // are one run in each: each run's rows of the panel are a transposed B read
+        // straight from the planes.
+        // Why: copying each run into `rows` first was a fifth of ResNet-50's pointwise
+        // weight gradients under `perf` (measured: BENCHMARKS.md, "Pointwise panels").
+        if width == NR && self.is_flat() {
+            for &(t0, len, corner) in runs {
+                let planes = MatRef {
+                    offset: corner + j0 * self.plane_len,
+                    row_stride: 1,
+                    col_stride: self.plane_len as isize,
+                };
+                pack_b_panel(
+                    &mut dst[t0 * NR..][..len * NR],
+                    self.src,
+                    planes,
+                    0,
+                    len,
+                    0,
+                    NR,
+                );
+            }
+            return;
+        }
         let rows = &mut rows[..NR * kc];
         let mut taps = self.taps_from(j0);
         for (q, out) in rows.chunks_exact_mut(kc).enumerate() {
