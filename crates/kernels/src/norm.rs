@@ -108,17 +108,64 @@ pub fn channel_grad_sums(
     l: usize,
 ) -> Vec<f32> {
     debug_assert!(dy.len() == n * c * l && x.len() == dy.len() && mean.len() == c);
-    per_channel_pairs(c, |ch| {
-        let m = mean[ch];
-        let (mut s, mut sx) = (0.0f64, 0.0f64);
-        for i in 0..n {
-            let at = (i * c + ch) * l;
+    // The runs in memory order, split among the threads in contiguous chunks; each chunk
+    // sums its runs into per-channel partials, and the partials are added at the end.
+    // Why: a thread per channel, reading `n` runs `c · l` values apart from each of two
+    // tensors in SSE2's lanes, took twice the time per byte of BatchNorm's input
+    // gradient, which sweeps its tensors in order (measured: BENCHMARKS.md, "BatchNorm's
+    // parameter gradient").
+    let runs = n * c;
+    let per_chunk = if l == 0 {
+        runs.max(1)
+    } else {
+        chunk_len(runs, l) / l
+    };
+    let partials: Vec<Vec<f64>> = (0..runs.div_ceil(per_chunk))
+        .into_par_iter()
+        .map(|index| {
+            let first = index * per_chunk;
+            let count = per_chunk.min(runs - first);
+            let mut sums = vec![0.0f64; 2 * c];
+            let span = first * l..(first + count) * l;
+            run_grad_sums(&dy[span.clone()], &x[span], mean, (first, count), &mut sums);
+            sums
+        })
+        .collect();
+    let mut out = vec![0.0f32; 2 * c];
+    for (k, total) in out.iter_mut().enumerate() {
+        *total = partials.iter().map(|p| p[k]).sum::<f64>() as f32;
+    }
+    out
+}
+
+widest! {
+    /// [`channel_grad_sums`] over `count` whole runs from run `first` (`dy` and `x` hold
+    /// exactly those): each run's `Σ dy` and `Σ dy·(x - mean_c)` added to its channel's
+    /// `sums[ch]` and `sums[c + ch]`. Compiled per vector width (the two sums are
+    /// separate sweeps: one loop keeping both did not vectorise).
+    fn run_grad_sums(
+        dy: &[f32],
+        x: &[f32],
+        mean: &[f32],
+        runs: (usize, usize),
+        sums: &mut [f64],
+    ) {
+        let ((first, count), c) = (runs, mean.len());
+        let l = dy.len() / count.max(1);
+        // The channel is counted on, not divided out per run.
+        let mut ch = first % c.max(1);
+        for r in 0..count {
+            let at = r * l;
+            let m = mean[ch];
             let (g, v) = (&dy[at..at + l], &x[at..at + l]);
-            s += lane_sum1(g, |gv| gv);
-            sx += lane_sum2(g, v, |gv, xv| gv * (xv - m));
+            sums[ch] += lane_sum1(g, |gv| gv);
+            sums[c + ch] += lane_sum2(g, v, |gv, xv| gv * (xv - m));
+            ch += 1;
+            if ch == c {
+                ch = 0;
+            }
         }
-        (s as f32, sx as f32)
-    })
+    }
 }
 
 /// `out = a_c · u + b_c · v + k_c` over an `[n, c, l]` layout (`v` and `b` together, or

@@ -6,6 +6,7 @@ mod avx512_pairs;
 mod bf16_products;
 mod half;
 mod max_pool;
+mod norm_sums;
 mod parallel_loops;
 mod products;
 mod vmath;
