@@ -115,11 +115,8 @@ pub fn channel_grad_sums(
     // gradient, which sweeps its tensors in order (measured: BENCHMARKS.md, "BatchNorm's
     // parameter gradient").
     let runs = n * c;
-    let per_chunk = if l == 0 {
-        runs.max(1)
-    } else {
-        chunk_len(runs, l) / l
-    };
+    // Empty runs: one chunk takes them all.
+    let per_chunk = chunk_len(runs, l).checked_div(l).unwrap_or(runs).max(1);
     let partials: Vec<Vec<f64>> = (0..runs.div_ceil(per_chunk))
         .into_par_iter()
         .map(|index| {
