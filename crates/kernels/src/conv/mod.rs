@@ -25,6 +25,7 @@ mod general;
 mod geometry;
 mod implicit;
 mod lowering;
+mod panel_copies;
 mod panels;
 pub mod plan;
 pub mod prepared;
