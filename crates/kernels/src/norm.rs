@@ -98,6 +98,10 @@ pub fn channel_moments(x: &[f32], n: usize, c: usize, l: usize) -> Vec<f32> {
     })
 }
 
+/// Values per chunk of [`channel_grad_sums`]: whole runs of about this many (ResNet-50's
+/// largest BatchNorm input, 6.4M values, makes about a hundred chunks).
+const GRAD_SUM_BLOCK: usize = 1 << 16;
+
 /// Per channel: `Σ dy` and `Σ dy · (x - mean_c)`, as `[sums of dy .., sums of dy·(x-mean) ..]`.
 pub fn channel_grad_sums(
     dy: &[f32],
@@ -115,8 +119,9 @@ pub fn channel_grad_sums(
     // gradient, which sweeps its tensors in order (measured: BENCHMARKS.md, "BatchNorm's
     // parameter gradient").
     let runs = n * c;
-    // Empty runs: one chunk takes them all.
-    let per_chunk = chunk_len(runs, l).checked_div(l).unwrap_or(runs).max(1);
+    // Chunks of a size the shape alone sets, so that the partials, and the bits of
+    // their sum, do not depend on the thread count.
+    let per_chunk = (GRAD_SUM_BLOCK / l.max(1)).max(1);
     let partials: Vec<Vec<f64>> = (0..runs.div_ceil(per_chunk))
         .into_par_iter()
         .map(|index| {

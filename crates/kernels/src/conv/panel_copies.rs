@@ -14,8 +14,8 @@ const PREFETCH_PANELS: usize = 4;
 /// Asks for the line that the panel [`PREFETCH_PANELS`] after this one reads in the same
 /// row of taps (`sx` values per position further along the plane).
 ///
-/// Why: a panel's rows come from `kc` planes (ResNet-50's pointwise layers: 64 to 1024
-/// of them, 3 to 12 KB apart), one line from each, and the next panel reads the next
+/// Why: a panel's rows come from `kc` planes (in ResNet-50's pointwise layers up to
+/// 320 of them, 0.2 to 12.5 KB apart), one line from each, and the next panel reads the next
 /// line of each: more streams than the hardware prefetcher follows, so without this
 /// each row waited on memory and packing took a third of those layers' forward pass
 /// (measured: BENCHMARKS.md, "Pointwise panels").

@@ -152,7 +152,8 @@ impl<'a> ImageColumns<'a> {
     }
 
     /// Whether output position `p` of an image reads input position `p` of each plane: a
-    /// 1x1 filter at stride 1 on unpadded planes (ResNet-50's pointwise layers).
+    /// 1x1 filter at stride 1 (ResNet-50's pointwise layers; a padded one reads its
+    /// padded planes so, since its output rows are then as long as theirs).
     fn is_flat(&self) -> bool {
         let g = self.g;
         g.kh == 1 && g.kw == 1 && g.stride == [1, 1] && self.row_len == g.ow
@@ -222,7 +223,7 @@ impl<'a> ImageColumns<'a> {
 
     /// [`Self::pack_positions`]'s rows at stride 2 where a panel crosses output rows
     /// (ResNet's downsampling layers, whose 28-, 14- and 7-wide rows leave most panels
-    /// in two or three runs): each run is written as 16 picks from 32 values, spilling
+    /// in up to four runs): each run is written as 16 picks from 32 values, spilling
     /// past its end. The spill lands where a later write goes: the row's next run, its
     /// zeroed tail, or the first run of the next row (rows are written in order, and
     /// the last row's runs spill only where they stay inside `dst`).

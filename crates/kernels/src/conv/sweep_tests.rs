@@ -471,8 +471,9 @@ fn one_by_one_input_gradients_as_forward_match_naive_f64() {
 }
 
 /// Pointwise layers, whose panels are packed as one run across output rows (and broken
-/// only at an image's end), on the `Panels` path in all three passes: planes of 49, 81
-/// and 56x56 positions (panels straddling rows and images, several images per product),
+/// only at an image's end), on the `Panels` path in all three passes: planes of 49, 81,
+/// 900 and 56x56 positions (panels straddling rows and images, several images per
+/// product, grouped),
 /// a padded 1x1 layer (flat over the padded plane) and a strided one (not flat), against
 /// the naive f64 loops.
 #[test]
@@ -481,6 +482,10 @@ fn pointwise_panels_across_rows_and_images_match_naive_f64() {
         ConvGeometry::new([5, 40, 7, 7], [24, 40, 1, 1], [1, 1], [1, 1], [0; 4], 1),
         ConvGeometry::new([3, 16, 9, 9], [36, 16, 1, 1], [1, 1], [1, 1], [0; 4], 1),
         ConvGeometry::new([2, 8, 56, 56], [20, 8, 1, 1], [1, 1], [1, 1], [0; 4], 1),
+        // 16 taps and more per group: whole weight-gradient panels transposed from the
+        // planes, with groups.
+        ConvGeometry::new([2, 32, 56, 56], [32, 16, 1, 1], [1, 1], [1, 1], [0; 4], 2),
+        ConvGeometry::new([3, 20, 30, 30], [12, 20, 1, 1], [1, 1], [1, 1], [0; 4], 1),
         ConvGeometry::new([2, 12, 6, 5], [10, 12, 1, 1], [1, 1], [1, 1], [1; 4], 1),
         ConvGeometry::new([3, 12, 9, 9], [10, 12, 1, 1], [2, 2], [1, 1], [0; 4], 1),
     ];
