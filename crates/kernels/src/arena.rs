@@ -299,6 +299,32 @@ pub fn for_overwrite<T: Element>(len: usize) -> Vec<T> {
     take::<T>(len).unwrap_or_else(|| vec![T::zero(); len])
 }
 
+/// A buffer of `len` copies of `value` (converted as [`Buffer::filled`] converts), in a
+/// recycled vector when the installed pool has one of that dtype and length.
+///
+/// Why not [`Buffer::filled`] in a compiled graph: a fresh zeroed vector comes from
+/// `calloc`, whose pages the system maps on first write. An op that writes only part of
+/// it (a slice's gradient writes its slice) hands the pool a buffer whose other pages are
+/// still unmapped, and the next op to take it page-faults through them on every step;
+/// the pool's surplus is then freed and unmapped, interrupting the other threads.
+pub fn filled_buffer(dtype: DType, len: usize, value: f64) -> Buffer {
+    fn go<T: Element>(len: usize, value: f64) -> Buffer {
+        let mut v = for_overwrite::<T>(len);
+        v.fill(T::from_f64(value));
+        T::into_buffer(v)
+    }
+    match dtype {
+        DType::F32 => go::<f32>(len, value),
+        DType::F64 => go::<f64>(len, value),
+        DType::F16 => go::<half::f16>(len, value),
+        DType::BF16 => go::<half::bf16>(len, value),
+        DType::I32 => go::<i32>(len, value),
+        DType::I64 => go::<i64>(len, value),
+        DType::U8 => go::<u8>(len, value),
+        DType::Bool => go::<bool>(len, value),
+    }
+}
+
 /// Collects exactly `len` items into a recycled vector when one is available.
 pub fn collect_exact<T: Element>(len: usize, items: impl Iterator<Item = T>) -> Vec<T> {
     match take::<T>(len) {

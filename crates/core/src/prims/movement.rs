@@ -196,13 +196,17 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Stor
         Op::BroadcastTo(shape) => view(s.layout.broadcast_to(shape)),
         Op::StridedSlice { begin, step, len } => view(s.layout.slice(begin, step, len)),
         Op::StridedSliceGrad { begin, step, .. } => {
-            let mut buf = Buffer::zeros(out.dtype, out.numel());
+            let mut buf = spore_kernels::arena::filled_buffer(out.dtype, out.numel(), 0.0);
             let target = Layout::contiguous(&out.shape).slice(begin, step, &s.layout.shape);
             write_view(&mut buf, &target, &s.buffer, &s.layout)?;
             Storage::contiguous(buf, &out.shape)
         }
         Op::Pad { pads, value_bits } => {
-            let mut buf = Buffer::filled(out.dtype, out.numel(), f64::from_bits(*value_bits));
+            let mut buf = spore_kernels::arena::filled_buffer(
+                out.dtype,
+                out.numel(),
+                f64::from_bits(*value_bits),
+            );
             let begin: Vec<usize> = pads.iter().map(|p| p.0).collect();
             let target = Layout::contiguous(&out.shape).slice(
                 &begin,
@@ -213,7 +217,7 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Stor
             Storage::contiguous(buf, &out.shape)
         }
         Op::Concat { axis } => {
-            let mut buf = Buffer::zeros(out.dtype, out.numel());
+            let mut buf = spore_kernels::arena::filled_buffer(out.dtype, out.numel(), 0.0);
             let full = Layout::contiguous(&out.shape);
             let mut at = 0;
             for t in inputs {

@@ -10,6 +10,7 @@ mod fused_in_place;
 mod half;
 mod op_table;
 mod readers;
+mod recycled_outputs;
 mod reference;
 mod resources;
 mod table;
