@@ -25,6 +25,8 @@ fn main() {
         .build_global()
         .ok();
     let only = std::env::args().nth(1).unwrap_or_default();
+    // An optional second argument runs every case on that many threads (1 or 2).
+    let forced: Option<usize> = std::env::args().nth(2).and_then(|t| t.parse().ok());
     // name, m, n, k, A transposed (column-major), B transposed, threads
     let cases = [
         ("square 2048", 2048, 2048, 2048, false, false, 2),
@@ -69,6 +71,7 @@ fn main() {
         ("bert ffn2 dyT.x", 256, 1024, 2048, true, false, 2),
     ];
     for (name, m, n, k, ta, tb, threads) in cases.into_iter().filter(|c| c.0.contains(&only)) {
+        let threads = forced.unwrap_or(threads);
         let a: Vec<f32> = (0..m * k).map(|i| (i % 13) as f32 * 0.1).collect();
         let b: Vec<f32> = (0..k * n).map(|i| (i % 7) as f32 * 0.1).collect();
         let mut c = vec![0.0f32; m * n];

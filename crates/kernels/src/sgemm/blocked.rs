@@ -1,5 +1,5 @@
-//! Large products, blocked as in BLIS. The columns (or, for a narrow C, the rows) are
-//! split into parts once; each part then runs alone: for every block of `NC` columns and
+//! Large products, blocked as in BLIS. The columns (or, for a narrow C or a tall
+//! transposed A, the rows) are split into parts once; each part then runs alone: for every block of `NC` columns and
 //! `KC` depth it packs its B panels, then `MC` rows of A at a time (kept in L2), and runs
 //! the microkernel over them. Where A is small and the product large, A is packed once
 //! up front and the columns are cut into several parts per thread, taken by whichever
@@ -117,7 +117,7 @@ pub(super) fn run(p: &Product, threads: usize) {
                 part(p, a, &mut { b_panels }, 0..panels_m, cols)
             });
         });
-    } else if panels_n >= threads {
+    } else if panels_n >= threads && !rows_first(p, panels_m, threads) {
         (0..threads)
             .into_par_iter()
             .for_each(|t| strided_part(0..panels_m, split(panels_n, threads, t)));
@@ -127,6 +127,19 @@ pub(super) fn run(p: &Product, threads: usize) {
             .into_par_iter()
             .for_each(|t| strided_part(split(panels_m, parts, t), 0..panels_n));
     }
+}
+
+/// True when a product with one part per thread should split its rows, not its columns:
+/// A stored transposed (a weight gradient's `dYᵀ`, whose packing reads each depth step
+/// from a different matrix row) and at least twice as tall as C is wide. Each thread then
+/// packs half of A and all of B, where a column split has every thread pack all of A.
+/// Why: the BERT encoder's 1024 x 256 x 2048 weight gradient spent 14 % of its time
+/// packing its 8 MB A on one thread, and with the columns split that share did not shrink
+/// on two (BENCHMARKS.md, "Page faults in a slice's gradient, and weight gradients split
+/// by rows"). Every element of C is still summed by one thread in the same order, so the
+/// bits do not depend on the split.
+fn rows_first(p: &Product, panels_m: usize, threads: usize) -> bool {
+    p.ma.row_stride == 1 && p.m >= 2 * p.n && panels_m >= threads
 }
 
 /// `C[m x n] (+)= A * B` on this thread, with A and B from the given sources (see

@@ -47,6 +47,56 @@ fn large_threaded_gemm_with_transposed_operands_matches_naive() {
     }
 }
 
+/// A weight gradient's product (`dYᵀ X`, A transposed, C twice as tall as wide or more)
+/// splits its rows among threads, not its columns: the same bits on 1, 2 and 3 threads,
+/// and the values of an f64 loop.
+#[test]
+fn large_weight_gradient_bits_do_not_depend_on_threads() {
+    // A (312K values) too large to be packed once for all parts.
+    let (m, n, k) = (600, 120, 520);
+    let a: Vec<f32> = values(m * k, 3).iter().map(|&v| v as f32).collect();
+    let b: Vec<f32> = values(k * n, 4).iter().map(|&v| v as f32).collect();
+    let ma = MatRef {
+        offset: 0,
+        row_stride: 1,
+        col_stride: m as isize,
+    };
+    let mb = MatRef {
+        offset: 0,
+        row_stride: n as isize,
+        col_stride: 1,
+    };
+    let on = |threads: usize| {
+        let mut c = vec![0.0f32; m * n];
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let par = if threads > 1 {
+            Parallelism::Rayon(threads)
+        } else {
+            Parallelism::None
+        };
+        pool.install(|| gemm_into(&mut c, false, m, n, k, &a, ma, &b, mb, par));
+        c
+    };
+    let one = on(1);
+    assert_eq!(one, on(2), "two threads");
+    assert_eq!(one, on(3), "three threads");
+    for i in 0..m {
+        for j in 0..n {
+            let want: f64 = (0..k)
+                .map(|p| f64::from(a[p * m + i]) * f64::from(b[p * n + j]))
+                .sum();
+            let got = f64::from(one[i * n + j]);
+            assert!(
+                (got - want).abs() < 1e-4 * (1.0 + want.abs()),
+                "({i}, {j}): {got} vs {want}"
+            );
+        }
+    }
+}
+
 /// A `rows x cols` operand stored row-major, or column-major when `transposed`.
 fn matrix(transposed: bool, rows: usize, cols: usize) -> MatRef {
     let (row_stride, col_stride) = if transposed { (1, rows) } else { (cols, 1) };
@@ -247,6 +297,9 @@ fn f32_gemm_strategies_match_naive_for_edge_shapes_and_strides() {
         (33, 20, 1024),
         (150, 1100, 20),
         (300, 40, 30),
+        // With A transposed on two threads: the rows split among them (see
+        // `large_weight_gradient_bits_do_not_depend_on_threads`), over several depth blocks.
+        (200, 48, 600),
         // Enough work for more parts than threads: the dot kernel's columns in 10 parts
         // (with `Bᵀ`), the blocked kernel's in 7, over one A packed up front.
         (64, 100, 784),
