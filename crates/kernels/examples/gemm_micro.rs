@@ -1,6 +1,7 @@
 //! Times `gemm_into` on the products Spore's benchmark networks run, in GFLOP/s.
-//! Run: `cargo run --release -p spore-kernels --example gemm_micro` (set `SPORE_GEMM=crate`
-//! to time the `gemm` crate instead of Spore's own f32 kernels).
+//! Run: `cargo run --release -p spore-kernels --example gemm_micro [-- FILTER [THREADS]]`
+//! (the cases whose names contain FILTER, all on THREADS threads where given; set
+//! `SPORE_GEMM=crate` to time the `gemm` crate instead of Spore's own f32 kernels).
 use std::time::Instant;
 
 use gemm::Parallelism;
