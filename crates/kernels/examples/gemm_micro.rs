@@ -26,8 +26,18 @@ fn main() {
         .build_global()
         .ok();
     let only = std::env::args().nth(1).unwrap_or_default();
-    // An optional second argument runs every case on that many threads (1 or 2).
-    let forced: Option<usize> = std::env::args().nth(2).and_then(|t| t.parse().ok());
+    // An optional second argument runs every case on that many threads (1 or 2, the
+    // global pool's size).
+    let forced: Option<usize> = match std::env::args().nth(2) {
+        None => None,
+        Some(t) => match t.parse::<usize>() {
+            Ok(n @ 1..=2) => Some(n),
+            _ => {
+                eprintln!("gemm_micro: THREADS must be 1 or 2, got {t:?}");
+                std::process::exit(2);
+            }
+        },
+    };
     // name, m, n, k, A transposed (column-major), B transposed, threads
     let cases = [
         ("square 2048", 2048, 2048, 2048, false, false, 2),

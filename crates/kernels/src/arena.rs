@@ -299,6 +299,22 @@ pub fn for_overwrite<T: Element>(len: usize) -> Vec<T> {
     take::<T>(len).unwrap_or_else(|| vec![T::zero(); len])
 }
 
+/// Calls the generic function `$f::<T>($args)` for the element type `T` of `$dtype`.
+macro_rules! by_dtype {
+    ($dtype:expr, $f:ident($($arg:expr),*)) => {
+        match $dtype {
+            DType::F32 => $f::<f32>($($arg),*),
+            DType::F64 => $f::<f64>($($arg),*),
+            DType::F16 => $f::<half::f16>($($arg),*),
+            DType::BF16 => $f::<half::bf16>($($arg),*),
+            DType::I32 => $f::<i32>($($arg),*),
+            DType::I64 => $f::<i64>($($arg),*),
+            DType::U8 => $f::<u8>($($arg),*),
+            DType::Bool => $f::<bool>($($arg),*),
+        }
+    };
+}
+
 /// A buffer of `len` copies of `value` (converted as [`Buffer::filled`] converts), in a
 /// recycled vector when the installed pool has one of that dtype and length.
 ///
@@ -313,16 +329,16 @@ pub fn filled_buffer(dtype: DType, len: usize, value: f64) -> Buffer {
         v.fill(T::from_f64(value));
         T::into_buffer(v)
     }
-    match dtype {
-        DType::F32 => go::<f32>(len, value),
-        DType::F64 => go::<f64>(len, value),
-        DType::F16 => go::<half::f16>(len, value),
-        DType::BF16 => go::<half::bf16>(len, value),
-        DType::I32 => go::<i32>(len, value),
-        DType::I64 => go::<i64>(len, value),
-        DType::U8 => go::<u8>(len, value),
-        DType::Bool => go::<bool>(len, value),
+    by_dtype!(dtype, go(len, value))
+}
+
+/// A buffer of `len` values of `dtype` that the caller overwrites entirely before
+/// reading ([`for_overwrite`] for a dtype known only at run time).
+pub fn buffer_for_overwrite(dtype: DType, len: usize) -> Buffer {
+    fn go<T: Element>(len: usize) -> Buffer {
+        T::into_buffer(for_overwrite::<T>(len))
     }
+    by_dtype!(dtype, go(len))
 }
 
 /// Collects exactly `len` items into a recycled vector when one is available.

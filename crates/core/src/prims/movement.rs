@@ -217,7 +217,8 @@ pub(crate) fn eval(op: &Op, inputs: &[&Tensor], out: &TensorType) -> Result<Stor
             Storage::contiguous(buf, &out.shape)
         }
         Op::Concat { axis } => {
-            let mut buf = spore_kernels::arena::filled_buffer(out.dtype, out.numel(), 0.0);
+            // The inputs cover every position of the output.
+            let mut buf = spore_kernels::arena::buffer_for_overwrite(out.dtype, out.numel());
             let full = Layout::contiguous(&out.shape);
             let mut at = 0;
             for t in inputs {

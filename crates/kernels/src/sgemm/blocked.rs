@@ -1,10 +1,11 @@
 //! Large products, blocked as in BLIS. The columns (or, for a narrow C or a tall
-//! transposed A, the rows) are split into parts once; each part then runs alone: for every block of `NC` columns and
-//! `KC` depth it packs its B panels, then `MC` rows of A at a time (kept in L2), and runs
-//! the microkernel over them. Where A is small and the product large, A is packed once
-//! up front and the columns are cut into several parts per thread, taken by whichever
-//! thread is free (see `Product::balanced_parts`); otherwise there is one part per
-//! thread, and each packs A itself.
+//! transposed A, the rows) are split into parts once; each part then runs alone: for
+//! every block of `NC` columns and `KC` depth it packs its B panels, then `MC` rows of A
+//! at a time (kept in L2), and runs the microkernel over them. Where A is small and the
+//! product large, A is packed once up front and the columns are cut into several parts
+//! per thread, taken by whichever thread is free (see `Product::balanced_parts`);
+//! otherwise there is one part per thread, and each packs A itself (or its rows' share
+//! of A, where the rows are split).
 //!
 //! Why one split per product and private packing: a fork per depth block (with B packed
 //! once and shared) cost more in wake-ups and cross-core traffic than packing A twice:

@@ -48,8 +48,10 @@ fn large_threaded_gemm_with_transposed_operands_matches_naive() {
 }
 
 /// A weight gradient's product (`dYᵀ X`, A transposed, C twice as tall as wide or more)
-/// splits its rows among threads, not its columns: the same bits on 1, 2 and 3 threads,
-/// and the values of an f64 loop.
+/// splits its rows among threads, not its columns (`sgemm::blocked::rows_first`; this
+/// shape reaches it on 2 and 3 threads): the same bits on 1, 2 and 3 threads, and the
+/// values of an f64 loop. The column split gave the same bits too, so this guards the
+/// row split's determinism and values, not its choice.
 #[test]
 fn large_weight_gradient_bits_do_not_depend_on_threads() {
     // A (312K values) too large to be packed once for all parts.
@@ -297,9 +299,9 @@ fn f32_gemm_strategies_match_naive_for_edge_shapes_and_strides() {
         (33, 20, 1024),
         (150, 1100, 20),
         (300, 40, 30),
-        // With A transposed on two threads: the rows split among them (see
-        // `large_weight_gradient_bits_do_not_depend_on_threads`), over several depth blocks.
-        (200, 48, 600),
+        // With A transposed on two threads, too large (360K values) to be packed once
+        // for all parts: the rows split among the threads, over several depth blocks.
+        (600, 48, 600),
         // Enough work for more parts than threads: the dot kernel's columns in 10 parts
         // (with `Bᵀ`), the blocked kernel's in 7, over one A packed up front.
         (64, 100, 784),
