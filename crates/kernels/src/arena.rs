@@ -321,8 +321,8 @@ macro_rules! by_dtype {
 /// Why not [`Buffer::filled`] in a compiled graph: a fresh zeroed vector comes from
 /// `calloc`, whose pages the system maps on first write. An op that writes only part of
 /// it (a slice's gradient writes its slice) hands the pool a buffer whose other pages are
-/// still unmapped, and the next op to take it page-faults through them on every step;
-/// the pool's surplus is then freed and unmapped, interrupting the other threads.
+/// still unmapped, and the next op to take it page-faults through them on every step,
+/// while the buffer that op would have reused is freed as the pool's surplus.
 pub fn filled_buffer(dtype: DType, len: usize, value: f64) -> Buffer {
     fn go<T: Element>(len: usize, value: f64) -> Buffer {
         let mut v = for_overwrite::<T>(len);
